@@ -1,0 +1,2 @@
+//! The `wcache` binary.
+fn main() {}

@@ -1,0 +1,7 @@
+//! wcache-core: the cache engine. Sans-IO and deterministic: it never reads a
+//! clock, sleeps, spawns or touches a file or socket; time and I/O completions
+//! come in as arguments and I/O goes out as commands (see `engine`).
+
+pub mod policy;
+pub mod time;
+pub mod types;

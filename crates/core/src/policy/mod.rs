@@ -1,0 +1,3 @@
+//! Policy families, one algorithm per file, each chosen by name from a registry.
+
+pub mod replacement;
