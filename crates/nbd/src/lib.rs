@@ -1,0 +1,1 @@
+//! wcache-nbd: the NBD protocol, server side.
