@@ -2,6 +2,20 @@
 //! free slot is needed. Dirty pages are never here; they leave by destage.
 //!
 //! Policies index their state by slot (arrays sized at start, O(1) per call).
+//! Each policy lives in its own file and is built by name through
+//! [`build_replacement`]; `docs/replacement.md` compares them.
+//!
+//! Constructor convention: every policy has `Policy::new(slots: usize)`, which
+//! sizes all its metadata for slot indices `0..slots`, and `Policy::NAME`.
+
+mod arc;
+mod clock;
+mod links;
+mod lru;
+
+pub use arc::Arc;
+pub use clock::Clock;
+pub use lru::Lru;
 
 use crate::types::{PageKey, SlotIndex};
 
@@ -19,6 +33,13 @@ pub trait Replacement: Send {
     fn remove(&mut self, slot: SlotIndex);
     /// Choose a victim, forget it (keeping history if the policy does), return its slot.
     fn evict(&mut self) -> Option<SlotIndex>;
+    /// Choose a victim to make room for `incoming`, a page not resident that
+    /// the caller inserts next (a miss). Policies that learn from history (ARC)
+    /// need the incoming key before choosing; the others just `evict`.
+    fn evict_for(&mut self, incoming: PageKey) -> Option<SlotIndex> {
+        let _ = incoming;
+        self.evict()
+    }
     /// Clean pages currently held.
     fn len(&self) -> usize;
     fn is_empty(&self) -> bool {
@@ -26,4 +47,58 @@ pub trait Replacement: Send {
     }
     /// Heap bytes of the policy's metadata (for the memory report).
     fn metadata_bytes(&self) -> usize;
+}
+
+/// Names accepted by [`build_replacement`], in the order docs list them.
+pub const REPLACEMENT_NAMES: &[&str] = &[Lru::NAME, Clock::NAME, Arc::NAME];
+
+/// A replacement policy name that the registry does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown replacement policy {name:?} (valid: {})", REPLACEMENT_NAMES.join(", "))]
+pub struct UnknownPolicy {
+    pub name: String,
+}
+
+/// Build the policy called `name` (ASCII case ignored) for `slots` slots.
+pub fn build_replacement(name: &str, slots: usize) -> Result<Box<dyn Replacement>, UnknownPolicy> {
+    let policy: Box<dyn Replacement> = if name.eq_ignore_ascii_case(Lru::NAME) {
+        Box::new(Lru::new(slots))
+    } else if name.eq_ignore_ascii_case(Clock::NAME) {
+        Box::new(Clock::new(slots))
+    } else if name.eq_ignore_ascii_case(Arc::NAME) {
+        Box::new(Arc::new(slots))
+    } else {
+        return Err(UnknownPolicy {
+            name: name.to_owned(),
+        });
+    };
+    Ok(policy)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_builds_every_name() {
+        for &name in REPLACEMENT_NAMES {
+            let policy = build_replacement(name, 8).expect("listed name builds");
+            assert_eq!(policy.name(), name);
+            assert!(policy.is_empty());
+            assert!(policy.metadata_bytes() > 0);
+        }
+        assert_eq!(build_replacement("ARC", 8).map(|p| p.name()), Ok("arc"));
+    }
+
+    #[test]
+    fn registry_names_bad_name_and_valid_ones() {
+        let Err(error) = build_replacement("lfu", 8) else {
+            panic!("lfu is not a replacement policy here");
+        };
+        assert_eq!(error.name, "lfu");
+        assert_eq!(
+            error.to_string(),
+            "unknown replacement policy \"lfu\" (valid: lru, clock, arc)"
+        );
+    }
 }
