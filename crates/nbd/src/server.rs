@@ -1,0 +1,897 @@
+//! Serving NBD exports over TCP and Unix sockets with std threads.
+//!
+//! This module exists to move bytes between sockets and `Export`s; every
+//! protocol decision is made by `proto`. Threads: one accept thread per
+//! listener, one reader thread per connection (handshake, then parsing
+//! requests and receiving WRITE payloads), and one worker pool shared by all
+//! connections that runs export calls and writes replies, one `write` per
+//! reply, under a per-connection writer lock. Replies may leave out of order,
+//! as the protocol allows.
+//!
+//! Limits: the shared job queue holds at most `queue_depth_max` jobs; each
+//! connection has at most `in_flight_per_connection_max` requests and
+//! `in_flight_bytes_per_connection_max` payload bytes in flight (one request
+//! is always admitted, so a 32 MiB request is never starved). Payload
+//! buffers are reused per connection. It must never let one client's death
+//! or stall block other clients: a vanished client turns into read/write
+//! errors on its own socket only, and replies time out after `reply_timeout`.
+
+use std::collections::VecDeque;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::export::Export;
+use crate::proto::{
+    decide, decode_request_header, encode_simple_reply, Command, ExportInfo, Handshake,
+    HandshakeEvent, NbdErrno, Payload, BLOCK_SIZE_MIN_MAX_BYTES, PAYLOAD_MAX_BYTES,
+    REQUEST_HEADER_LEN, SIMPLE_REPLY_HEADER_LEN, STRING_MAX_BYTES,
+};
+
+/// Socket read buffer per connection (request headers and small payloads).
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Payload buffers larger than this are freed after use instead of pooled.
+const POOLED_BUFFER_MAX_BYTES: usize = 4 * 1024 * 1024 + SIMPLE_REPLY_HEADER_LEN;
+
+/// Tunables; `Default` suits a 2-core host.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Worker threads running export calls, shared by all connections.
+    pub workers_count: usize,
+    /// Jobs waiting for a worker, over all connections.
+    pub queue_depth_max: usize,
+    /// Requests of one connection being processed at once.
+    pub in_flight_per_connection_max: usize,
+    /// READ/WRITE payload bytes of one connection in flight at once.
+    pub in_flight_bytes_per_connection_max: u64,
+    /// A client that does not finish the handshake within this is dropped.
+    pub handshake_timeout: Duration,
+    /// A client that does not take a reply within this is dropped.
+    pub reply_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            workers_count: 8,
+            queue_depth_max: 256,
+            in_flight_per_connection_max: 64,
+            in_flight_bytes_per_connection_max: 2 * u64::from(PAYLOAD_MAX_BYTES),
+            handshake_timeout: Duration::from_secs(30),
+            reply_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why a server could not be built or could not listen.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("export name {0:?} is used twice")]
+    DuplicateExport(String),
+    #[error("export name or description longer than {STRING_MAX_BYTES} bytes")]
+    StringTooLong,
+    #[error(
+        "export {name:?}: minimum block size {block_size_min_bytes} is not a power of two ≤ 64 KiB"
+    )]
+    InvalidBlockSize {
+        name: String,
+        block_size_min_bytes: u32,
+    },
+    #[error("default export {0:?} is not defined")]
+    UnknownDefaultExport(String),
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(&'static str),
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Counters, read with `Server::stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    pub connections_accepted: u64,
+    pub handshakes_failed: u64,
+    pub requests_served: u64,
+    pub requests_refused: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    connections_accepted: AtomicU64,
+    handshakes_failed: AtomicU64,
+    requests_served: AtomicU64,
+    requests_refused: AtomicU64,
+}
+
+struct ExportEntry {
+    name: String,
+    description: Option<String>,
+    block_size_min_bytes: u32,
+    export: Arc<dyn Export>,
+}
+
+/// Collects exports and configuration, then starts a `Server`.
+pub struct ServerBuilder {
+    config: ServerConfig,
+    exports: Vec<ExportEntry>,
+    default_export: Option<String>,
+}
+
+impl ServerBuilder {
+    /// Serve `export` under `name`.
+    pub fn export(self, name: &str, export: Arc<dyn Export>) -> Self {
+        self.export_described(name, None, export)
+    }
+
+    /// Serve `export` under `name`, with a description for NBD_OPT_LIST/INFO.
+    pub fn export_described(
+        mut self,
+        name: &str,
+        description: Option<&str>,
+        export: Arc<dyn Export>,
+    ) -> Self {
+        let block_size_min_bytes = export.block_size_min_bytes();
+        self.exports.push(ExportEntry {
+            name: name.to_owned(),
+            description: description.map(str::to_owned),
+            block_size_min_bytes,
+            export,
+        });
+        self
+    }
+
+    /// The export a client gets when it asks for the empty name. Without
+    /// this, the empty name selects the only export when there is exactly one.
+    pub fn default_export(mut self, name: &str) -> Self {
+        self.default_export = Some(name.to_owned());
+        self
+    }
+
+    pub fn config(mut self, config: ServerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Check the exports and start the worker pool. Listen with
+    /// `Server::listen_unix` / `listen_tcp`.
+    pub fn start(self) -> Result<Server, ServerError> {
+        let config = self.config;
+        if config.workers_count == 0
+            || config.queue_depth_max == 0
+            || config.in_flight_per_connection_max == 0
+        {
+            return Err(ServerError::InvalidConfig("counts must be at least 1"));
+        }
+        for (index, entry) in self.exports.iter().enumerate() {
+            if self.exports[..index].iter().any(|e| e.name == entry.name) {
+                return Err(ServerError::DuplicateExport(entry.name.clone()));
+            }
+            let description_len = entry.description.as_ref().map_or(0, String::len);
+            if entry.name.len() > STRING_MAX_BYTES || description_len > STRING_MAX_BYTES {
+                return Err(ServerError::StringTooLong);
+            }
+            let block = entry.block_size_min_bytes;
+            if !block.is_power_of_two() || block > BLOCK_SIZE_MIN_MAX_BYTES {
+                return Err(ServerError::InvalidBlockSize {
+                    name: entry.name.clone(),
+                    block_size_min_bytes: block,
+                });
+            }
+        }
+        let default_export = match &self.default_export {
+            Some(name) => Some(
+                self.exports
+                    .iter()
+                    .position(|e| &e.name == name)
+                    .ok_or_else(|| ServerError::UnknownDefaultExport(name.clone()))?,
+            ),
+            None if self.exports.len() == 1 => Some(0),
+            None => None,
+        };
+        let shared = Arc::new(Shared {
+            queue: JobQueue::new(config.queue_depth_max),
+            config,
+            exports: self.exports,
+            default_export,
+            stopping: AtomicBool::new(false),
+            connections: Mutex::new(Vec::new()),
+            counters: Counters::default(),
+        });
+        let mut workers = Vec::with_capacity(shared.config.workers_count);
+        for index in 0..shared.config.workers_count {
+            let shared = Arc::clone(&shared);
+            let handle = std::thread::Builder::new()
+                .name(format!("nbd-worker-{index}"))
+                .spawn(move || worker_loop(&shared))?;
+            workers.push(handle);
+        }
+        Ok(Server {
+            shared,
+            workers,
+            listeners: Vec::new(),
+            stopped: false,
+        })
+    }
+}
+
+/// A running server; `stop` (or drop) shuts it down gracefully.
+pub struct Server {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    listeners: Vec<(WakeAddr, JoinHandle<()>)>,
+    stopped: bool,
+}
+
+impl Server {
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder {
+            config: ServerConfig::default(),
+            exports: Vec::new(),
+            default_export: None,
+        }
+    }
+
+    /// Accept connections on a bound Unix socket until `stop`.
+    pub fn listen_unix(&mut self, listener: UnixListener) -> Result<(), ServerError> {
+        let path = listener
+            .local_addr()?
+            .as_pathname()
+            .map(PathBuf::from)
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "Unix listener needs a path")
+            })?;
+        let shared = Arc::clone(&self.shared);
+        let handle = std::thread::Builder::new()
+            .name("nbd-accept-unix".into())
+            .spawn(move || {
+                accept_loop(&shared, || listener.accept().map(|(s, _)| Socket::Unix(s)));
+            })?;
+        self.listeners.push((WakeAddr::Unix(path), handle));
+        Ok(())
+    }
+
+    /// Accept connections on a bound TCP socket until `stop`.
+    pub fn listen_tcp(&mut self, listener: TcpListener) -> Result<(), ServerError> {
+        let mut addr = listener.local_addr()?;
+        if addr.ip().is_unspecified() {
+            let loopback = match addr {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            };
+            addr.set_ip(loopback);
+        }
+        let shared = Arc::clone(&self.shared);
+        let handle = std::thread::Builder::new()
+            .name("nbd-accept-tcp".into())
+            .spawn(move || {
+                accept_loop(&shared, || listener.accept().map(|(s, _)| Socket::Tcp(s)));
+            })?;
+        self.listeners.push((WakeAddr::Tcp(addr), handle));
+        Ok(())
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        let c = &self.shared.counters;
+        ServerStats {
+            connections_accepted: c.connections_accepted.load(Ordering::Relaxed),
+            handshakes_failed: c.handshakes_failed.load(Ordering::Relaxed),
+            requests_served: c.requests_served.load(Ordering::Relaxed),
+            requests_refused: c.requests_refused.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Connections whose thread is still running.
+    pub fn connections_count(&self) -> usize {
+        lock(&self.shared.connections)
+            .iter()
+            .filter(|c| !c.handle.is_finished())
+            .count()
+    }
+
+    /// Stop accepting, let in-flight requests finish and their replies go
+    /// out, close every connection, and join every thread.
+    pub fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        for (wake, handle) in self.listeners.drain(..) {
+            // accept() does not return on its own: poke it with a connection.
+            let woken = match &wake {
+                WakeAddr::Tcp(addr) => TcpStream::connect(addr).map(drop),
+                WakeAddr::Unix(path) => UnixStream::connect(path).map(drop),
+            };
+            if woken.is_ok() {
+                let _ = handle.join();
+            }
+            // Otherwise the address is gone; the thread is left blocked in accept.
+        }
+        let connections = std::mem::take(&mut *lock(&self.shared.connections));
+        for connection in &connections {
+            // Readers see end-of-stream; replies of in-flight requests still go out.
+            let _ = connection.control.shutdown(Shutdown::Read);
+        }
+        for connection in connections {
+            let _ = connection.handle.join();
+        }
+        self.shared.queue.close();
+        for worker in self.workers.drain(..) {
+            let _ = worker.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+enum WakeAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+struct Shared {
+    config: ServerConfig,
+    exports: Vec<ExportEntry>,
+    default_export: Option<usize>,
+    queue: JobQueue,
+    stopping: AtomicBool,
+    connections: Mutex<Vec<ConnectionEntry>>,
+    counters: Counters,
+}
+
+struct ConnectionEntry {
+    control: Socket,
+    handle: JoinHandle<()>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of our locks leaves plain data behind; go on.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+// ---------------------------------------------------------------------------
+// Sockets.
+
+enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Socket {
+    fn try_clone(&self) -> io::Result<Socket> {
+        Ok(match self {
+            Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
+            Socket::Unix(s) => Socket::Unix(s.try_clone()?),
+        })
+    }
+
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.shutdown(how),
+            Socket::Unix(s) => s.shutdown(how),
+        }
+    }
+
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_read_timeout(timeout),
+            Socket::Unix(s) => s.set_read_timeout(timeout),
+        }
+    }
+
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.set_write_timeout(timeout),
+            Socket::Unix(s) => s.set_write_timeout(timeout),
+        }
+    }
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.read(buf),
+            Socket::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write(buf),
+            Socket::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Accepting.
+
+fn accept_loop(shared: &Arc<Shared>, mut accept: impl FnMut() -> io::Result<Socket>) {
+    loop {
+        let socket = match accept() {
+            Ok(socket) => socket,
+            Err(_) if shared.stopping.load(Ordering::SeqCst) => return,
+            Err(error) if is_transient_accept_error(&error) => {
+                // Out of fds or similar: back off instead of spinning.
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            Err(_) => return,
+        };
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        shared
+            .counters
+            .connections_accepted
+            .fetch_add(1, Ordering::Relaxed);
+        let Ok(control) = socket.try_clone() else {
+            continue;
+        };
+        let shared_for_thread = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name("nbd-conn".into())
+            .spawn(move || serve_connection(&shared_for_thread, socket));
+        let Ok(handle) = spawned else { continue };
+        let mut connections = lock(&shared.connections);
+        // Reap finished connections so their handles and fds do not pile up.
+        let mut index = 0;
+        while index < connections.len() {
+            if connections[index].handle.is_finished() {
+                let done = connections.swap_remove(index);
+                let _ = done.handle.join();
+            } else {
+                index += 1;
+            }
+        }
+        connections.push(ConnectionEntry { control, handle });
+    }
+}
+
+fn is_transient_accept_error(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted | io::ErrorKind::WouldBlock
+    ) || matches!(
+        error.raw_os_error(),
+        Some(23) | Some(24) | Some(105) | Some(12)
+    )
+}
+
+// ---------------------------------------------------------------------------
+// One connection: handshake, then the request reader.
+
+fn serve_connection(shared: &Arc<Shared>, socket: Socket) {
+    if let Socket::Tcp(stream) = &socket {
+        // The spec asks both sides to disable Nagle.
+        let _ = stream.set_nodelay(true);
+    }
+    let Ok(read_half) = socket.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
+    let mut writer = socket;
+    let _ = writer.set_read_timeout(Some(shared.config.handshake_timeout));
+    let _ = writer.set_write_timeout(Some(shared.config.reply_timeout));
+    let export_index = match handshake(shared, &mut reader, &mut writer) {
+        Ok(Some(index)) => index,
+        Ok(None) => return,
+        Err(()) => {
+            shared
+                .counters
+                .handshakes_failed
+                .fetch_add(1, Ordering::Relaxed);
+            let _ = writer.shutdown(Shutdown::Both);
+            return;
+        }
+    };
+    let _ = writer.set_read_timeout(None);
+    let Ok(control) = writer.try_clone() else {
+        return;
+    };
+    let entry = &shared.exports[export_index];
+    let connection = Arc::new(Connection {
+        writer: Mutex::new(writer),
+        control,
+        export: Arc::clone(&entry.export),
+        in_flight: Mutex::new(InFlight::default()),
+        in_flight_changed: Condvar::new(),
+        buffers: Mutex::new(Vec::new()),
+        broken: AtomicBool::new(false),
+        in_flight_max: shared.config.in_flight_per_connection_max,
+        in_flight_bytes_max: shared.config.in_flight_bytes_per_connection_max,
+    });
+    let info = export_info(entry);
+    transmission(shared, &connection, &mut reader, info);
+    connection.wait_idle();
+    let _ = connection.control.shutdown(Shutdown::Both);
+}
+
+fn export_info(entry: &ExportEntry) -> ExportInfo {
+    let mut info = ExportInfo::new(
+        &entry.name,
+        entry.export.size_bytes(),
+        entry.block_size_min_bytes,
+        entry.export.multi_conn(),
+    );
+    info.description = entry.description.clone();
+    info
+}
+
+/// Runs option haggling. `Ok(Some(index))`: serve that export;
+/// `Ok(None)`: the client left politely; `Err`: protocol or socket failure.
+fn handshake(
+    shared: &Shared,
+    reader: &mut BufReader<Socket>,
+    writer: &mut Socket,
+) -> Result<Option<usize>, ()> {
+    let infos = shared.exports.iter().map(export_info).collect();
+    let mut machine = Handshake::new(infos, shared.default_export);
+    loop {
+        if !machine.output().is_empty() {
+            writer.write_all(machine.output()).map_err(drop)?;
+            machine.clear_output();
+        }
+        match machine.poll_event() {
+            Some(HandshakeEvent::Ready { export_index, .. }) => return Ok(Some(export_index)),
+            Some(HandshakeEvent::Aborted) => return Ok(None),
+            None => {}
+        }
+        let input = reader.fill_buf().map_err(drop)?;
+        if input.is_empty() {
+            return Err(());
+        }
+        let used = machine.handle_input(input).map_err(drop)?;
+        reader.consume(used);
+    }
+}
+
+fn transmission(
+    shared: &Shared,
+    connection: &Arc<Connection>,
+    reader: &mut BufReader<Socket>,
+    info: ExportInfo,
+) {
+    let geometry = info.geometry();
+    let mut header_bytes = [0u8; REQUEST_HEADER_LEN];
+    loop {
+        if connection.broken.load(Ordering::SeqCst) {
+            return;
+        }
+        if reader.read_exact(&mut header_bytes).is_err() {
+            return; // Client gone, or server stopping (read side shut down).
+        }
+        let Ok(header) = decode_request_header(&header_bytes) else {
+            return; // Bad magic: the stream cannot be resynchronised.
+        };
+        let decision = decide(&header, &geometry);
+        let command = match decision.command {
+            Ok(Command::Disconnect) => return,
+            Ok(command) => command,
+            Err(errno) => {
+                shared
+                    .counters
+                    .requests_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                if let Payload::Discard(length) = decision.payload {
+                    // Refused WRITE: skip its payload (io::copy uses a small
+                    // stack buffer) so the next header is found.
+                    let mut payload = reader.by_ref().take(u64::from(length));
+                    match io::copy(&mut payload, &mut io::sink()) {
+                        Ok(copied) if copied == u64::from(length) => {}
+                        _ => return,
+                    }
+                }
+                connection.send(&encode_simple_reply(Some(errno), decision.cookie));
+                continue;
+            }
+        };
+        let (buffer_len, charge_bytes) = match command {
+            Command::Read { length, .. } => {
+                (SIMPLE_REPLY_HEADER_LEN + length as usize, u64::from(length))
+            }
+            Command::Write { length, .. } => (length as usize, u64::from(length)),
+            _ => (0, 0),
+        };
+        connection.admit(charge_bytes);
+        let mut buffer = connection.take_buffer(buffer_len);
+        if let Payload::Receive(length) = decision.payload {
+            if reader.read_exact(&mut buffer[..length as usize]).is_err() {
+                connection.release(charge_bytes);
+                return; // Client vanished mid-payload.
+            }
+        }
+        let job = Job {
+            connection: Arc::clone(connection),
+            cookie: decision.cookie,
+            command,
+            buffer,
+            charge_bytes,
+        };
+        if let Err(job) = shared.queue.push(job) {
+            job.connection.release(job.charge_bytes);
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Per-connection state shared by its reader and the workers.
+
+#[derive(Default)]
+struct InFlight {
+    count: usize,
+    bytes: u64,
+}
+
+struct Connection {
+    writer: Mutex<Socket>,
+    /// A clone for shutting the socket down without taking the writer lock.
+    control: Socket,
+    export: Arc<dyn Export>,
+    in_flight: Mutex<InFlight>,
+    in_flight_changed: Condvar,
+    buffers: Mutex<Vec<Vec<u8>>>,
+    broken: AtomicBool,
+    in_flight_max: usize,
+    in_flight_bytes_max: u64,
+}
+
+impl Connection {
+    /// Block until this request fits the connection's in-flight limits. One
+    /// request is always admitted when nothing is in flight.
+    fn admit(&self, bytes: u64) {
+        let mut state = lock(&self.in_flight);
+        while state.count > 0
+            && (state.count >= self.in_flight_max || state.bytes + bytes > self.in_flight_bytes_max)
+        {
+            state = self
+                .in_flight_changed
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        state.count += 1;
+        state.bytes += bytes;
+    }
+
+    fn release(&self, bytes: u64) {
+        let mut state = lock(&self.in_flight);
+        assert!(state.count > 0);
+        assert!(state.bytes >= bytes);
+        state.count -= 1;
+        state.bytes -= bytes;
+        drop(state);
+        self.in_flight_changed.notify_all();
+    }
+
+    fn wait_idle(&self) {
+        let mut state = lock(&self.in_flight);
+        while state.count > 0 {
+            state = self
+                .in_flight_changed
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// A buffer of at least `len` bytes, reused when possible. Contents are stale.
+    fn take_buffer(&self, len: usize) -> Vec<u8> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let mut pool = lock(&self.buffers);
+        let found = pool.iter().position(|b| b.len() >= len);
+        let mut buffer = match found {
+            Some(index) => pool.swap_remove(index),
+            None => pool.pop().unwrap_or_default(),
+        };
+        drop(pool);
+        if buffer.len() < len {
+            buffer.resize(len, 0);
+        }
+        buffer
+    }
+
+    fn recycle(&self, buffer: Vec<u8>) {
+        if buffer.capacity() == 0 || buffer.capacity() > POOLED_BUFFER_MAX_BYTES {
+            return;
+        }
+        let mut pool = lock(&self.buffers);
+        if pool.len() < self.in_flight_max {
+            pool.push(buffer);
+        }
+    }
+
+    /// Send one whole reply with one `write_all`; on failure the connection
+    /// is marked broken and shut down so its reader stops too.
+    fn send(&self, bytes: &[u8]) {
+        let mut writer = lock(&self.writer);
+        if self.broken.load(Ordering::SeqCst) {
+            return;
+        }
+        if writer.write_all(bytes).is_err() {
+            self.broken.store(true, Ordering::SeqCst);
+            let _ = self.control.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Workers.
+
+struct Job {
+    connection: Arc<Connection>,
+    cookie: u64,
+    command: Command,
+    buffer: Vec<u8>,
+    charge_bytes: u64,
+}
+
+fn worker_loop(shared: &Shared) {
+    while let Some(job) = shared.queue.pop() {
+        run_job(shared, job);
+    }
+}
+
+fn run_job(shared: &Shared, job: Job) {
+    let Job {
+        connection,
+        cookie,
+        command,
+        mut buffer,
+        charge_bytes,
+    } = job;
+    if !connection.broken.load(Ordering::SeqCst) {
+        let export = &*connection.export;
+        // A panicking export must not kill the worker or wedge the connection.
+        let outcome = catch_unwind(AssertUnwindSafe(|| execute(export, command, &mut buffer)));
+        let error = match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(errno)) => Some(errno),
+            Err(_) => Some(NbdErrno::Io),
+        };
+        match (command, error) {
+            (Command::Read { length, .. }, None) => {
+                let end = SIMPLE_REPLY_HEADER_LEN + length as usize;
+                buffer[..SIMPLE_REPLY_HEADER_LEN]
+                    .copy_from_slice(&encode_simple_reply(None, cookie));
+                connection.send(&buffer[..end]);
+            }
+            (_, error) => connection.send(&encode_simple_reply(error, cookie)),
+        }
+        if error.is_some() {
+            shared
+                .counters
+                .requests_refused
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            shared
+                .counters
+                .requests_served
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    connection.recycle(buffer);
+    connection.release(charge_bytes);
+}
+
+fn execute(export: &dyn Export, command: Command, buffer: &mut [u8]) -> Result<(), NbdErrno> {
+    let result = match command {
+        Command::Read { offset, length } => {
+            let end = SIMPLE_REPLY_HEADER_LEN + length as usize;
+            export.read(offset, &mut buffer[SIMPLE_REPLY_HEADER_LEN..end])
+        }
+        Command::Write {
+            offset,
+            length,
+            fua,
+        } => export.write(offset, &buffer[..length as usize], fua),
+        Command::Flush => export.flush(),
+        Command::Trim {
+            offset,
+            length,
+            fua,
+        } => export.trim(offset, u64::from(length), fua),
+        Command::WriteZeroes {
+            offset,
+            length,
+            fua,
+            no_hole,
+        } => export.write_zeroes(offset, u64::from(length), fua, no_hole),
+        // The reader handles DISC itself; nothing to do.
+        Command::Disconnect => Ok(()),
+    };
+    result.map_err(|error| error.errno())
+}
+
+// ---------------------------------------------------------------------------
+// Bounded multi-producer multi-consumer job queue.
+
+struct JobQueue {
+    state: Mutex<QueueState>,
+    not_empty: Condvar,
+    not_full: Condvar,
+    depth_max: usize,
+}
+
+struct QueueState {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+impl JobQueue {
+    fn new(depth_max: usize) -> Self {
+        assert!(depth_max > 0);
+        JobQueue {
+            state: Mutex::new(QueueState {
+                jobs: VecDeque::with_capacity(depth_max),
+                closed: false,
+            }),
+            not_empty: Condvar::new(),
+            not_full: Condvar::new(),
+            depth_max,
+        }
+    }
+
+    /// Blocks while full; gives the job back if the queue is closed.
+    fn push(&self, job: Job) -> Result<(), Job> {
+        let mut state = lock(&self.state);
+        while state.jobs.len() >= self.depth_max && !state.closed {
+            state = self.not_full.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+        if state.closed {
+            return Err(job);
+        }
+        state.jobs.push_back(job);
+        assert!(state.jobs.len() <= self.depth_max);
+        drop(state);
+        self.not_empty.notify_one();
+        Ok(())
+    }
+
+    /// Blocks while empty; `None` once closed and drained.
+    fn pop(&self) -> Option<Job> {
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(job) = state.jobs.pop_front() {
+                drop(state);
+                self.not_full.notify_one();
+                return Some(job);
+            }
+            if state.closed {
+                return None;
+            }
+            state = self
+                .not_empty
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn close(&self) {
+        lock(&self.state).closed = true;
+        self.not_empty.notify_all();
+        self.not_full.notify_all();
+    }
+}
