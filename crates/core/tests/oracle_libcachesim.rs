@@ -229,6 +229,8 @@ fn run_oracle(trace: &[u64]) -> Oracle {
     let stdout = String::from_utf8_lossy(&output.stdout);
     eprintln!("oracle output: {}", stdout.trim());
     let json = json::parse(&stdout).expect("oracle prints JSON");
+    let version = json.get("libcachesim_version").and_then(|v| v.as_str());
+    eprintln!("libcachesim version: {version:?}");
     let misses = json.get("misses").expect("JSON has misses");
     let mut table = HashMap::new();
     for (policy, per_size) in misses.entries().expect("misses is an object") {
@@ -299,6 +301,12 @@ mod json {
         pub fn entries(&self) -> Option<&[(String, Value)]> {
             match self {
                 Value::Object(entries) => Some(entries),
+                _ => None,
+            }
+        }
+        pub fn as_str(&self) -> Option<&str> {
+            match self {
+                Value::String(text) => Some(text),
                 _ => None,
             }
         }
