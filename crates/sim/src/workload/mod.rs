@@ -7,6 +7,25 @@
 
 use wcache_core::time::Nanos;
 
+mod gate;
+pub mod random;
+pub mod spc1;
+pub mod spec;
+pub mod trace;
+
+pub use gate::OUTSTANDING_MAX_DEFAULT;
+pub use random::{RandomConfig, RandomWorkload};
+pub use spc1::{Spc1Config, Spc1Layout, Spc1Stream, Spc1Workload};
+pub use spec::{WorkloadSpec, WORKLOAD_NAMES};
+pub use trace::{
+    BlkparseAction, MalformedPolicy, Replay, TraceConfig, TraceError, TraceFormat, TraceWorkload,
+};
+
+/// Page-sized block used by the synthetic generators.
+pub const BLOCK_BYTES: u64 = 4096;
+// Alignment checks mask with BLOCK_BYTES - 1.
+const _: () = assert!(BLOCK_BYTES.is_power_of_two());
+
 /// Read or write, as the application asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReqKind {
@@ -43,4 +62,67 @@ pub trait Workload: Send {
     /// Bytes of address space per volume the workload touches (volume sizes).
     fn volume_sizes_bytes(&self) -> Vec<u64>;
     fn name(&self) -> String;
+    /// Counters so far (requests, held-back arrivals, skipped trace lines).
+    fn stats(&self) -> WorkloadStats {
+        WorkloadStats::default()
+    }
+    /// An error that ended the workload early (a trace that became unreadable
+    /// mid-replay); `finished` is true once one is reported. Taken once.
+    fn take_error(&mut self) -> Option<WorkloadError> {
+        None
+    }
+}
+
+/// Synthetic arrival process.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Loop {
+    /// Poisson arrivals at `rate_iops`; at most `outstanding_max` requests in
+    /// flight, beyond which arrivals are held back and arrive late (counted in
+    /// [`WorkloadStats::arrivals_delayed`]).
+    Open {
+        rate_iops: f64,
+        outstanding_max: u64,
+    },
+    /// `outstanding` requests always in flight, zero think time: a completion at
+    /// `now` makes the next request available at `now`.
+    Closed { outstanding: u64 },
+}
+
+/// When a workload stops issuing; `None` fields mean no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stop {
+    pub requests_max: Option<u64>,
+    /// Open loop: no arrival scheduled at or after this time. Closed loop: a
+    /// completion at or after it issues nothing more.
+    pub end: Option<Nanos>,
+}
+
+/// Counters every workload reports; zero where a workload has no such notion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadStats {
+    pub requests_issued: u64,
+    pub requests_completed: u64,
+    /// Open loop: arrivals that went out after their scheduled time because
+    /// `outstanding_max` requests were in flight.
+    pub arrivals_delayed: u64,
+    /// Sum over delayed arrivals of (issue time - scheduled time).
+    pub arrival_delay_total_ns: u64,
+    /// Trace: malformed lines skipped under [`MalformedPolicy::Skip`].
+    pub lines_malformed_skipped: u64,
+    /// Trace: well-formed lines that are not a read or write of data (headers,
+    /// other blkparse actions, discards, other SCSI opcodes).
+    pub lines_ignored: u64,
+    /// Trace: requests of zero bytes, skipped.
+    pub requests_zero_length_skipped: u64,
+    /// Trace: records whose timestamp went backwards, replayed at the previous time.
+    pub timestamps_clamped: u64,
+}
+
+/// Building or running a workload failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("invalid workload configuration: {0}")]
+    InvalidConfig(String),
+    #[error(transparent)]
+    Trace(#[from] TraceError),
 }

@@ -1,0 +1,37 @@
+//! The workload registry: one value that names a workload and its parameters,
+//! built into a `Box<dyn Workload>` from a seed. The CLI and the experiments
+//! construct workloads only through here, so a name means the same thing everywhere.
+
+use super::{
+    RandomConfig, RandomWorkload, Spc1Config, Spc1Workload, TraceConfig, TraceWorkload, Workload,
+    WorkloadError,
+};
+
+/// Names accepted by [`WorkloadSpec::kind_name`] users (CLI `--workload`).
+pub const WORKLOAD_NAMES: [&str; 3] = ["random", "spc1", "trace"];
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum WorkloadSpec {
+    Random(RandomConfig),
+    Spc1(Spc1Config),
+    /// Traces ignore the seed: replay is determined by the file.
+    Trace(TraceConfig),
+}
+
+impl WorkloadSpec {
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            WorkloadSpec::Random(_) => WORKLOAD_NAMES[0],
+            WorkloadSpec::Spc1(_) => WORKLOAD_NAMES[1],
+            WorkloadSpec::Trace(_) => WORKLOAD_NAMES[2],
+        }
+    }
+
+    pub fn build(&self, seed: u64) -> Result<Box<dyn Workload>, WorkloadError> {
+        Ok(match self {
+            WorkloadSpec::Random(config) => Box::new(RandomWorkload::new(config.clone(), seed)?),
+            WorkloadSpec::Spc1(config) => Box::new(Spc1Workload::new(config.clone(), seed)?),
+            WorkloadSpec::Trace(config) => Box::new(TraceWorkload::open(config.clone())?),
+        })
+    }
+}
