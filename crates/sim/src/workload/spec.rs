@@ -7,7 +7,7 @@ use super::{
     WorkloadError,
 };
 
-/// Names accepted by [`WorkloadSpec::kind_name`] users (CLI `--workload`).
+/// The workload kinds, as [`WorkloadSpec::kind_name`] spells them (for CLI help).
 pub const WORKLOAD_NAMES: [&str; 3] = ["random", "spc1", "trace"];
 
 #[derive(Clone, Debug, PartialEq)]
