@@ -190,7 +190,9 @@ struct Record {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Parsed {
     Record(Record),
-    /// Well formed, but not a data read or write (header, other action, ...).
+    /// Empty or whitespace only; not counted.
+    Blank,
+    /// Well formed, but not a data read or write (header, comment, other action, ...).
     Ignored,
     ZeroLength,
 }
@@ -270,7 +272,10 @@ impl LineParser {
 
     fn parse(&mut self, line: &str) -> FieldResult<Parsed> {
         let trimmed = line.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
+        if trimmed.is_empty() {
+            return Ok(Parsed::Blank);
+        }
+        if trimmed.starts_with('#') {
             return Ok(Parsed::Ignored);
         }
         let first_content = !self.seen_content;
@@ -539,6 +544,7 @@ fn prescan<R: BufRead>(
     while let Some((line_no, parsed)) = source.next(&mut parser)? {
         let record = match parsed {
             Ok(Parsed::Record(record)) => record,
+            Ok(Parsed::Blank) => continue,
             Ok(Parsed::Ignored) => {
                 stats.lines_ignored += 1;
                 continue;
@@ -717,7 +723,7 @@ impl<R: BufRead + Seek + Send> TraceWorkload<R> {
             };
             let record = match parsed {
                 Ok(Parsed::Record(record)) => record,
-                Ok(Parsed::Ignored | Parsed::ZeroLength) => continue,
+                Ok(Parsed::Blank | Parsed::Ignored | Parsed::ZeroLength) => continue,
                 Err(e) => match self.config.on_malformed {
                     MalformedPolicy::Skip => continue,
                     MalformedPolicy::Abort => {
