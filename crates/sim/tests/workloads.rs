@@ -702,6 +702,70 @@ mod workload {
         assert!(w.finished());
     }
 
+    /// Serves `first` until rewound, then `second`: a file changed between passes.
+    struct ChangesOnRewind {
+        first: Cursor<Vec<u8>>,
+        second: Cursor<Vec<u8>>,
+        rewound: bool,
+    }
+
+    impl ChangesOnRewind {
+        fn current(&mut self) -> &mut Cursor<Vec<u8>> {
+            if self.rewound {
+                &mut self.second
+            } else {
+                &mut self.first
+            }
+        }
+    }
+
+    impl std::io::Read for ChangesOnRewind {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.current().read(buf)
+        }
+    }
+
+    impl std::io::BufRead for ChangesOnRewind {
+        fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+            self.current().fill_buf()
+        }
+        fn consume(&mut self, amt: usize) {
+            self.current().consume(amt)
+        }
+    }
+
+    impl std::io::Seek for ChangesOnRewind {
+        fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+            self.rewound = true;
+            self.second.seek(pos)
+        }
+    }
+
+    #[test]
+    fn trace_changed_mid_replay_ends_with_an_error() {
+        let reader = ChangesOnRewind {
+            first: Cursor::new(b"1,h,0,Read,0,4096,1\n2,h,0,Write,0,4096,1\n".to_vec()),
+            second: Cursor::new(b"1,h,0,Read,0,4096,1\n2,h,0,Oops,0,4096,1\n".to_vec()),
+            rewound: false,
+        };
+        let mut w = TraceWorkload::from_reader(reader, closed(TraceFormat::Msr)).unwrap();
+        assert_eq!(replay_all(&mut w).len(), 1);
+        assert!(w.finished());
+        let err = w.take_error().expect("the changed line is reported");
+        assert!(
+            matches!(
+                err,
+                WorkloadError::Trace(TraceError::Malformed {
+                    line: 2,
+                    field: "Type",
+                    ..
+                })
+            ),
+            "{err}"
+        );
+        assert!(w.take_error().is_none());
+    }
+
     // ---------------------------------------------------------------- registry
 
     #[test]
