@@ -483,6 +483,16 @@ fn is_transient_accept_error(error: &io::Error) -> bool {
 // One connection: handshake, then the request reader.
 
 fn serve_connection(shared: &Arc<Shared>, socket: Socket) {
+    // The accept thread keeps a clone of this socket, so dropping ours does
+    // not close it: shut it down explicitly on every exit path.
+    let closer = socket.try_clone();
+    serve_connection_inner(shared, socket);
+    if let Ok(closer) = closer {
+        let _ = closer.shutdown(Shutdown::Both);
+    }
+}
+
+fn serve_connection_inner(shared: &Arc<Shared>, socket: Socket) {
     if let Socket::Tcp(stream) = &socket {
         // The spec asks both sides to disable Nagle.
         let _ = stream.set_nodelay(true);

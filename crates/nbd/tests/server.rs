@@ -1,0 +1,411 @@
+//! Integration tests: the server over real Unix (and one TCP) sockets, driven
+//! by the hand-written client in `common`.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use wcache_nbd::{Export, ExportError, MemExport, Server};
+
+const EINVAL: u32 = 22;
+const ENOSPC: u32 = 28;
+const EIO: u32 = 5;
+const MIB: u64 = 1024 * 1024;
+
+#[test]
+fn write_read_flush_trim_write_zeroes_round_trip() {
+    let dir = TempDir::new("roundtrip");
+    let export = Arc::new(MemExport::new(4 * MIB, 512));
+    let server = start_unix(&dir.socket(), vec![("disk", export.clone())]);
+    let mut client = connect(&dir.socket(), "disk");
+    assert_eq!(client.size_bytes, 4 * MIB);
+    assert_eq!(client.block_size_min_bytes, 512);
+    // HAS_FLAGS, SEND_FLUSH, SEND_FUA, SEND_TRIM, SEND_WRITE_ZEROES, CAN_MULTI_CONN.
+    assert_eq!(client.transmission_flags, 0b1_0110_1101);
+
+    let data = pattern(64 * 1024, 3);
+    assert_eq!(client.write(MIB - 4096, &data), 0);
+    assert_eq!(client.read(MIB - 4096, data.len() as u32), Ok(data.clone()));
+
+    assert_eq!(client.call(CMD_WRITE, FLAG_FUA, 0, 512, &[9u8; 512]), 0);
+    assert_eq!(export.fua_count(), 1);
+    assert_eq!(client.call(CMD_FLUSH, 0, 0, 0, &[]), 0);
+    assert_eq!(export.flush_count(), 1);
+
+    assert_eq!(client.call(CMD_TRIM, 0, MIB - 4096, 4096, &[]), 0);
+    let back = client.read(MIB - 4096, 8192).expect("read after trim");
+    assert!(back[..4096].iter().all(|&b| b == 0));
+    assert_eq!(&back[4096..], &data[4096..8192]);
+
+    assert_eq!(client.call(CMD_WRITE_ZEROES, 2, MIB, 4096, &[]), 0); // NO_HOLE
+    let back = client.read(MIB, 4096).expect("read after zeroes");
+    assert!(back.iter().all(|&b| b == 0));
+
+    client.disconnect();
+    server.stop();
+}
+
+#[test]
+fn per_request_errors_leave_the_connection_usable() {
+    let dir = TempDir::new("errors");
+    let export = Arc::new(MemExport::new(MIB, 4096).with_multi_conn(false));
+    let server = start_unix(&dir.socket(), vec![("disk", export)]);
+    let mut client = connect(&dir.socket(), "disk");
+    assert_eq!(client.transmission_flags & (1 << 8), 0, "no CAN_MULTI_CONN");
+
+    // Write past the end: ENOSPC, and its payload must be skipped.
+    assert_eq!(client.write(MIB, &[1u8; 4096]), ENOSPC);
+    assert_eq!(client.write(MIB - 4096, &[1u8; 8192]), ENOSPC);
+    // Misaligned to the 4 KiB minimum block size.
+    assert_eq!(client.write(512, &[1u8; 4096]), EINVAL);
+    assert_eq!(client.read(0, 512), Err(EINVAL));
+    assert_eq!(client.call(CMD_TRIM, 0, 0, 100, &[]), EINVAL);
+    // Read, trim past the end.
+    assert_eq!(client.read(MIB, 4096), Err(EINVAL));
+    assert_eq!(client.call(CMD_TRIM, 0, MIB, 4096, &[]), EINVAL);
+    // Unknown command and unknown flag.
+    assert_eq!(client.call(99, 0, 0, 4096, &[]), EINVAL);
+    assert_eq!(client.call(CMD_READ, 1 << 9, 0, 4096, &[]), EINVAL);
+    // Still in sync.
+    assert_eq!(client.write(0, &[5u8; 4096]), 0);
+    assert_eq!(client.read(0, 4096), Ok(vec![5u8; 4096]));
+    assert!(server.stats().requests_refused >= 9);
+    client.disconnect();
+    server.stop();
+}
+
+#[test]
+fn a_32_mib_request_is_served_and_a_larger_one_refused() {
+    let dir = TempDir::new("big");
+    let export = Arc::new(MemExport::new(64 * MIB, 512));
+    let server = start_unix(&dir.socket(), vec![("disk", export)]);
+    let mut client = connect(&dir.socket(), "disk");
+    let big = pattern(32 * MIB as usize, 7);
+    assert_eq!(client.write(MIB, &big), 0);
+    assert_eq!(client.read(MIB, big.len() as u32).as_deref(), Ok(&big[..]));
+
+    // One block more than the maximum payload: refused, payload drained.
+    let too_big = vec![0xEEu8; 32 * MIB as usize + 512];
+    assert_eq!(client.write(0, &too_big), EINVAL);
+    assert_eq!(client.read(0, too_big.len() as u32), Err(EINVAL));
+    // The refused write did not land, and the stream is still in sync.
+    assert_eq!(client.read(0, 512), Ok(vec![0u8; 512]));
+    // Commands without payload may exceed the maximum.
+    assert_eq!(client.call(CMD_WRITE_ZEROES, 0, 0, 48 * MIB as u32, &[]), 0);
+    client.disconnect();
+    server.stop();
+}
+
+#[test]
+fn pipelined_requests_all_get_their_own_reply() {
+    let dir = TempDir::new("pipeline");
+    let export = Arc::new(MemExport::new(64 * MIB, 512));
+    let server = start_unix(&dir.socket(), vec![("disk", export)]);
+    let mut client = connect(&dir.socket(), "disk");
+    let block = 256 * 1024usize;
+    for i in 0..32u64 {
+        client.send(
+            CMD_WRITE,
+            0,
+            1000 + i,
+            i * block as u64,
+            block as u32,
+            &pattern(block, i as u8),
+        );
+    }
+    let mut cookies = HashSet::new();
+    for _ in 0..32 {
+        let reply = client.reply_header();
+        assert_eq!(reply.error, 0);
+        assert!(cookies.insert(reply.cookie));
+    }
+    assert_eq!(cookies, (1000..1032).collect());
+    for i in 0..32u64 {
+        client.send(CMD_READ, 0, 2000 + i, i * block as u64, block as u32, &[]);
+    }
+    for _ in 0..32 {
+        let reply = client.reply_header();
+        assert_eq!(reply.error, 0);
+        let i = reply.cookie - 2000;
+        let mut data = vec![0u8; block];
+        client.stream.read_exact(&mut data).expect("payload");
+        assert_eq!(data, pattern(block, i as u8), "cookie {}", reply.cookie);
+    }
+    client.disconnect();
+    server.stop();
+}
+
+#[test]
+fn options_list_unknown_export_structured_reply_and_abort() {
+    let dir = TempDir::new("options");
+    let a: Arc<dyn Export> = Arc::new(MemExport::new(MIB, 512));
+    let b: Arc<dyn Export> = Arc::new(MemExport::new(2 * MIB, 512));
+    let server = start_unix(&dir.socket(), vec![("a", a), ("b", b)]);
+
+    let mut stream = greet(&dir.socket());
+    send_option(&mut stream, OPT_LIST, &[]);
+    let mut names = Vec::new();
+    loop {
+        let reply = read_option_reply(&mut stream);
+        if reply.reply_type == REP_ACK {
+            break;
+        }
+        assert_eq!(reply.reply_type, REP_SERVER);
+        names.push(String::from_utf8(reply.data[4..].to_vec()).expect("utf8"));
+    }
+    assert_eq!(names, ["a", "b"]);
+    send_option(&mut stream, OPT_STRUCTURED_REPLY, &[]);
+    assert_eq!(read_option_reply(&mut stream).reply_type, 0x8000_0001);
+    // With two exports and no default, the empty name is unknown.
+    send_option(&mut stream, OPT_GO, &go_data(""));
+    assert_eq!(read_option_reply(&mut stream).reply_type, 0x8000_0006);
+    send_option(&mut stream, OPT_ABORT, &[]);
+    assert_eq!(read_option_reply(&mut stream).reply_type, REP_ACK);
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).expect("closed after abort");
+    assert!(rest.is_empty());
+
+    assert!(matches!(go(greet(&dir.socket()), "zzz"), Err(0x8000_0006)));
+    let client = connect(&dir.socket(), "b");
+    assert_eq!(client.size_bytes, 2 * MIB);
+    client.disconnect();
+    server.stop();
+}
+
+#[test]
+fn garbage_handshake_disconnects_and_server_keeps_serving() {
+    let dir = TempDir::new("garbage");
+    let export = Arc::new(MemExport::new(MIB, 512));
+    let server = start_unix(&dir.socket(), vec![("disk", export)]);
+
+    let mut stream = greet(&dir.socket());
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n")
+        .expect("garbage");
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).expect("server closes");
+    assert!(rest.is_empty());
+
+    // Unknown client flags are also fatal.
+    let mut stream = std::os::unix::net::UnixStream::connect(dir.socket()).expect("connect");
+    let mut greeting = [0u8; 18];
+    stream.read_exact(&mut greeting).expect("greeting");
+    stream
+        .write_all(&0xffff_ffffu32.to_be_bytes())
+        .expect("flags");
+    stream.read_to_end(&mut rest).expect("server closes");
+    assert!(rest.is_empty());
+
+    let mut client = connect(&dir.socket(), "disk");
+    assert_eq!(client.write(0, &[1u8; 512]), 0);
+    client.disconnect();
+    assert_eq!(server.stats().handshakes_failed, 2);
+    server.stop();
+}
+
+#[test]
+fn bad_request_magic_disconnects() {
+    let dir = TempDir::new("badmagic");
+    let server = start_unix(
+        &dir.socket(),
+        vec![("disk", Arc::new(MemExport::new(MIB, 512)))],
+    );
+    let mut client = connect(&dir.socket(), "disk");
+    client.stream.write_all(&[0xAB; 28]).expect("send");
+    let mut rest = Vec::new();
+    client.stream.read_to_end(&mut rest).expect("server closes");
+    assert!(rest.is_empty());
+    server.stop();
+}
+
+#[test]
+fn client_vanishing_mid_request_does_not_hurt_another_client() {
+    let dir = TempDir::new("vanish");
+    let export = Arc::new(MemExport::new(64 * MIB, 512));
+    let server = start_unix(&dir.socket(), vec![("disk", export)]);
+
+    // Dies halfway through a WRITE payload.
+    let mut half = connect(&dir.socket(), "disk");
+    let mut request = Vec::new();
+    request.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    request.extend_from_slice(&0u16.to_be_bytes());
+    request.extend_from_slice(&CMD_WRITE.to_be_bytes());
+    request.extend_from_slice(&1u64.to_be_bytes());
+    request.extend_from_slice(&0u64.to_be_bytes());
+    request.extend_from_slice(&(8 * MIB as u32).to_be_bytes());
+    request.extend_from_slice(&vec![1u8; 4 * MIB as usize]);
+    half.stream.write_all(&request).expect("half request");
+    drop(half);
+
+    // Dies with many large reads in flight, never reading the replies.
+    let mut greedy = connect(&dir.socket(), "disk");
+    for i in 0..32 {
+        greedy.send(CMD_READ, 0, i, 0, 4 * MIB as u32, &[]);
+    }
+    drop(greedy);
+
+    // Dies in the middle of a request header.
+    let mut header_only = connect(&dir.socket(), "disk");
+    header_only
+        .stream
+        .write_all(&REQUEST_MAGIC.to_be_bytes())
+        .expect("partial header");
+    drop(header_only);
+
+    let mut client = connect(&dir.socket(), "disk");
+    let data = pattern(MIB as usize, 9);
+    assert_eq!(client.write(0, &data), 0);
+    assert_eq!(client.read(0, MIB as u32), Ok(data));
+    client.disconnect();
+
+    // Every connection thread ends: nothing leaks.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.connections_count() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "connection threads still running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.stop();
+}
+
+/// Export whose writes take a while and whose reads fail, to test stop and EIO.
+struct SlowFailing {
+    inner: MemExport,
+    started: AtomicBool,
+}
+
+impl Export for SlowFailing {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn block_size_min_bytes(&self) -> u32 {
+        self.inner.block_size_min_bytes()
+    }
+    fn multi_conn(&self) -> bool {
+        false
+    }
+    fn read(&self, _offset: u64, _buf: &mut [u8]) -> Result<(), ExportError> {
+        Err(ExportError::Io(std::io::Error::other("media error")))
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.started.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(300));
+        self.inner.write(offset, data, fua)
+    }
+    fn flush(&self) -> Result<(), ExportError> {
+        Err(ExportError::NoSpace)
+    }
+    fn trim(&self, _offset: u64, _length_bytes: u64, _fua: bool) -> Result<(), ExportError> {
+        panic!("trim panics to test that a panicking export yields EIO");
+    }
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        length_bytes: u64,
+        fua: bool,
+        no_hole: bool,
+    ) -> Result<(), ExportError> {
+        self.inner.write_zeroes(offset, length_bytes, fua, no_hole)
+    }
+}
+
+#[test]
+fn export_errors_map_to_nbd_errors() {
+    let dir = TempDir::new("eio");
+    let export = Arc::new(SlowFailing {
+        inner: MemExport::new(MIB, 512),
+        started: AtomicBool::new(false),
+    });
+    let server = start_unix(&dir.socket(), vec![("disk", export)]);
+    let mut client = connect(&dir.socket(), "disk");
+    assert_eq!(client.read(0, 4096), Err(EIO));
+    assert_eq!(client.call(CMD_FLUSH, 0, 0, 0, &[]), ENOSPC);
+    assert_eq!(client.call(CMD_TRIM, 0, 0, 512, &[]), EIO);
+    assert_eq!(client.write(0, &[1u8; 512]), 0);
+    client.disconnect();
+    server.stop();
+}
+
+#[test]
+fn stop_lets_in_flight_requests_finish() {
+    let dir = TempDir::new("stop");
+    let export = Arc::new(SlowFailing {
+        inner: MemExport::new(MIB, 512),
+        started: AtomicBool::new(false),
+    });
+    let server = start_unix(&dir.socket(), vec![("disk", export.clone())]);
+    let mut client = connect(&dir.socket(), "disk");
+    client.send(CMD_WRITE, 0, 5, 0, 512, &[3u8; 512]);
+    while !export.started.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let stopper = std::thread::spawn(move || server.stop());
+    let reply = client.reply_header();
+    assert_eq!((reply.error, reply.cookie), (0, 5));
+    let mut rest = Vec::new();
+    client
+        .stream
+        .read_to_end(&mut rest)
+        .expect("closed after stop");
+    assert!(rest.is_empty());
+    stopper.join().expect("stop joined every thread");
+    // The listener is closed: nobody accepts any more.
+    assert!(std::os::unix::net::UnixStream::connect(dir.socket()).is_err());
+}
+
+#[test]
+fn serves_over_tcp() {
+    let export = Arc::new(MemExport::new(MIB, 512));
+    let mut server = Server::builder()
+        .export("disk", export)
+        .start()
+        .expect("start");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    server.listen_tcp(listener).expect("listen");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    let mut greeting = [0u8; 18];
+    stream.read_exact(&mut greeting).expect("greeting");
+    assert_eq!(&greeting[..8], b"NBDMAGIC");
+    // Old-fashioned NBD_OPT_EXPORT_NAME with the empty (default) name.
+    stream
+        .write_all(&1u32.to_be_bytes())
+        .expect("flags: fixed newstyle only");
+    let mut option = Vec::new();
+    option.extend_from_slice(b"IHAVEOPT");
+    option.extend_from_slice(&1u32.to_be_bytes());
+    option.extend_from_slice(&0u32.to_be_bytes());
+    stream.write_all(&option).expect("export name");
+    let mut reply = [0u8; 8 + 2 + 124];
+    stream
+        .read_exact(&mut reply)
+        .expect("export reply with zeroes");
+    assert_eq!(
+        u64::from_be_bytes(reply[..8].try_into().expect("size")),
+        MIB
+    );
+    let mut request = Vec::new();
+    request.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    request.extend_from_slice(&[0, 0, 0, 1]);
+    request.extend_from_slice(&9u64.to_be_bytes());
+    request.extend_from_slice(&0u64.to_be_bytes());
+    request.extend_from_slice(&512u32.to_be_bytes());
+    request.extend_from_slice(&[4u8; 512]);
+    stream.write_all(&request).expect("write");
+    let mut simple = [0u8; 16];
+    stream.read_exact(&mut simple).expect("reply");
+    assert_eq!(&simple[4..8], &[0, 0, 0, 0]);
+    assert_eq!(
+        u64::from_be_bytes(simple[8..].try_into().expect("cookie")),
+        9
+    );
+    drop(stream);
+    server.stop();
+}
