@@ -616,3 +616,24 @@ fn ssd_and_nvram_costs() {
     assert!((750.0..=800.0).contains(&seq_mb_s), "{seq_mb_s}");
     assert_eq!(t_nv.0, 1_000 + 410);
 }
+
+/// Cost of the models per operation (not a timing assertion; run with
+/// `--ignored --nocapture` to see it).
+#[test]
+#[ignore]
+fn model_cost_per_op() {
+    for name in ["hdd", "raid10", "raid5", "ssd", "nvram"] {
+        let mut dev = build_device(name).expect("known");
+        let cap = dev.capacity_bytes();
+        let ops = 1_000_000;
+        let started = std::time::Instant::now();
+        let (iops, _) = run_closed(
+            dev.as_mut(),
+            20,
+            ops,
+            random_ops(1, DevOpKind::Write, 4 * KIB, 0, cap),
+        );
+        let ns_per_op = started.elapsed().as_nanos() as f64 / ops as f64;
+        println!("{name}: {ns_per_op:.0} ns of host CPU per simulated 4KiB random write at QD20 ({iops:.0} simulated IOPS)");
+    }
+}
