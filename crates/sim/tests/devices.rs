@@ -594,6 +594,13 @@ mod device {
         assert!(RaidModel::new(RaidLevel::Raid5, members(3), 1000).is_err());
         let raid = RaidModel::new(RaidLevel::Raid5, members(3), 64 * KIB).expect("valid");
         assert_eq!(raid.capacity_bytes(), 2 * (4 << 30));
+        // Generic members: a RAID-5 small write over NVRAM is two dependent phases;
+        // with 2+1 reconstruct-write reads less (the other data strip only).
+        let mut raid = RaidModel::new(RaidLevel::Raid5, members(3), 64 * KIB).expect("valid");
+        let t = one_op(&mut raid, DevOpKind::Write, 0, 4 * KIB);
+        assert_eq!(t.0, 2 * (1_000 + 410));
+        let s = member_totals(&raid);
+        assert_eq!((s.reads, s.writes), (1, 2));
     }
 
     #[test]
