@@ -6,8 +6,9 @@
 //! (cylinder, head, sector); the platter angle is a pure function of virtual
 //! time; a request's service is controller overhead, seek (or head switch),
 //! rotational wait, and transfer across track and cylinder boundaries with
-//! track/cylinder skew. There is no cache in the drive: a write completes when
-//! its last sector is on the media, and a read always goes to the media.
+//! track/cylinder skew. There is no write cache in the drive: a write completes
+//! when its last sector is on the media. Reads may be served by a one-stream
+//! read-ahead (the platter keeps streaming after a read while the drive idles).
 //! It must never look at data, and never allocate per operation once warm.
 //! Parameters, their sources and our choices are in `docs/sim-models.md`.
 
