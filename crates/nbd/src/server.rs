@@ -605,8 +605,8 @@ fn transmission(
                     .requests_refused
                     .fetch_add(1, Ordering::Relaxed);
                 if let Payload::Discard(length) = decision.payload {
-                    // Refused WRITE: skip its payload (io::copy uses a small
-                    // stack buffer) so the next header is found.
+                    // Refused WRITE: skip its payload (io::copy uses a fixed-size
+                    // buffer) so the next header is found.
                     let mut payload = reader.by_ref().take(u64::from(length));
                     match io::copy(&mut payload, &mut io::sink()) {
                         Ok(copied) if copied == u64::from(length) => {}
