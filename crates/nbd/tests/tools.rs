@@ -136,6 +136,7 @@ fn fio_randwrite_with_crc32c_verify() {
     let export = Arc::new(MemExport::new(64 * MIB, 512));
     let server = start_unix(&dir.socket(), vec![("disk", export)]);
     let output = run(Command::new(&fio)
+        .current_dir(&dir.0)
         .arg("--name=wcache-nbd-verify")
         .arg("--ioengine=nbd")
         .arg(format!("--uri={}", uri(&dir.socket(), "disk")))
@@ -146,6 +147,7 @@ fn fio_randwrite_with_crc32c_verify() {
         .arg("--verify=crc32c")
         .arg("--do_verify=1")
         .arg("--verify_fatal=1")
+        .arg("--verify_state_save=0")
         .arg("--output-format=terse")
         .arg("--terse-version=3"));
     // Terse v3 (1-based): field 5 is the error code, field 6 the KiB read
