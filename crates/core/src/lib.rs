@@ -2,6 +2,15 @@
 //! clock, sleeps, spawns or touches a file or socket; time and I/O completions
 //! come in as arguments and I/O goes out as commands (see `engine`).
 
+pub mod command;
+pub mod config;
+pub mod engine;
+pub mod geometry;
+pub mod index;
 pub mod policy;
 pub mod time;
 pub mod types;
+
+pub use command::*;
+pub use config::{ConfigError, EngineConfig, WritePolicy};
+pub use engine::{Engine, EngineError, Stats};

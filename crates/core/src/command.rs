@@ -1,0 +1,169 @@
+//! The engine's vocabulary with its driver: requests in, I/O commands out,
+//! completions in, responses out. Payloads never pass through the engine:
+//! commands name buffers (a request's buffer, a cache slot, a backing range)
+//! and the driver moves the bytes.
+
+use crate::types::{IoId, PageIndex, RequestId, SlotIndex, VolumeId};
+use thiserror::Error;
+
+/// What a client asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestKind {
+    Read,
+    Write,
+    /// Write zeros; no payload.
+    WriteZeroes,
+    /// The client no longer needs the range (advisory).
+    Trim,
+    /// Every write acknowledged before this request is made durable.
+    Flush,
+}
+
+/// Tags carried by a request, for policies present and to come.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestFlags {
+    /// Force unit access: durable when acknowledged (NBD FUA).
+    pub fua: bool,
+    /// The application waits for this write (sync / O_DSYNC / fsync).
+    pub sync: bool,
+    /// Request-oriented admission: an application request waits on it.
+    pub critical: bool,
+    /// The process or stream that issued it.
+    pub issuer: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub id: RequestId,
+    pub volume: VolumeId,
+    pub kind: RequestKind,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub flags: RequestFlags,
+}
+
+/// Why a request was refused before any work (the driver answers at once).
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum SubmitError {
+    #[error("unknown volume {0}")]
+    UnknownVolume(u16),
+    #[error("range {offset_bytes}+{len_bytes} is beyond the end of volume {volume} ({size_bytes} bytes)")]
+    OutOfRange {
+        volume: u16,
+        offset_bytes: u64,
+        len_bytes: u64,
+        size_bytes: u64,
+    },
+    #[error("request of {pages} pages is larger than the whole cache ({slots} slots)")]
+    LargerThanCache { pages: u64, slots: u64 },
+    #[error("too many requests in flight ({0}); retry after a completion")]
+    Busy(u32),
+}
+
+/// How an I/O failed, as the driver reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum IoError {
+    #[error("I/O error")]
+    Io,
+    #[error("no space left on device")]
+    NoSpace,
+}
+
+/// The outcome of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Response {
+    pub id: RequestId,
+    pub result: Result<(), IoError>,
+}
+
+/// Where bytes of a patch come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The request's own buffer, from this offset.
+    Request {
+        req: RequestId,
+        offset_bytes: u64,
+    },
+    Zero,
+}
+
+/// What a new page version starts from before the patch is laid over it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageBase {
+    /// The patch covers the whole page.
+    None,
+    /// The previous version in the cache.
+    Slot(SlotIndex),
+    /// The backing's page (stage, for a partial write to an uncached page).
+    Backing { volume: VolumeId, page: PageIndex },
+}
+
+/// Bytes laid over a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Patch {
+    pub page_offset_bytes: u32,
+    pub len_bytes: u32,
+    pub src: Source,
+}
+
+/// I/O for the driver to perform. Each completes with `handle_completion(io, ..)`.
+/// Contract: a command completes only when its writes are durable: a cache
+/// write on the cache device (the driver syncs, or the device is
+/// non-volatile), a backing write on the backing (FUA or a sync). The engine
+/// relies on this for every acknowledgement and for freeing destaged slots.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IoCommand {
+    /// Build a whole page in cache slot `slot`: read `base`, lay `patch` over it, write it.
+    WritePage {
+        io: IoId,
+        slot: SlotIndex,
+        base: PageBase,
+        patch: Patch,
+    },
+    /// Copy part of a cached page into the request's buffer.
+    ReadPage {
+        io: IoId,
+        slot: SlotIndex,
+        page_offset_bytes: u32,
+        len_bytes: u32,
+        req: RequestId,
+        req_offset_bytes: u64,
+    },
+    /// Read backing bytes into the request's buffer.
+    ReadBacking {
+        io: IoId,
+        volume: VolumeId,
+        offset_bytes: u64,
+        len_bytes: u64,
+        req: RequestId,
+        req_offset_bytes: u64,
+    },
+    /// Write bytes to the backing (write-through, write-around).
+    WriteBacking {
+        io: IoId,
+        volume: VolumeId,
+        offset_bytes: u64,
+        len_bytes: u64,
+        src: Source,
+        fua: bool,
+    },
+    /// Destage: write the cached pages `slots` to consecutive backing pages from `first_page`.
+    Destage {
+        io: IoId,
+        volume: VolumeId,
+        first_page: PageIndex,
+        slots: Vec<SlotIndex>,
+    },
+}
+
+impl IoCommand {
+    pub fn io(&self) -> IoId {
+        match *self {
+            IoCommand::WritePage { io, .. }
+            | IoCommand::ReadPage { io, .. }
+            | IoCommand::ReadBacking { io, .. }
+            | IoCommand::WriteBacking { io, .. }
+            | IoCommand::Destage { io, .. } => io,
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Engine configuration: every knob named, with the papers' defaults, and
+//! validation that names the field that is wrong.
+
+use crate::geometry::{Geometry, GeometryError};
+use crate::policy::destage_order::{build_destage_order, UnknownDestageOrder, DESTAGE_ORDER_NAMES};
+use crate::policy::destage_rate::{
+    build_destage_rate, RateConfig, RateConfigError, UnknownDestageRate,
+};
+use crate::policy::replacement::build_replacement;
+use thiserror::Error;
+
+/// How writes reach the backing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritePolicy {
+    /// Acknowledge once the cache device holds the write; destage later.
+    WriteBack,
+    /// Acknowledge once both cache and backing hold it; the cached copy is clean.
+    WriteThrough,
+    /// Write to the backing only, dropping cached copies.
+    WriteAround,
+}
+
+impl WritePolicy {
+    pub const NAMES: &'static [&'static str] = &["write-back", "write-through", "write-around"];
+
+    pub fn from_name(name: &str) -> Result<WritePolicy, ConfigError> {
+        match name.to_ascii_lowercase().as_str() {
+            "write-back" | "wb" => Ok(WritePolicy::WriteBack),
+            "write-through" | "wt" => Ok(WritePolicy::WriteThrough),
+            "write-around" | "wa" => Ok(WritePolicy::WriteAround),
+            _ => Err(ConfigError::UnknownWritePolicy(name.to_string())),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    pub page_size_bytes: u64,
+    /// Write group (WOW's unit): a RAID strip or stripe.
+    pub group_size_bytes: u64,
+    /// Pages the cache device holds.
+    pub cache_slots: u64,
+    pub write_policy: WritePolicy,
+    pub destage_order: String,
+    pub destage_rate: String,
+    pub rate: RateConfig,
+    /// Clean-page replacement.
+    pub replacement: String,
+    /// Insert read misses into the cache as clean pages.
+    pub read_insert: bool,
+    /// Keep destaged pages as clean cached pages (false: free their slots at once,
+    /// as the WOW paper's write cache does).
+    pub keep_clean: bool,
+    /// Requests in flight at once (including stalled ones).
+    pub requests_max: u32,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            page_size_bytes: 4096,
+            group_size_bytes: 64 * 1024,
+            cache_slots: 65536,
+            write_policy: WritePolicy::WriteBack,
+            destage_order: "wow".into(),
+            destage_rate: "adaptive".into(),
+            rate: RateConfig::default(),
+            replacement: "lru".into(),
+            read_insert: true,
+            keep_clean: true,
+            requests_max: 4096,
+        }
+    }
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum ConfigError {
+    #[error("geometry: {0}")]
+    Geometry(#[from] GeometryError),
+    #[error(
+        "cache_slots = {slots}: the cache must hold at least one write group ({group_pages} pages)"
+    )]
+    CacheSmallerThanGroup { slots: u64, group_pages: u32 },
+    #[error("cache_slots = {0}: at most {max} slots", max = u32::MAX - 1)]
+    CacheTooLarge(u64),
+    #[error("destage_order: {0}")]
+    DestageOrder(#[from] UnknownDestageOrder),
+    #[error("destage_rate: {0}")]
+    DestageRate(#[from] UnknownDestageRate),
+    #[error("rate: {0}")]
+    Rate(#[from] RateConfigError),
+    #[error("replacement: {0}")]
+    Replacement(String),
+    #[error("write_policy: unknown {0:?}; valid: write-back, write-through, write-around")]
+    UnknownWritePolicy(String),
+    #[error("requests_max = 0: at least one request must be allowed")]
+    NoRequests,
+}
+
+impl EngineConfig {
+    pub fn validate(&self) -> Result<Geometry, ConfigError> {
+        let geometry = Geometry::new(self.page_size_bytes, self.group_size_bytes)?;
+        if self.cache_slots < geometry.group_pages() as u64 {
+            return Err(ConfigError::CacheSmallerThanGroup {
+                slots: self.cache_slots,
+                group_pages: geometry.group_pages(),
+            });
+        }
+        if self.cache_slots >= u32::MAX as u64 {
+            return Err(ConfigError::CacheTooLarge(self.cache_slots));
+        }
+        build_destage_order(&self.destage_order)?;
+        build_destage_rate(&self.destage_rate, self.rate)?;
+        self.rate.validate()?;
+        build_replacement(&self.replacement, 1)
+            .map_err(|e| ConfigError::Replacement(e.to_string()))?;
+        if self.requests_max == 0 {
+            return Err(ConfigError::NoRequests);
+        }
+        debug_assert!(
+            DESTAGE_ORDER_NAMES.contains(&self.destage_order.to_ascii_lowercase().as_str())
+        );
+        Ok(geometry)
+    }
+}

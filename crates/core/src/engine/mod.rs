@@ -1,0 +1,1375 @@
+//! The engine: the whole cache as a sans-IO state machine.
+//!
+//! Call order (the driver's loop):
+//! 1. `handle_request(now, req)` for each client request (or a `SubmitError`);
+//! 2. `handle_completion(now, io, result)` for each finished `IoCommand`;
+//! 3. `handle_timeout(now)` once `now >= poll_timeout()`.
+//!
+//! After any of these, drain `poll_command()` (submit each to the devices)
+//! and `poll_response()` (answer the client). The engine never reads a clock,
+//! sleeps, or performs I/O; the same code runs under the simulator and the
+//! real driver, and a run is replayable from its inputs.
+//!
+//! Per request the engine does metadata work only: directory lookups, slot
+//! allocation, dirty bookkeeping, destage decisions. See `slots` for the
+//! copy-on-write rule that keeps every acknowledged page version intact.
+
+mod groups;
+mod slots;
+mod stats;
+
+pub use stats::Stats;
+
+use crate::command::*;
+use crate::config::{ConfigError, EngineConfig, WritePolicy};
+use crate::geometry::{Geometry, PagePiece};
+use crate::policy::destage_order::{build_destage_order, DestageOrder, GroupHit, GroupId};
+use crate::policy::destage_rate::{build_destage_rate, DestageRate, RateInput};
+use crate::policy::replacement::{build_replacement, Replacement};
+use crate::time::Nanos;
+use crate::types::*;
+use groups::{Groups, GFLAG_CANDIDATE, GFLAG_SEQUENTIAL};
+use slots::{SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN};
+use std::collections::{HashMap, VecDeque};
+use thiserror::Error;
+
+/// Volumes per engine (the page key keeps 16 bits for the volume).
+pub const VOLUMES_MAX: usize = 1 << 16;
+/// Buckets of the recent-write filter that guards read-miss insertion.
+const WRITE_FILTER_BUCKETS: usize = 4096;
+/// Destage pause after a backing error, doubling up to the max.
+const DESTAGE_RETRY_NS_MIN: u64 = 10_000_000;
+const DESTAGE_RETRY_NS_MAX: u64 = 5_000_000_000;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum EngineError {
+    #[error("volume of {size_bytes} bytes is larger than the {max_bytes} bytes a volume may have")]
+    VolumeTooLarge { size_bytes: u64, max_bytes: u64 },
+    #[error("too many volumes (at most {VOLUMES_MAX})")]
+    TooManyVolumes,
+    #[error("completion for unknown I/O {0:?}")]
+    UnknownIo(IoId),
+}
+
+struct Volume {
+    size_bytes: u64,
+}
+
+/// A request in flight.
+struct Req {
+    id: RequestId,
+    kind: RequestKind,
+    volume: VolumeId,
+    offset_bytes: u64,
+    len_bytes: u64,
+    flags: RequestFlags,
+    /// Commands issued plus pieces deferred, not yet done.
+    pending: u32,
+    failed: Option<IoError>,
+    stalled_at: Option<Nanos>,
+    /// Slots taken at admission for this write's new page versions.
+    reserved: Vec<SlotIndex>,
+    /// Write-through: slots that become final when the whole request is done.
+    finalize: Vec<SlotIndex>,
+}
+
+/// What a deferred piece will do when the slot it waits for is written.
+#[derive(Clone, Copy)]
+enum Deferred {
+    Write {
+        req: u32,
+        piece: PagePiece,
+        through: bool,
+    },
+    Read {
+        req: u32,
+        piece: PagePiece,
+    },
+}
+
+/// Dirty bookkeeping an admitted write did, undone if its page write fails.
+#[derive(Clone, Copy, Default)]
+struct Undo {
+    made_dirty: bool,
+    undestaged_inc: bool,
+}
+
+enum IoCtx {
+    Fill {
+        req: u32,
+        slot: SlotIndex,
+        old: Option<(SlotIndex, SlotState)>,
+        undo: Undo,
+    },
+    InsertFill {
+        req: u32,
+        slot: SlotIndex,
+    },
+    ReadSlot {
+        req: u32,
+        slot: SlotIndex,
+    },
+    ReadBacking {
+        req: u32,
+        volume: VolumeId,
+        offset_bytes: u64,
+        len_bytes: u64,
+        req_offset_bytes: u64,
+        write_seq: u64,
+    },
+    WriteBacking {
+        req: u32,
+    },
+    Destage {
+        slots: Vec<SlotIndex>,
+    },
+}
+
+pub struct Engine {
+    config: EngineConfig,
+    geometry: Geometry,
+    volumes: Vec<Volume>,
+    slots: Slots,
+    groups: Groups,
+    order: Box<dyn DestageOrder>,
+    rate: Box<dyn DestageRate>,
+    replacement: Box<dyn Replacement>,
+
+    reqs: Vec<Option<Req>>,
+    reqs_free: Vec<u32>,
+    reqs_live: u32,
+    stalled: VecDeque<u32>,
+    deferred: HashMap<u32, VecDeque<Deferred>>,
+    /// Pages with an old version still being destaged: their newer version
+    /// waits, so two destages of one page never race at the backing.
+    destaging_old: HashMap<u64, u32>,
+
+    ios: Vec<Option<IoCtx>>,
+    io_gens: Vec<u32>,
+    ios_free: Vec<u32>,
+
+    commands: VecDeque<IoCommand>,
+    responses: VecDeque<Response>,
+
+    dirty_pages: u64,
+    destages_in_flight: u32,
+    last_destage_sequential: bool,
+    last_destage_sector: Option<u64>,
+    destage_paused_until: Option<Nanos>,
+    destage_retry_ns: u64,
+    draining: bool,
+    write_seq: u64,
+    write_filter: Vec<u64>,
+    /// Backing writes in flight per filter bucket.
+    backing_writes_in_flight: Vec<u32>,
+    positions: Vec<u32>,
+    stats: Stats,
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Result<Engine, ConfigError> {
+        let geometry = config.validate()?;
+        let slots = config.cache_slots as u32;
+        let replacement = build_replacement(&config.replacement, slots as usize)
+            .map_err(|e| ConfigError::Replacement(e.to_string()))?;
+        let order = build_destage_order(&config.destage_order)?;
+        let rate = build_destage_rate(&config.destage_rate, config.rate)?;
+        let requests_max = config.requests_max as usize;
+        Ok(Engine {
+            groups: Groups::new(
+                geometry.group_words(),
+                (slots / geometry.group_pages()) as usize + 16,
+            ),
+            slots: Slots::new(slots, requests_max * 4),
+            geometry,
+            volumes: Vec::new(),
+            order,
+            rate,
+            replacement,
+            reqs: Vec::with_capacity(requests_max),
+            reqs_free: Vec::new(),
+            reqs_live: 0,
+            stalled: VecDeque::with_capacity(requests_max),
+            deferred: HashMap::new(),
+            destaging_old: HashMap::new(),
+            ios: Vec::new(),
+            io_gens: Vec::new(),
+            ios_free: Vec::new(),
+            commands: VecDeque::new(),
+            responses: VecDeque::new(),
+            dirty_pages: 0,
+            destages_in_flight: 0,
+            last_destage_sequential: false,
+            last_destage_sector: None,
+            destage_paused_until: None,
+            destage_retry_ns: DESTAGE_RETRY_NS_MIN,
+            draining: false,
+            write_seq: 0,
+            write_filter: vec![0; WRITE_FILTER_BUCKETS],
+            backing_writes_in_flight: vec![0; WRITE_FILTER_BUCKETS],
+            positions: Vec::with_capacity(geometry.group_pages() as usize),
+            stats: Stats::default(),
+            config,
+        })
+    }
+
+    pub fn add_volume(&mut self, size_bytes: u64) -> Result<VolumeId, EngineError> {
+        let max_bytes = self.geometry.volume_size_bytes_max();
+        if size_bytes > max_bytes {
+            return Err(EngineError::VolumeTooLarge {
+                size_bytes,
+                max_bytes,
+            });
+        }
+        if self.volumes.len() >= VOLUMES_MAX {
+            return Err(EngineError::TooManyVolumes);
+        }
+        self.volumes.push(Volume { size_bytes });
+        Ok(VolumeId((self.volumes.len() - 1) as u16))
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+    /// Write groups holding dirty pages.
+    pub fn dirty_groups(&self) -> usize {
+        self.groups.live()
+    }
+    pub fn dirty_pages(&self) -> u64 {
+        self.dirty_pages
+    }
+    pub fn capacity_pages(&self) -> u64 {
+        self.slots.len() as u64
+    }
+    /// Current (low, high) destage thresholds in pages.
+    pub fn thresholds_pages(&self) -> (u64, u64) {
+        self.rate.thresholds_pages(self.capacity_pages())
+    }
+    pub fn requests_in_flight(&self) -> u32 {
+        self.reqs_live
+    }
+    pub fn destages_in_flight(&self) -> u32 {
+        self.destages_in_flight
+    }
+    /// Nothing in flight and nothing to hand out.
+    pub fn is_idle(&self) -> bool {
+        self.reqs_live == 0
+            && self.destages_in_flight == 0
+            && self.commands.is_empty()
+            && self.responses.is_empty()
+    }
+
+    /// Destage everything at full rate until no dirty page is left (shutdown, flush tool).
+    pub fn start_drain(&mut self) {
+        self.draining = true;
+        self.start_destages();
+    }
+    pub fn stop_drain(&mut self) {
+        self.draining = false;
+    }
+
+    /// Heap bytes of all engine metadata (directory, groups, policies, queues).
+    pub fn metadata_bytes(&self) -> usize {
+        self.slots.heap_bytes()
+            + self.groups.heap_bytes()
+            + self.order.metadata_bytes()
+            + self.replacement.metadata_bytes()
+            + self.write_filter.capacity() * 8
+            + self.reqs.capacity() * std::mem::size_of::<Option<Req>>()
+    }
+
+    pub fn poll_command(&mut self) -> Option<IoCommand> {
+        self.commands.pop_front()
+    }
+    pub fn poll_response(&mut self) -> Option<Response> {
+        self.responses.pop_front()
+    }
+    pub fn poll_timeout(&self) -> Option<Nanos> {
+        self.destage_paused_until
+    }
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        if let Some(t) = self.destage_paused_until {
+            if now >= t {
+                self.destage_paused_until = None;
+                self.start_destages();
+            }
+        }
+    }
+
+    // ----- requests -------------------------------------------------------
+
+    pub fn handle_request(&mut self, now: Nanos, req: Request) -> Result<(), SubmitError> {
+        let vol = self
+            .volumes
+            .get(req.volume.0 as usize)
+            .ok_or(SubmitError::UnknownVolume(req.volume.0))?;
+        let end = req.offset_bytes.checked_add(req.len_bytes);
+        if req.kind != RequestKind::Flush && end.is_none_or(|e| e > vol.size_bytes) {
+            return Err(SubmitError::OutOfRange {
+                volume: req.volume.0,
+                offset_bytes: req.offset_bytes,
+                len_bytes: req.len_bytes,
+                size_bytes: vol.size_bytes,
+            });
+        }
+        let is_write = matches!(req.kind, RequestKind::Write | RequestKind::WriteZeroes);
+        if is_write {
+            let pages = self.pages_of(req.offset_bytes, req.len_bytes);
+            if pages > self.slots.len() as u64
+                && self.config.write_policy != WritePolicy::WriteAround
+            {
+                return Err(SubmitError::LargerThanCache {
+                    pages,
+                    slots: self.slots.len() as u64,
+                });
+            }
+        }
+        if self.reqs_live >= self.config.requests_max {
+            return Err(SubmitError::Busy(self.config.requests_max));
+        }
+        let ri = self.alloc_req(req);
+        match req.kind {
+            RequestKind::Read => self.admit_read(ri),
+            RequestKind::Write | RequestKind::WriteZeroes => {
+                if self.stalled.is_empty() && self.has_room_for(ri) {
+                    self.admit_write(ri);
+                } else {
+                    self.stats.stalls += 1;
+                    self.req_mut(ri).stalled_at = Some(now);
+                    self.stalled.push_back(ri);
+                }
+            }
+            RequestKind::Trim => self.admit_trim(ri),
+            RequestKind::Flush => {
+                // Every acknowledged write is durable already (see IoCommand's contract).
+                self.stats.flushes += 1;
+            }
+        }
+        self.maybe_finish(ri);
+        self.drain_stalls(now);
+        self.start_destages();
+        Ok(())
+    }
+
+    fn pages_of(&self, offset_bytes: u64, len_bytes: u64) -> u64 {
+        if len_bytes == 0 {
+            return 0;
+        }
+        let first = self.geometry.page_of(offset_bytes).0;
+        let last = self.geometry.page_of(offset_bytes + len_bytes - 1).0;
+        last - first + 1
+    }
+
+    fn alloc_req(&mut self, r: Request) -> u32 {
+        let ri = match self.reqs_free.pop() {
+            Some(ri) => ri,
+            None => {
+                self.reqs.push(None);
+                (self.reqs.len() - 1) as u32
+            }
+        };
+        // Reuse the vectors of an earlier request where possible.
+        let (mut reserved, mut finalize) = (Vec::new(), Vec::new());
+        if let Some(old) = self.reqs[ri as usize].take() {
+            reserved = old.reserved;
+            finalize = old.finalize;
+            reserved.clear();
+            finalize.clear();
+        }
+        self.reqs[ri as usize] = Some(Req {
+            id: r.id,
+            kind: r.kind,
+            volume: r.volume,
+            offset_bytes: r.offset_bytes,
+            len_bytes: r.len_bytes,
+            flags: r.flags,
+            pending: 0,
+            failed: None,
+            stalled_at: None,
+            reserved,
+            finalize,
+        });
+        self.reqs_live += 1;
+        ri
+    }
+
+    fn req(&self, ri: u32) -> &Req {
+        self.reqs[ri as usize].as_ref().expect("live request")
+    }
+    fn req_mut(&mut self, ri: u32) -> &mut Req {
+        self.reqs[ri as usize].as_mut().expect("live request")
+    }
+
+    /// Answer the request if nothing of it is pending.
+    fn maybe_finish(&mut self, ri: u32) {
+        let r = self.req(ri);
+        if r.pending > 0 || r.stalled_at.is_some() {
+            return;
+        }
+        let failed = r.failed;
+        let finalize = std::mem::take(&mut self.req_mut(ri).finalize);
+        for &slot in &finalize {
+            self.finalize_through(slot, failed.is_none());
+        }
+        let r = self.req_mut(ri);
+        r.finalize = finalize;
+        debug_assert!(r.reserved.is_empty(), "reserved slots left over");
+        let response = Response {
+            id: r.id,
+            result: failed.map_or(Ok(()), Err),
+        };
+        let r = self.reqs[ri as usize].as_mut().expect("live request");
+        r.pending = u32::MAX; // poison: a dead request
+        self.responses.push_back(response);
+        self.reqs_free.push(ri);
+        self.reqs_live -= 1;
+    }
+
+    fn fail(&mut self, ri: u32, e: IoError) {
+        self.stats.io_errors += 1;
+        let r = self.req_mut(ri);
+        r.failed.get_or_insert(e);
+    }
+
+    // ----- slots ----------------------------------------------------------
+
+    fn has_room_for(&self, ri: u32) -> bool {
+        let r = self.req(ri);
+        if self.config.write_policy == WritePolicy::WriteAround && !self.around_busy(ri) {
+            return true;
+        }
+        let need = self.pages_of(r.offset_bytes, r.len_bytes);
+        if self.slots.free_count() + self.slots.evictable() < need {
+            return false;
+        }
+        // Write-through: two backing writes of one page must not race, so a
+        // write waits while an earlier one to its pages is in flight.
+        self.config.write_policy == WritePolicy::WriteBack || !self.overlaps_inflight(ri)
+    }
+
+    /// A write-around over pages with a newer or in-flight version in the
+    /// cache cannot bypass them without losing them: it goes through the cache.
+    fn around_busy(&self, ri: u32) -> bool {
+        let r = self.req(ri);
+        self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
+            self.slots
+                .lookup(PageKey::new(r.volume, p.page))
+                .is_some_and(|s| self.slots.state(s) != SlotState::Clean)
+        })
+    }
+
+    fn overlaps_inflight(&self, ri: u32) -> bool {
+        let r = self.req(ri);
+        self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
+            self.slots
+                .lookup(PageKey::new(r.volume, p.page))
+                .is_some_and(|s| self.slots.state(s) == SlotState::Filling)
+        })
+    }
+
+    /// A slot for a new version of `key`: a free one, else an evicted clean one.
+    /// Callers have checked that one exists.
+    fn alloc_slot(&mut self, key: PageKey) -> SlotIndex {
+        if let Some(s) = self.slots.pop_free() {
+            return s;
+        }
+        loop {
+            let victim = self
+                .replacement
+                .evict_for(key)
+                .expect("admission counted an evictable slot");
+            debug_assert_eq!(self.slots.state(victim), SlotState::Clean);
+            self.stats.evictions += 1;
+            self.slots.unmap(victim);
+            if self.slots.pins(victim) > 0 {
+                // Someone still reads it: it leaves the cache and is freed later.
+                self.slots.set_state(victim, SlotState::Stale);
+                continue;
+            }
+            self.slots.set_state(victim, SlotState::Free);
+            return victim;
+        }
+    }
+
+    fn release_slot_if_free(&mut self, slot: SlotIndex) {
+        if self.slots.freeable(slot) {
+            self.slots.push_free(slot);
+        }
+    }
+
+    fn unpin(&mut self, slot: SlotIndex) {
+        if self.slots.unpin(slot) {
+            self.slots.push_free(slot);
+        }
+    }
+
+    /// Make the current version of a page not current any more.
+    fn retire(&mut self, slot: SlotIndex) {
+        if self.slots.state(slot) == SlotState::Clean {
+            self.replacement.remove(slot);
+        }
+        if self.slots.has(slot, FLAG_DESTAGING) {
+            *self
+                .destaging_old
+                .entry(self.slots.key(slot).0)
+                .or_insert(0) += 1;
+        }
+        self.slots.unmap(slot);
+        self.slots.set_state(slot, SlotState::Stale);
+    }
+
+    fn defer(&mut self, on: SlotIndex, d: Deferred) {
+        self.deferred.entry(on.0).or_default().push_back(d);
+    }
+
+    /// Run the pieces that waited for `slot` to be written, in arrival order.
+    fn release_waiters(&mut self, slot: SlotIndex) {
+        let Some(mut waiters) = self.deferred.remove(&slot.0) else {
+            return;
+        };
+        while let Some(d) = waiters.pop_front() {
+            match d {
+                Deferred::Write {
+                    req,
+                    piece,
+                    through,
+                } => {
+                    self.req_mut(req).pending -= 1;
+                    self.issue_write_piece(req, piece, through);
+                }
+                Deferred::Read { req, piece } => {
+                    self.req_mut(req).pending -= 1;
+                    self.issue_read_piece(req, piece);
+                }
+            }
+        }
+    }
+
+    // ----- I/O ids --------------------------------------------------------
+
+    fn new_io(&mut self, ctx: IoCtx) -> IoId {
+        let idx = match self.ios_free.pop() {
+            Some(i) => i,
+            None => {
+                self.ios.push(None);
+                self.io_gens.push(0);
+                (self.ios.len() - 1) as u32
+            }
+        };
+        self.ios[idx as usize] = Some(ctx);
+        IoId(((self.io_gens[idx as usize] as u64) << 32) | idx as u64)
+    }
+
+    fn take_io(&mut self, io: IoId) -> Option<IoCtx> {
+        let idx = (io.0 & 0xffff_ffff) as usize;
+        let gen = (io.0 >> 32) as u32;
+        if self.io_gens.get(idx) != Some(&gen) {
+            return None;
+        }
+        let ctx = self.ios[idx].take()?;
+        self.io_gens[idx] = gen.wrapping_add(1);
+        self.ios_free.push(idx as u32);
+        Some(ctx)
+    }
+
+    // ----- reads ----------------------------------------------------------
+
+    fn admit_read(&mut self, ri: u32) {
+        self.stats.reads += 1;
+        let r = self.req(ri);
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        let mut all_hit = true;
+        // A run of consecutive missing pieces: (offset_bytes, len_bytes, req_offset_bytes).
+        let mut run: Option<(u64, u64, u64)> = None;
+        for piece in self.geometry.pieces(off, len) {
+            self.stats.read_pages += 1;
+            let key = PageKey::new(vol, piece.page);
+            if self.slots.lookup(key).is_some() {
+                self.stats.read_page_hits += 1;
+                if let Some(run) = run.take() {
+                    self.issue_backing_read(ri, run);
+                }
+                self.issue_read_piece(ri, piece);
+            } else {
+                all_hit = false;
+                let piece_off =
+                    self.geometry.page_offset_bytes(piece.page) + piece.page_offset_bytes as u64;
+                run = Some(match run {
+                    Some((o, l, q)) => (o, l + piece.len_bytes as u64, q),
+                    None => (piece_off, piece.len_bytes as u64, piece.req_offset_bytes),
+                });
+            }
+        }
+        if let Some(run) = run {
+            self.issue_backing_read(ri, run);
+        }
+        if all_hit {
+            self.stats.read_hits += 1;
+        }
+    }
+
+    /// One piece of a read: from its cached page, or the backing if not cached.
+    fn issue_read_piece(&mut self, ri: u32, piece: PagePiece) {
+        let r = self.req(ri);
+        let (vol, id) = (r.volume, r.id);
+        let key = PageKey::new(vol, piece.page);
+        match self.slots.lookup(key) {
+            Some(slot) if self.slots.state(slot) == SlotState::Filling => {
+                self.req_mut(ri).pending += 1;
+                self.defer(slot, Deferred::Read { req: ri, piece });
+            }
+            Some(slot) => {
+                if self.slots.state(slot) == SlotState::Clean {
+                    self.replacement.hit(slot);
+                }
+                self.slots.pin(slot);
+                self.req_mut(ri).pending += 1;
+                let io = self.new_io(IoCtx::ReadSlot { req: ri, slot });
+                self.commands.push_back(IoCommand::ReadPage {
+                    io,
+                    slot,
+                    page_offset_bytes: piece.page_offset_bytes,
+                    len_bytes: piece.len_bytes,
+                    req: id,
+                    req_offset_bytes: piece.req_offset_bytes,
+                });
+            }
+            None => {
+                let off =
+                    self.geometry.page_offset_bytes(piece.page) + piece.page_offset_bytes as u64;
+                self.issue_backing_read(ri, (off, piece.len_bytes as u64, piece.req_offset_bytes));
+            }
+        }
+    }
+
+    fn issue_backing_read(
+        &mut self,
+        ri: u32,
+        (offset_bytes, len_bytes, req_offset_bytes): (u64, u64, u64),
+    ) {
+        let r = self.req(ri);
+        let (volume, id) = (r.volume, r.id);
+        self.req_mut(ri).pending += 1;
+        let io = self.new_io(IoCtx::ReadBacking {
+            req: ri,
+            volume,
+            offset_bytes,
+            len_bytes,
+            req_offset_bytes,
+            write_seq: self.write_seq,
+        });
+        self.commands.push_back(IoCommand::ReadBacking {
+            io,
+            volume,
+            offset_bytes,
+            len_bytes,
+            req: id,
+            req_offset_bytes,
+        });
+    }
+
+    fn write_bucket(key: PageKey) -> usize {
+        (key.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % WRITE_FILTER_BUCKETS
+    }
+
+    /// After a read miss: insert the whole pages it read, unless a write to
+    /// them may have been admitted since (the data could be older than it).
+    fn insert_read_pages(
+        &mut self,
+        ri: u32,
+        volume: VolumeId,
+        offset_bytes: u64,
+        len_bytes: u64,
+        req_offset_bytes: u64,
+        write_seq: u64,
+    ) {
+        let ps = self.geometry.page_size_bytes() as u64;
+        let first = offset_bytes.div_ceil(ps);
+        let end = (offset_bytes + len_bytes) / ps;
+        let id = self.req(ri).id;
+        for page in first..end {
+            if !self.stalled.is_empty() || self.slots.free_count() + self.slots.evictable() == 0 {
+                return; // never take room from writes
+            }
+            let key = PageKey::new(volume, PageIndex(page));
+            let bucket = Self::write_bucket(key);
+            if self.slots.lookup(key).is_some()
+                || self.write_filter[bucket] > write_seq
+                || self.backing_writes_in_flight[bucket] > 0
+            {
+                continue;
+            }
+            let slot = self.alloc_slot(key);
+            self.slots.set_state(slot, SlotState::Filling);
+            self.slots.set_flag(slot, FLAG_FILL_CLEAN, true);
+            self.slots.map(slot, key);
+            self.stats.read_inserts += 1;
+            self.req_mut(ri).pending += 1;
+            let io = self.new_io(IoCtx::InsertFill { req: ri, slot });
+            let src = Source::Request {
+                req: id,
+                offset_bytes: req_offset_bytes + page * ps - offset_bytes,
+            };
+            self.commands.push_back(IoCommand::WritePage {
+                io,
+                slot,
+                base: PageBase::None,
+                patch: Patch {
+                    page_offset_bytes: 0,
+                    len_bytes: ps as u32,
+                    src,
+                },
+            });
+        }
+    }
+
+    // ----- writes ---------------------------------------------------------
+
+    fn admit_write(&mut self, ri: u32) {
+        self.stats.writes += 1;
+        let r = self.req(ri);
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        let mut through = self.config.write_policy == WritePolicy::WriteThrough;
+        if self.config.write_policy == WritePolicy::WriteAround {
+            if !self.around_busy(ri) {
+                return self.admit_write_around(ri);
+            }
+            through = true;
+        }
+        // Take the slots now, so deferred pieces never wait for room.
+        for piece in self.geometry.pieces(off, len) {
+            let slot = self.alloc_slot(PageKey::new(vol, piece.page));
+            self.req_mut(ri).reserved.push(slot);
+        }
+        let first_page = self.geometry.page_of(off);
+        let sequential_start =
+            first_page.0 > 0 && self.page_dirty(PageKey::new(vol, PageIndex(first_page.0 - 1)));
+        let mut pieces = self.geometry.pieces(off, len).peekable();
+        let mut first_group = true;
+        while let Some(&first) = pieces.peek() {
+            let (gnum, _) = self.geometry.group_of(first.page);
+            let gkey = PageKey::new(vol, PageIndex(gnum)).0;
+            let sequential = sequential_start || !first_group;
+            first_group = false;
+            let was_candidate = self
+                .groups
+                .lookup(gkey)
+                .is_some_and(|g| self.groups.flag(g, GFLAG_CANDIDATE));
+            let mut page_hit = false;
+            while let Some(&piece) = pieces.peek() {
+                if self.geometry.group_of(piece.page).0 != gnum {
+                    break;
+                }
+                pieces.next();
+                self.stats.write_pages += 1;
+                self.write_seq += 1;
+                let key = PageKey::new(vol, piece.page);
+                self.write_filter[Self::write_bucket(key)] = self.write_seq;
+                if self.page_dirty(key) {
+                    self.stats.write_page_hits += 1;
+                    page_hit = true;
+                }
+                self.issue_write_piece(ri, piece, through);
+            }
+            if let Some(g) = self.groups.lookup(gkey) {
+                self.groups.set_flag(g, GFLAG_SEQUENTIAL, sequential);
+                if was_candidate {
+                    self.stats.write_group_hits += 1;
+                    self.order.hit(
+                        g,
+                        gkey,
+                        GroupHit {
+                            page_hit,
+                            sequential,
+                        },
+                    );
+                }
+            }
+        }
+        if through {
+            self.issue_backing_write(ri);
+        }
+    }
+
+    fn admit_write_around(&mut self, ri: u32) {
+        let r = self.req(ri);
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        for piece in self.geometry.pieces(off, len) {
+            self.stats.write_pages += 1;
+            self.write_seq += 1;
+            let key = PageKey::new(vol, piece.page);
+            self.write_filter[Self::write_bucket(key)] = self.write_seq;
+            if let Some(slot) = self.slots.lookup(key) {
+                debug_assert_eq!(self.slots.state(slot), SlotState::Clean);
+                self.retire(slot);
+                self.release_slot_if_free(slot);
+            }
+        }
+        self.issue_backing_write(ri);
+    }
+
+    fn issue_backing_write(&mut self, ri: u32) {
+        let r = self.req(ri);
+        let src = if r.kind == RequestKind::WriteZeroes {
+            Source::Zero
+        } else {
+            Source::Request {
+                req: r.id,
+                offset_bytes: 0,
+            }
+        };
+        let (volume, offset_bytes, len_bytes, fua) =
+            (r.volume, r.offset_bytes, r.len_bytes, r.flags.fua);
+        for piece in self.geometry.pieces(offset_bytes, len_bytes) {
+            self.backing_writes_in_flight[Self::write_bucket(PageKey::new(volume, piece.page))] +=
+                1;
+        }
+        self.req_mut(ri).pending += 1;
+        let io = self.new_io(IoCtx::WriteBacking { req: ri });
+        self.commands.push_back(IoCommand::WriteBacking {
+            io,
+            volume,
+            offset_bytes,
+            len_bytes,
+            src,
+            fua,
+        });
+    }
+
+    fn page_dirty(&self, key: PageKey) -> bool {
+        let (gnum, pos) = self.geometry.group_of(key.page());
+        let gkey = PageKey::new(key.volume(), PageIndex(gnum)).0;
+        self.groups
+            .lookup(gkey)
+            .is_some_and(|g| self.groups.is_dirty(g, pos))
+    }
+
+    /// Write one page version into a fresh slot (copy-on-write), or wait for
+    /// the page's in-flight version first. The dirty bookkeeping happens here,
+    /// when the version is issued, so a deferred piece sees the page as the
+    /// earlier write left it (written, or reverted after an error).
+    fn issue_write_piece(&mut self, ri: u32, piece: PagePiece, through: bool) {
+        let r = self.req(ri);
+        let (vol, id, kind) = (r.volume, r.id, r.kind);
+        let key = PageKey::new(vol, piece.page);
+        let cur = self.slots.lookup(key);
+        if let Some(c) = cur {
+            if self.slots.state(c) == SlotState::Filling {
+                self.req_mut(ri).pending += 1;
+                self.defer(
+                    c,
+                    Deferred::Write {
+                        req: ri,
+                        piece,
+                        through,
+                    },
+                );
+                return;
+            }
+        }
+        // Write-through keeps a page clean unless it holds newer data than the backing.
+        let clean = through && !self.page_dirty(key);
+        let mut undo = Undo::default();
+        if !clean {
+            let (gnum, pos) = self.geometry.group_of(piece.page);
+            let g = self
+                .groups
+                .get_or_create(PageKey::new(vol, PageIndex(gnum)).0);
+            if self.groups.set_dirty(g, pos) {
+                self.dirty_pages += 1;
+                self.groups.add_undestaged(g, 1);
+                undo = Undo {
+                    made_dirty: true,
+                    undestaged_inc: true,
+                };
+            } else if cur.is_some_and(|c| self.slots.has(c, FLAG_DESTAGING)) {
+                // The version under destage stays; the new one is undestaged.
+                self.groups.add_undestaged(g, 1);
+                undo.undestaged_inc = true;
+            }
+            self.group_changed(g);
+        }
+        let slot = self
+            .req_mut(ri)
+            .reserved
+            .pop()
+            .expect("slot reserved at admission");
+        let ps = self.geometry.page_size_bytes();
+        let base = if piece.is_whole_page(ps) {
+            PageBase::None
+        } else if let Some(c) = cur {
+            PageBase::Slot(c)
+        } else {
+            PageBase::Backing {
+                volume: vol,
+                page: piece.page,
+            }
+        };
+        let old = cur.map(|c| {
+            let state = self.slots.state(c);
+            self.slots.pin(c);
+            self.retire(c);
+            (c, state)
+        });
+        self.slots.set_state(slot, SlotState::Filling);
+        self.slots.set_flag(slot, FLAG_FILL_CLEAN, clean);
+        self.slots.map(slot, key);
+        let src = if kind == RequestKind::WriteZeroes {
+            Source::Zero
+        } else {
+            Source::Request {
+                req: id,
+                offset_bytes: piece.req_offset_bytes,
+            }
+        };
+        self.req_mut(ri).pending += 1;
+        if self.config.write_policy != WritePolicy::WriteBack {
+            self.req_mut(ri).finalize.push(slot);
+        }
+        let io = self.new_io(IoCtx::Fill {
+            req: ri,
+            slot,
+            old,
+            undo,
+        });
+        self.commands.push_back(IoCommand::WritePage {
+            io,
+            slot,
+            base,
+            patch: Patch {
+                page_offset_bytes: piece.page_offset_bytes,
+                len_bytes: piece.len_bytes,
+                src,
+            },
+        });
+    }
+
+    /// Write-back: a page write completed; the slot is now the page's version.
+    fn finish_fill(&mut self, slot: SlotIndex) {
+        debug_assert_eq!(self.slots.state(slot), SlotState::Filling);
+        if self.slots.has(slot, FLAG_FILL_CLEAN) {
+            self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
+            self.slots.set_state(slot, SlotState::Clean);
+            self.replacement.insert(slot, self.slots.key(slot));
+        } else {
+            self.slots.set_state(slot, SlotState::Dirty);
+        }
+        self.release_waiters(slot);
+    }
+
+    /// Write-through: the request is done; its page versions become final.
+    /// If the backing write failed, a clean-intent version becomes dirty so it
+    /// is destaged later rather than lost.
+    fn finalize_through(&mut self, slot: SlotIndex, backing_ok: bool) {
+        if self.slots.state(slot) != SlotState::Filling {
+            return;
+        }
+        if !backing_ok && self.slots.has(slot, FLAG_FILL_CLEAN) {
+            self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
+            let key = self.slots.key(slot);
+            self.mark_dirty(key);
+        }
+        self.finish_fill(slot);
+    }
+
+    /// Bookkeeping for a page that becomes dirty outside admission.
+    fn mark_dirty(&mut self, key: PageKey) {
+        let (gnum, pos) = self.geometry.group_of(key.page());
+        let g = self
+            .groups
+            .get_or_create(PageKey::new(key.volume(), PageIndex(gnum)).0);
+        if self.groups.set_dirty(g, pos) {
+            self.dirty_pages += 1;
+            self.groups.add_undestaged(g, 1);
+        }
+        self.group_changed(g);
+    }
+
+    /// Undo an admitted write's page version after its write failed.
+    fn revert_fill(&mut self, slot: SlotIndex, old: Option<(SlotIndex, SlotState)>, undo: Undo) {
+        let key = self.slots.key(slot);
+        self.slots.unmap(slot);
+        self.slots.set_state(slot, SlotState::Stale);
+        self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
+        let (gnum, pos) = self.geometry.group_of(key.page());
+        let gkey = PageKey::new(key.volume(), PageIndex(gnum)).0;
+        let group = self.groups.lookup(gkey);
+        if let Some((o, state)) = old {
+            // The previous version becomes current again.
+            if self.slots.has(o, FLAG_DESTAGING) {
+                self.old_destage_done(key);
+            }
+            self.slots.map(o, key);
+            self.slots.set_state(
+                o,
+                if state == SlotState::Clean {
+                    SlotState::Clean
+                } else {
+                    SlotState::Dirty
+                },
+            );
+            if state == SlotState::Clean {
+                self.replacement.insert(o, key);
+            }
+        }
+        if let Some(g) = group {
+            if undo.made_dirty {
+                self.groups.clear_dirty(g, pos);
+                self.dirty_pages -= 1;
+                self.groups.add_undestaged(g, -1);
+            } else if undo.undestaged_inc
+                && old.is_some_and(|(o, _)| self.slots.has(o, FLAG_DESTAGING))
+            {
+                self.groups.add_undestaged(g, -1);
+            }
+            self.group_changed(g);
+        }
+        self.release_slot_if_free(slot);
+        self.release_waiters(slot);
+    }
+
+    // ----- trim -----------------------------------------------------------
+
+    fn admit_trim(&mut self, ri: u32) {
+        self.stats.trims += 1;
+        let r = self.req(ri);
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        let ps = self.geometry.page_size_bytes();
+        let pieces: Vec<PagePiece> = self
+            .geometry
+            .pieces(off, len)
+            .filter(|p| p.is_whole_page(ps))
+            .collect();
+        for piece in pieces {
+            let key = PageKey::new(vol, piece.page);
+            let Some(slot) = self.slots.lookup(key) else {
+                continue;
+            };
+            match self.slots.state(slot) {
+                SlotState::Filling => continue, // advisory: leave in-flight versions alone
+                SlotState::Dirty => {
+                    let (gnum, pos) = self.geometry.group_of(piece.page);
+                    let g = self
+                        .groups
+                        .lookup(PageKey::new(vol, PageIndex(gnum)).0)
+                        .expect("dirty page has a group");
+                    if !self.slots.has(slot, FLAG_DESTAGING) {
+                        self.groups.add_undestaged(g, -1);
+                    }
+                    self.groups.clear_dirty(g, pos);
+                    self.dirty_pages -= 1;
+                    self.retire(slot);
+                    self.group_changed(g);
+                }
+                _ => self.retire(slot),
+            }
+            self.release_slot_if_free(slot);
+        }
+    }
+
+    // ----- groups and destage ---------------------------------------------
+
+    /// Keep the destage order's candidate set and the group table in step
+    /// with a group's counts.
+    fn group_changed(&mut self, g: GroupId) {
+        let candidate = self.groups.flag(g, GFLAG_CANDIDATE);
+        let key = self.groups.key(g);
+        if self.groups.undestaged(g) > 0 && !candidate {
+            self.order.insert(g, key);
+            self.groups.set_flag(g, GFLAG_CANDIDATE, true);
+        } else if self.groups.undestaged(g) == 0 && candidate {
+            self.order.remove(g, key);
+            self.groups.set_flag(g, GFLAG_CANDIDATE, false);
+        }
+        if self.groups.dirty(g) == 0 {
+            self.groups.release(g);
+        }
+    }
+
+    fn start_destages(&mut self) {
+        if self.destage_paused_until.is_some() {
+            return;
+        }
+        let mut fruitless = 0usize;
+        loop {
+            let next_sequential = self
+                .order
+                .peek()
+                .is_some_and(|g| self.groups.flag(g, GFLAG_SEQUENTIAL));
+            let input = RateInput {
+                occupancy_pages: self.dirty_pages,
+                capacity_pages: self.capacity_pages(),
+                last_destage_sequential: self.last_destage_sequential,
+                next_candidate_sequential: next_sequential,
+            };
+            let mut target = self.rate.target_outstanding(&input);
+            if self.draining || !self.stalled.is_empty() {
+                // Writes wait for room: destage at full rate whatever the thresholds say.
+                target = self.config.rate.destages_max;
+            }
+            if self.destages_in_flight >= target || fruitless > self.order.len() {
+                return;
+            }
+            let Some(g) = self.order.pick() else { return };
+            self.groups.set_flag(g, GFLAG_CANDIDATE, false);
+            self.stats.destage_picks += 1;
+            self.last_destage_sequential = self.groups.flag(g, GFLAG_SEQUENTIAL);
+            if self.issue_group_destages(g) == 0 {
+                fruitless += 1;
+            }
+            self.group_changed(g);
+        }
+    }
+
+    /// Destage every dirty, written page of group `g` as contiguous runs.
+    /// Returns the number of destage requests issued.
+    fn issue_group_destages(&mut self, g: GroupId) -> u32 {
+        let key = PageKey(self.groups.key(g));
+        let (vol, gnum) = (key.volume(), key.page().0);
+        let first = self.geometry.first_page_of_group(gnum).0;
+        let mut positions = std::mem::take(&mut self.positions);
+        self.groups.dirty_positions(g, &mut positions);
+        let mut issued = 0;
+        let mut run: Vec<SlotIndex> = Vec::new();
+        let mut run_start = 0u64;
+        for &pos in &positions {
+            let page = first + pos as u64;
+            let key = PageKey::new(vol, PageIndex(page));
+            let slot = self.slots.lookup(key).expect("dirty page has a slot");
+            let ready = self.slots.state(slot) == SlotState::Dirty
+                && !self.slots.has(slot, FLAG_DESTAGING)
+                && (self.destaging_old.is_empty() || !self.destaging_old.contains_key(&key.0));
+            let breaks_run = !ready || run_start + run.len() as u64 != page;
+            if breaks_run && !run.is_empty() {
+                self.issue_destage(vol, PageIndex(run_start), std::mem::take(&mut run));
+                issued += 1;
+            }
+            if ready {
+                if run.is_empty() {
+                    run_start = page;
+                }
+                self.slots.set_flag(slot, FLAG_DESTAGING, true);
+                self.groups.add_undestaged(g, -1);
+                run.push(slot);
+            }
+        }
+        if !run.is_empty() {
+            self.issue_destage(vol, PageIndex(run_start), run);
+            issued += 1;
+        }
+        self.positions = positions;
+        issued
+    }
+
+    fn issue_destage(&mut self, volume: VolumeId, first_page: PageIndex, slots: Vec<SlotIndex>) {
+        self.stats.destages += 1;
+        self.stats.destaged_pages += slots.len() as u64;
+        let sector = self.geometry.page_offset_bytes(first_page) / 512;
+        if let Some(last) = self.last_destage_sector {
+            self.stats.destage_distance_sectors_sum += last.abs_diff(sector) as u128;
+            self.stats.destage_distance_pairs += 1;
+        }
+        self.last_destage_sector = Some(sector);
+        self.destages_in_flight += 1;
+        let io = self.new_io(IoCtx::Destage {
+            slots: slots.clone(),
+        });
+        self.commands.push_back(IoCommand::Destage {
+            io,
+            volume,
+            first_page,
+            slots,
+        });
+    }
+
+    fn old_destage_done(&mut self, key: PageKey) {
+        let n = self
+            .destaging_old
+            .get_mut(&key.0)
+            .expect("old destage was counted");
+        *n -= 1;
+        if *n == 0 {
+            self.destaging_old.remove(&key.0);
+        }
+    }
+
+    fn finish_destage(&mut self, now: Nanos, slots: Vec<SlotIndex>, result: Result<(), IoError>) {
+        self.destages_in_flight -= 1;
+        for &slot in &slots {
+            debug_assert!(self.slots.has(slot, FLAG_DESTAGING));
+            self.slots.set_flag(slot, FLAG_DESTAGING, false);
+            match self.slots.state(slot) {
+                SlotState::Dirty => {
+                    let key = self.slots.key(slot);
+                    let (gnum, pos) = self.geometry.group_of(key.page());
+                    let g = self
+                        .groups
+                        .lookup(PageKey::new(key.volume(), PageIndex(gnum)).0)
+                        .expect("dirty page has a group");
+                    if result.is_ok() {
+                        self.groups.clear_dirty(g, pos);
+                        self.dirty_pages -= 1;
+                        if self.config.keep_clean {
+                            self.slots.set_state(slot, SlotState::Clean);
+                            self.replacement.insert(slot, key);
+                        } else {
+                            self.slots.unmap(slot);
+                            self.slots.set_state(slot, SlotState::Stale);
+                            self.release_slot_if_free(slot);
+                        }
+                    } else {
+                        self.groups.add_undestaged(g, 1);
+                    }
+                    self.group_changed(g);
+                }
+                SlotState::Stale => {
+                    self.old_destage_done(self.slots.key(slot));
+                    self.release_slot_if_free(slot);
+                }
+                other => debug_assert!(false, "destaged slot in state {other:?}"),
+            }
+        }
+        self.rate
+            .destage_done(self.dirty_pages, self.capacity_pages());
+        match result {
+            Ok(()) => self.destage_retry_ns = DESTAGE_RETRY_NS_MIN,
+            Err(_) => {
+                self.stats.destage_errors += 1;
+                self.destage_paused_until = Some(Nanos(now.0 + self.destage_retry_ns));
+                self.destage_retry_ns = (self.destage_retry_ns * 2).min(DESTAGE_RETRY_NS_MAX);
+            }
+        }
+    }
+
+    // ----- completions ----------------------------------------------------
+
+    pub fn handle_completion(
+        &mut self,
+        now: Nanos,
+        io: IoId,
+        result: Result<(), IoError>,
+    ) -> Result<(), EngineError> {
+        let ctx = self.take_io(io).ok_or(EngineError::UnknownIo(io))?;
+        let mut done_req = None;
+        match ctx {
+            IoCtx::Fill {
+                req,
+                slot,
+                old,
+                undo,
+            } => {
+                if let Some((o, _)) = old {
+                    if result.is_ok() {
+                        self.unpin(o);
+                    }
+                }
+                match result {
+                    Ok(()) => {
+                        if self.config.write_policy == WritePolicy::WriteBack {
+                            self.finish_fill(slot);
+                        }
+                    }
+                    Err(e) => {
+                        self.fail(req, e);
+                        self.req_mut(req).finalize.retain(|&s| s != slot);
+                        self.revert_fill(slot, old, undo);
+                        if let Some((o, _)) = old {
+                            self.unpin(o);
+                        }
+                    }
+                }
+                done_req = Some(req);
+            }
+            IoCtx::InsertFill { req, slot } => {
+                match result {
+                    Ok(()) => self.finish_fill(slot),
+                    Err(_) => {
+                        self.slots.unmap(slot);
+                        self.slots.set_state(slot, SlotState::Stale);
+                        self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
+                        self.release_slot_if_free(slot);
+                        self.release_waiters(slot);
+                    }
+                }
+                done_req = Some(req);
+            }
+            IoCtx::ReadSlot { req, slot } => {
+                self.unpin(slot);
+                if let Err(e) = result {
+                    self.fail(req, e);
+                }
+                done_req = Some(req);
+            }
+            IoCtx::ReadBacking {
+                req,
+                volume,
+                offset_bytes,
+                len_bytes,
+                req_offset_bytes,
+                write_seq,
+            } => {
+                match result {
+                    Ok(()) if self.config.read_insert => self.insert_read_pages(
+                        req,
+                        volume,
+                        offset_bytes,
+                        len_bytes,
+                        req_offset_bytes,
+                        write_seq,
+                    ),
+                    Ok(()) => {}
+                    Err(e) => self.fail(req, e),
+                }
+                done_req = Some(req);
+            }
+            IoCtx::WriteBacking { req } => {
+                // A read miss issued while this write was in flight may have
+                // read the old bytes: it must not insert them.
+                let r = self.req(req);
+                let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+                for piece in self.geometry.pieces(off, len) {
+                    self.write_seq += 1;
+                    let bucket = Self::write_bucket(PageKey::new(vol, piece.page));
+                    self.write_filter[bucket] = self.write_seq;
+                    self.backing_writes_in_flight[bucket] -= 1;
+                }
+                if let Err(e) = result {
+                    self.fail(req, e);
+                }
+                done_req = Some(req);
+            }
+            IoCtx::Destage { slots } => self.finish_destage(now, slots, result),
+        }
+        if let Some(ri) = done_req {
+            self.req_mut(ri).pending -= 1;
+            self.maybe_finish(ri);
+        }
+        self.drain_stalls(now);
+        self.start_destages();
+        Ok(())
+    }
+
+    /// Admit stalled writes, oldest first, while room allows.
+    fn drain_stalls(&mut self, now: Nanos) {
+        while let Some(&ri) = self.stalled.front() {
+            if !self.has_room_for(ri) {
+                return;
+            }
+            self.stalled.pop_front();
+            let r = self.req_mut(ri);
+            let since = r
+                .stalled_at
+                .take()
+                .expect("stalled request has a stall time");
+            self.stats.stall_ns_total += now.saturating_sub(since).0;
+            self.admit_write(ri);
+            self.maybe_finish(ri);
+        }
+    }
+}

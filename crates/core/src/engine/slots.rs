@@ -1,0 +1,189 @@
+//! The slot table: what each cache slot holds, the (volume, page) -> slot
+//! directory, the free pool and pins. Sized once at start; O(1) per call.
+//!
+//! A page has at most one *current* slot (the one the directory finds). An
+//! overwrite never changes a slot in place: it fills a fresh slot and the old
+//! one becomes *stale*, freed once nothing reads it any more (pins) and no
+//! destage is copying it. So a crash or a torn write never mixes two versions
+//! of a page, and reads in flight never see a slot reused under them.
+
+use crate::index::KeyIndex;
+use crate::types::{PageKey, SlotIndex};
+use std::collections::HashMap;
+
+/// State of a slot (low bits of the state byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum SlotState {
+    Free = 0,
+    /// Current version, being written; readers and later writers wait for it.
+    Filling = 1,
+    /// Current version, newer than the backing.
+    Dirty = 2,
+    /// Current version, equal to the backing; held by the replacement policy.
+    Clean = 3,
+    /// Not current any more; freed when unpinned and not being destaged.
+    Stale = 4,
+}
+
+const STATE_MASK: u8 = 0x07;
+/// A destage is copying this slot to the backing.
+pub const FLAG_DESTAGING: u8 = 0x10;
+/// A filling slot becomes clean, not dirty, when its write completes.
+pub const FLAG_FILL_CLEAN: u8 = 0x20;
+
+pub struct Slots {
+    key: Vec<u64>,
+    state: Vec<u8>,
+    index: KeyIndex,
+    free: Vec<u32>,
+    /// In-flight readers of a slot's contents (reads, merges into a newer version).
+    pins: HashMap<u32, u32>,
+    /// Clean slots with no pins: what eviction can hand out right now.
+    evictable: u64,
+}
+
+impl Slots {
+    pub fn new(slots: u32, pins_hint: usize) -> Slots {
+        Slots {
+            key: vec![0; slots as usize],
+            state: vec![SlotState::Free as u8; slots as usize],
+            index: KeyIndex::fixed(slots as usize),
+            // Pop order: slot 0 first.
+            free: (0..slots).rev().collect(),
+            pins: HashMap::with_capacity(pins_hint),
+            evictable: 0,
+        }
+    }
+
+    pub fn len(&self) -> u32 {
+        self.key.len() as u32
+    }
+
+    pub fn state(&self, slot: SlotIndex) -> SlotState {
+        match self.state[slot.0 as usize] & STATE_MASK {
+            0 => SlotState::Free,
+            1 => SlotState::Filling,
+            2 => SlotState::Dirty,
+            3 => SlotState::Clean,
+            4 => SlotState::Stale,
+            other => unreachable!("corrupt slot state {other}"),
+        }
+    }
+    pub fn has(&self, slot: SlotIndex, flag: u8) -> bool {
+        self.state[slot.0 as usize] & flag != 0
+    }
+    pub fn set_flag(&mut self, slot: SlotIndex, flag: u8, on: bool) {
+        let s = &mut self.state[slot.0 as usize];
+        if on {
+            *s |= flag;
+        } else {
+            *s &= !flag;
+        }
+    }
+    pub fn key(&self, slot: SlotIndex) -> PageKey {
+        PageKey(self.key[slot.0 as usize])
+    }
+    pub fn pins(&self, slot: SlotIndex) -> u32 {
+        self.pins.get(&slot.0).copied().unwrap_or(0)
+    }
+    pub fn free_count(&self) -> u64 {
+        self.free.len() as u64
+    }
+    pub fn evictable(&self) -> u64 {
+        self.evictable
+    }
+
+    /// Change the state, keeping `evictable` right. Flags are kept.
+    pub fn set_state(&mut self, slot: SlotIndex, new: SlotState) {
+        let old = self.state(slot);
+        let unpinned = self.pins(slot) == 0;
+        if old == SlotState::Clean && unpinned {
+            self.evictable -= 1;
+        }
+        if new == SlotState::Clean && unpinned {
+            self.evictable += 1;
+        }
+        let s = &mut self.state[slot.0 as usize];
+        *s = (*s & !STATE_MASK) | new as u8;
+    }
+
+    pub fn lookup(&self, key: PageKey) -> Option<SlotIndex> {
+        let keys = &self.key;
+        self.index.get(key.0, |id| keys[id as usize]).map(SlotIndex)
+    }
+
+    /// Make `slot` the current slot of `key` (which has none).
+    pub fn map(&mut self, slot: SlotIndex, key: PageKey) {
+        self.key[slot.0 as usize] = key.0;
+        let keys = &self.key;
+        self.index.insert(slot.0, |id| keys[id as usize]);
+    }
+
+    /// Forget the current slot of `slot`'s page.
+    pub fn unmap(&mut self, slot: SlotIndex) {
+        let key = self.key[slot.0 as usize];
+        let keys = &self.key;
+        let removed = self.index.remove(key, |id| keys[id as usize]);
+        debug_assert_eq!(removed, Some(slot.0));
+    }
+
+    /// Take a free slot, if any (never evicts).
+    pub fn pop_free(&mut self) -> Option<SlotIndex> {
+        let slot = SlotIndex(self.free.pop()?);
+        debug_assert_eq!(self.state(slot), SlotState::Free);
+        Some(slot)
+    }
+
+    pub fn push_free(&mut self, slot: SlotIndex) {
+        debug_assert_eq!(self.pins(slot), 0);
+        debug_assert!(!self.has(slot, FLAG_DESTAGING));
+        self.set_state(slot, SlotState::Free);
+        self.state[slot.0 as usize] = SlotState::Free as u8;
+        self.free.push(slot.0);
+    }
+
+    pub fn pin(&mut self, slot: SlotIndex) {
+        let n = self.pins.entry(slot.0).or_insert(0);
+        *n += 1;
+        if *n == 1 && self.state(slot) == SlotState::Clean {
+            self.evictable -= 1;
+        }
+    }
+
+    /// Returns true when the slot is stale and nothing holds it any more.
+    pub fn unpin(&mut self, slot: SlotIndex) -> bool {
+        let Some(n) = self.pins.get_mut(&slot.0) else {
+            debug_assert!(false, "unpin of an unpinned slot");
+            return false;
+        };
+        *n -= 1;
+        if *n > 0 {
+            return false;
+        }
+        self.pins.remove(&slot.0);
+        match self.state(slot) {
+            SlotState::Clean => {
+                self.evictable += 1;
+                false
+            }
+            SlotState::Stale => !self.has(slot, FLAG_DESTAGING),
+            _ => false,
+        }
+    }
+
+    /// A stale slot with no pins and no destage can go back to the pool.
+    pub fn freeable(&self, slot: SlotIndex) -> bool {
+        self.state(slot) == SlotState::Stale
+            && self.pins(slot) == 0
+            && !self.has(slot, FLAG_DESTAGING)
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.key.capacity() * 8
+            + self.state.capacity()
+            + self.index.heap_bytes()
+            + self.free.capacity() * 4
+            + self.pins.capacity() * 9
+    }
+}

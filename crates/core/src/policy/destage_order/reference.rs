@@ -1,0 +1,215 @@
+//! Deliberately simple twins of LRW, CSCAN and WOW, written straight from the
+//! paper's Fig. 4 (a sorted Vec and an index as the destage pointer), and a
+//! property test that the optimized policies pick the same sequence.
+
+use super::*;
+use proptest::prelude::*;
+
+/// Literal Fig. 4 over a sorted vector; `use_bits` false makes it CSCAN.
+struct RefSweep {
+    groups: Vec<(u64, u32, bool)>, // (key, id, recency bit), sorted by key
+    pointer: usize,
+    use_bits: bool,
+}
+
+impl RefSweep {
+    fn new(use_bits: bool) -> Self {
+        RefSweep {
+            groups: Vec::new(),
+            pointer: 0,
+            use_bits,
+        }
+    }
+    fn advance(&mut self) {
+        if self.pointer + 1 >= self.groups.len() {
+            self.pointer = 0;
+        } else {
+            self.pointer += 1;
+        }
+    }
+    fn insert(&mut self, id: u32, key: u64) {
+        let pos = self
+            .groups
+            .iter()
+            .position(|g| g.0 > key)
+            .unwrap_or(self.groups.len());
+        self.groups.insert(pos, (key, id, false));
+        if self.groups.len() == 1 {
+            self.pointer = 0;
+        } else if pos <= self.pointer {
+            self.pointer += 1;
+        }
+    }
+    fn hit(&mut self, id: u32, hit: GroupHit) {
+        let g = self.groups.iter_mut().find(|g| g.1 == id).unwrap();
+        if !hit.sequential || hit.page_hit {
+            g.2 = true;
+        }
+    }
+    fn remove(&mut self, id: u32) {
+        let pos = self.groups.iter().position(|g| g.1 == id).unwrap();
+        self.groups.remove(pos);
+        if pos < self.pointer {
+            self.pointer -= 1;
+        } else if pos == self.pointer && self.pointer >= self.groups.len() {
+            self.pointer = 0;
+        }
+    }
+    fn pick(&mut self) -> Option<u32> {
+        if self.groups.is_empty() {
+            return None;
+        }
+        while self.use_bits && self.groups[self.pointer].2 {
+            self.groups[self.pointer].2 = false;
+            self.advance();
+        }
+        let (_, id, _) = self.groups.remove(self.pointer);
+        // Advance from the removed group: the next higher one now sits at `pointer`.
+        if self.pointer >= self.groups.len() {
+            self.pointer = 0;
+        }
+        Some(id)
+    }
+}
+
+/// LRW as a plain vector in write order.
+#[derive(Default)]
+struct RefLrw {
+    order: Vec<u32>,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(u32, u64),
+    Hit(u32, bool, bool),
+    Remove(u32),
+    Pick,
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    proptest::collection::vec(
+        prop_oneof![
+            3 => (0u32..40, 0u64..200).prop_map(|(i, k)| Op::Insert(i, k)),
+            3 => (0u32..40, any::<bool>(), any::<bool>()).prop_map(|(i, p, s)| Op::Hit(i, p, s)),
+            1 => (0u32..40).prop_map(Op::Remove),
+            3 => Just(Op::Pick),
+        ],
+        1..300,
+    )
+}
+
+fn run(name: &str, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut fast = build_destage_order(name).unwrap();
+    let mut sweep = RefSweep::new(name == "wow");
+    let mut lrw = RefLrw::default();
+    // Which ids are candidates, with their keys; keys unique among candidates.
+    let mut present: std::collections::HashMap<u32, u64> = Default::default();
+    for op in ops {
+        match *op {
+            Op::Insert(id, key) => {
+                if present.contains_key(&id) || present.values().any(|&k| k == key) {
+                    continue;
+                }
+                present.insert(id, key);
+                fast.insert(GroupId(id), key);
+                sweep.insert(id, key);
+                lrw.order.push(id);
+            }
+            Op::Hit(id, page_hit, sequential) => {
+                let Some(&key) = present.get(&id) else {
+                    continue;
+                };
+                let hit = GroupHit {
+                    page_hit,
+                    sequential,
+                };
+                fast.hit(GroupId(id), key, hit);
+                sweep.hit(id, hit);
+                lrw.order.retain(|&g| g != id);
+                lrw.order.push(id);
+            }
+            Op::Remove(id) => {
+                let Some(key) = present.remove(&id) else {
+                    continue;
+                };
+                fast.remove(GroupId(id), key);
+                sweep.remove(id);
+                lrw.order.retain(|&g| g != id);
+            }
+            Op::Pick => {
+                let want = if name == "lrw" {
+                    (!lrw.order.is_empty()).then(|| lrw.order.remove(0))
+                } else {
+                    sweep.pick()
+                };
+                if name == "lrw" {
+                    if let Some(id) = want {
+                        sweep.remove(id);
+                    }
+                } else if let Some(id) = want {
+                    lrw.order.retain(|&g| g != id);
+                }
+                let got = fast.pick().map(|g| g.0);
+                prop_assert_eq!(got, want);
+                if let Some(id) = got {
+                    present.remove(&id);
+                }
+            }
+        }
+        prop_assert_eq!(fast.len(), present.len());
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn lrw_matches_reference(ops in ops()) { run("lrw", &ops)?; }
+    #[test]
+    fn cscan_matches_reference(ops in ops()) { run("cscan", &ops)?; }
+    #[test]
+    fn wow_matches_reference(ops in ops()) { run("wow", &ops)?; }
+}
+
+#[test]
+fn wow_skips_recently_written_groups_once() {
+    let mut w = build_destage_order("wow").unwrap();
+    for (id, key) in [(0, 10), (1, 20), (2, 30)] {
+        w.insert(GroupId(id), key);
+    }
+    w.hit(
+        GroupId(0),
+        10,
+        GroupHit {
+            page_hit: true,
+            sequential: false,
+        },
+    );
+    // Pointer on 10 (bit set): skip it, destage 20, then 30, then 10.
+    assert_eq!(w.pick(), Some(GroupId(1)));
+    assert_eq!(w.pick(), Some(GroupId(2)));
+    assert_eq!(w.pick(), Some(GroupId(0)));
+    assert_eq!(w.pick(), None);
+}
+
+#[test]
+fn wow_sequential_group_hit_does_not_set_bit() {
+    let mut w = build_destage_order("wow").unwrap();
+    w.insert(GroupId(0), 10);
+    w.insert(GroupId(1), 20);
+    w.hit(
+        GroupId(0),
+        10,
+        GroupHit {
+            page_hit: false,
+            sequential: true,
+        },
+    );
+    assert_eq!(w.pick(), Some(GroupId(0)));
+}
+
+#[test]
+fn unknown_name_is_an_error() {
+    let e = build_destage_order("fifo").err().unwrap();
+    assert!(e.to_string().contains("fifo"));
+}

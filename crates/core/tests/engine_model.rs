@@ -1,0 +1,559 @@
+//! The engine against a byte-exact model: a driver that executes every
+//! command on real bytes (in an order chosen by the test, with injected
+//! errors), and a shadow of what each byte may hold. Every read must return,
+//! byte by byte, the last acknowledged write or a write that was in flight
+//! during the read; after a drain the backing must equal the shadow.
+
+#![allow(clippy::needless_range_loop)]
+
+use proptest::prelude::*;
+use std::collections::HashMap;
+use wcache_core::time::Nanos;
+use wcache_core::types::{RequestId, VolumeId};
+use wcache_core::*;
+
+/// Expected content of one byte. Writes that overlap in time may land in
+/// either order, so after they are acknowledged the byte may hold any of them.
+#[derive(Clone, Debug)]
+struct ByteModel {
+    /// Values the byte may hold now; None = unspecified (trimmed, failed write).
+    acked: Option<Vec<u8>>,
+    /// Writes in flight over this byte: (write seq, value, issue tick, trimmed
+    /// while in flight: the trim and the write may land in either order).
+    inflight: Vec<(u64, u8, u64, bool)>,
+    /// Acknowledged writes that may still race with one in flight: (ack tick, value).
+    recent_acks: Vec<(u64, u8)>,
+}
+
+struct PendingRead {
+    vol: usize,
+    off: usize,
+    len: usize,
+    /// Allowed values per byte, captured at issue, extended by writes issued during the read.
+    allowed: Vec<Option<Vec<u8>>>,
+}
+
+struct Harness {
+    engine: Engine,
+    page: usize,
+    cache: Vec<u8>,
+    backing: Vec<Vec<u8>>,
+    model: Vec<Vec<ByteModel>>,
+    bufs: HashMap<u64, Vec<u8>>,
+    writes: HashMap<u64, (usize, usize, usize, u64)>, // id -> (vol, off, len, seq)
+    reads: HashMap<u64, PendingRead>,
+    trims: HashMap<u64, ()>,
+    pending: Vec<IoCommand>,
+    next_id: u64,
+    now: Nanos,
+    fail_every: u64,
+    completions: u64,
+    checked_bytes: u64,
+    ticks: u64,
+}
+
+/// A failed write over unspecified bytes leaves them unspecified.
+fn trimmed_or_unknown(may: &mut Vec<u8>) {
+    may.clear();
+}
+
+fn value(seq: u64, vol: usize, byte: usize) -> u8 {
+    let x = seq.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ ((vol as u64) << 40)
+        ^ (byte as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    (x >> 56) as u8
+}
+
+impl Harness {
+    fn new(config: EngineConfig, vol_sizes: &[usize], fail_every: u64) -> Harness {
+        let page = config.page_size_bytes as usize;
+        let slots = config.cache_slots as usize;
+        let mut engine = Engine::new(config).unwrap();
+        let mut backing = Vec::new();
+        let mut model = Vec::new();
+        for (v, &size) in vol_sizes.iter().enumerate() {
+            assert_eq!(engine.add_volume(size as u64).unwrap(), VolumeId(v as u16));
+            backing.push(vec![0u8; size]);
+            model.push(vec![
+                ByteModel {
+                    acked: Some(vec![0]),
+                    inflight: Vec::new(),
+                    recent_acks: Vec::new()
+                };
+                size
+            ]);
+        }
+        Harness {
+            engine,
+            page,
+            cache: vec![0xEE; slots * page],
+            backing,
+            model,
+            bufs: HashMap::new(),
+            writes: HashMap::new(),
+            reads: HashMap::new(),
+            trims: HashMap::new(),
+            pending: Vec::new(),
+            next_id: 1,
+            now: Nanos(0),
+            fail_every,
+            completions: 0,
+            checked_bytes: 0,
+            ticks: 0,
+        }
+    }
+
+    fn tick(&mut self) {
+        self.now = Nanos(self.now.0 + 1_000_000);
+        self.engine.handle_timeout(self.now);
+        self.pump();
+    }
+
+    fn pump(&mut self) {
+        while let Some(c) = self.engine.poll_command() {
+            self.pending.push(c);
+        }
+        while let Some(r) = self.engine.poll_response() {
+            self.respond(r);
+        }
+    }
+
+    fn submit(&mut self, vol: usize, kind: RequestKind, off: usize, len: usize, fua: bool) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.ticks += 1;
+        let tick = self.ticks;
+        let req = Request {
+            id: RequestId(id),
+            volume: VolumeId(vol as u16),
+            kind,
+            offset_bytes: off as u64,
+            len_bytes: len as u64,
+            flags: RequestFlags {
+                fua,
+                ..Default::default()
+            },
+        };
+        match kind {
+            RequestKind::Write | RequestKind::WriteZeroes => {
+                let seq = id;
+                let data: Vec<u8> = (0..len)
+                    .map(|i| {
+                        if kind == RequestKind::Write {
+                            value(seq, vol, off + i)
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                for i in 0..len {
+                    self.model[vol][off + i]
+                        .inflight
+                        .push((seq, data[i], tick, false));
+                }
+                // Reads in flight may now also see this write.
+                for r in self.reads.values_mut() {
+                    if r.vol != vol {
+                        continue;
+                    }
+                    for i in 0..len {
+                        let b = off + i;
+                        if b >= r.off && b < r.off + r.len {
+                            if let Some(a) = &mut r.allowed[b - r.off] {
+                                a.push(data[i]);
+                            }
+                        }
+                    }
+                }
+                self.bufs.insert(id, data);
+                self.writes.insert(id, (vol, off, len, seq));
+            }
+            RequestKind::Read => {
+                let allowed = (off..off + len)
+                    .map(|b| {
+                        let m = &self.model[vol][b];
+                        m.acked.as_ref().map(|a| {
+                            let mut v = a.clone();
+                            v.extend(m.inflight.iter().map(|&(_, x, _, _)| x));
+                            v
+                        })
+                    })
+                    .collect();
+                self.bufs.insert(id, vec![0xAB; len]);
+                self.reads.insert(
+                    id,
+                    PendingRead {
+                        vol,
+                        off,
+                        len,
+                        allowed,
+                    },
+                );
+            }
+            RequestKind::Trim => {
+                self.trims.insert(id, ());
+            }
+            RequestKind::Flush => {}
+        }
+        match self.engine.handle_request(self.now, req) {
+            Ok(()) => {}
+            Err(e) => panic!("unexpected refusal {e}"),
+        }
+        if kind == RequestKind::Trim {
+            // Trimmed bytes are unspecified until written again, and so are the
+            // bytes of writes in flight over them.
+            for b in off..off + len {
+                let m = &mut self.model[vol][b];
+                m.acked = None;
+                for w in &mut m.inflight {
+                    w.3 = true;
+                }
+            }
+        }
+        self.pump();
+    }
+
+    fn respond(&mut self, r: Response) {
+        let id = r.id.0;
+        if let Some((vol, off, len, seq)) = self.writes.remove(&id) {
+            let data = self.bufs.remove(&id).unwrap();
+            self.ticks += 1;
+            let now = self.ticks;
+            for i in 0..len {
+                let m = &mut self.model[vol][off + i];
+                let at = m
+                    .inflight
+                    .iter()
+                    .position(|&(s, _, _, _)| s == seq)
+                    .unwrap();
+                let (_, _, issued, trimmed) = m.inflight.remove(at);
+                // Writes acknowledged while this one was in flight may have landed
+                // before or after it; a failed write may have landed or not.
+                let raced = m
+                    .recent_acks
+                    .iter()
+                    .filter(|&&(t, _)| t > issued)
+                    .map(|&(_, v)| v);
+                let mut may = vec![data[i]];
+                may.extend(raced);
+                if r.result.is_err() {
+                    match &m.acked {
+                        Some(old) => may.extend(old.iter().copied()),
+                        None => trimmed_or_unknown(&mut may),
+                    }
+                }
+                m.acked = if trimmed || may.is_empty() {
+                    None
+                } else {
+                    Some(may)
+                };
+                m.recent_acks.push((now, data[i]));
+                let oldest = m.inflight.iter().map(|&(_, _, t, _)| t).min();
+                match oldest {
+                    Some(t) => m.recent_acks.retain(|&(a, _)| a > t),
+                    None => m.recent_acks.clear(),
+                }
+            }
+        } else if let Some(pr) = self.reads.remove(&id) {
+            let data = self.bufs.remove(&id).unwrap();
+            if r.result.is_ok() {
+                for (i, allowed) in pr.allowed.iter().enumerate() {
+                    if let Some(allowed) = allowed {
+                        assert!(
+                            allowed.contains(&data[i]),
+                            "read {id} of vol {} byte {} returned {:#x}, allowed {:x?}",
+                            pr.vol,
+                            pr.off + i,
+                            data[i],
+                            allowed
+                        );
+                        self.checked_bytes += 1;
+                    }
+                }
+            }
+        } else {
+            assert!(
+                self.trims.remove(&id).is_some() || r.result.is_ok(),
+                "unknown response {id}"
+            );
+        }
+    }
+
+    fn src_bytes(&self, src: Source, len: usize) -> Vec<u8> {
+        match src {
+            Source::Zero => vec![0; len],
+            Source::Request { req, offset_bytes } => {
+                let o = offset_bytes as usize;
+                self.bufs[&req.0][o..o + len].to_vec()
+            }
+        }
+    }
+
+    /// Execute one pending command (the `k`-th, modulo) and complete it.
+    fn complete(&mut self, k: usize) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let cmd = self.pending.remove(k % self.pending.len());
+        self.completions += 1;
+        let fail = self.fail_every > 0 && self.completions.is_multiple_of(self.fail_every);
+        let p = self.page;
+        if !fail {
+            match &cmd {
+                IoCommand::WritePage {
+                    slot, base, patch, ..
+                } => {
+                    let mut page = match *base {
+                        PageBase::None => vec![0xCD; p],
+                        PageBase::Slot(s) => self.cache[s.0 as usize * p..][..p].to_vec(),
+                        PageBase::Backing { volume, page } => {
+                            let b = &self.backing[volume.0 as usize];
+                            let start = page.0 as usize * p;
+                            let mut v = vec![0u8; p];
+                            let end = (start + p).min(b.len());
+                            v[..end - start].copy_from_slice(&b[start..end]);
+                            v
+                        }
+                    };
+                    let o = patch.page_offset_bytes as usize;
+                    let bytes = self.src_bytes(patch.src, patch.len_bytes as usize);
+                    page[o..o + bytes.len()].copy_from_slice(&bytes);
+                    self.cache[slot.0 as usize * p..][..p].copy_from_slice(&page);
+                }
+                IoCommand::ReadPage {
+                    slot,
+                    page_offset_bytes,
+                    len_bytes,
+                    req,
+                    req_offset_bytes,
+                    ..
+                } => {
+                    let from = slot.0 as usize * p + *page_offset_bytes as usize;
+                    let bytes = self.cache[from..from + *len_bytes as usize].to_vec();
+                    let o = *req_offset_bytes as usize;
+                    self.bufs.get_mut(&req.0).unwrap()[o..o + bytes.len()].copy_from_slice(&bytes);
+                }
+                IoCommand::ReadBacking {
+                    volume,
+                    offset_bytes,
+                    len_bytes,
+                    req,
+                    req_offset_bytes,
+                    ..
+                } => {
+                    let b = &self.backing[volume.0 as usize];
+                    let bytes = b[*offset_bytes as usize..][..*len_bytes as usize].to_vec();
+                    let o = *req_offset_bytes as usize;
+                    self.bufs.get_mut(&req.0).unwrap()[o..o + bytes.len()].copy_from_slice(&bytes);
+                }
+                IoCommand::WriteBacking {
+                    volume,
+                    offset_bytes,
+                    len_bytes,
+                    src,
+                    ..
+                } => {
+                    let bytes = self.src_bytes(*src, *len_bytes as usize);
+                    self.backing[volume.0 as usize][*offset_bytes as usize..][..bytes.len()]
+                        .copy_from_slice(&bytes);
+                }
+                IoCommand::Destage {
+                    volume,
+                    first_page,
+                    slots,
+                    ..
+                } => {
+                    for (i, s) in slots.iter().enumerate() {
+                        let page = self.cache[s.0 as usize * p..][..p].to_vec();
+                        let b = &mut self.backing[volume.0 as usize];
+                        let start = (first_page.0 as usize + i) * p;
+                        let end = (start + p).min(b.len());
+                        b[start..end].copy_from_slice(&page[..end - start]);
+                    }
+                }
+            }
+        }
+        let result = if fail { Err(IoError::Io) } else { Ok(()) };
+        self.engine
+            .handle_completion(self.now, cmd.io(), result)
+            .unwrap();
+        self.pump();
+    }
+
+    fn settle(&mut self) {
+        let mut rounds = 0;
+        while !self.pending.is_empty() || !self.engine.is_idle() {
+            if self.pending.is_empty() {
+                self.tick(); // destage retry timers
+            } else {
+                self.complete(0);
+            }
+            rounds += 1;
+            assert!(rounds < 1_000_000, "engine does not settle");
+        }
+    }
+
+    /// Destage everything and compare the backing with the model.
+    fn drain_and_check(&mut self) {
+        self.settle();
+        self.fail_every = 0;
+        self.engine.start_drain();
+        self.pump();
+        self.settle();
+        assert_eq!(self.engine.dirty_pages(), 0);
+        for (v, vol) in self.model.iter().enumerate() {
+            for (b, m) in vol.iter().enumerate() {
+                if let Some(a) = &m.acked {
+                    assert!(
+                        a.contains(&self.backing[v][b]),
+                        "backing of vol {v} byte {b} after drain: {:#x} not in {a:x?}",
+                        self.backing[v][b]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Write(usize, usize, usize, bool),
+    Zero(usize, usize, usize),
+    Read(usize, usize, usize),
+    Trim(usize, usize, usize),
+    Complete(usize),
+    CompleteMany(usize),
+    Tick,
+}
+
+fn op(vol_size: usize) -> impl Strategy<Value = Op> {
+    let range = (0..2usize, 0..vol_size, 1..9000usize)
+        .prop_map(move |(v, o, l)| (v, o, l.min(vol_size - o)));
+    prop_oneof![
+        6 => (range.clone(), any::<bool>()).prop_map(|((v, o, l), f)| Op::Write(v, o, l, f)),
+        1 => range.clone().prop_map(|(v, o, l)| Op::Zero(v, o, l)),
+        4 => range.clone().prop_map(|(v, o, l)| Op::Read(v, o, l)),
+        1 => range.prop_map(|(v, o, l)| Op::Trim(v, o, l)),
+        6 => any::<usize>().prop_map(Op::Complete),
+        2 => (1..20usize).prop_map(Op::CompleteMany),
+        1 => Just(Op::Tick),
+    ]
+}
+
+fn config_strategy() -> impl Strategy<Value = EngineConfig> {
+    (
+        prop_oneof![Just(512u64), Just(4096u64)],
+        1..5u64,
+        prop_oneof![Just(8u64), Just(24u64), Just(64u64)],
+        prop_oneof![
+            Just(WritePolicy::WriteBack),
+            Just(WritePolicy::WriteThrough),
+            Just(WritePolicy::WriteAround)
+        ],
+        prop_oneof![Just("lrw"), Just("cscan"), Just("wow")],
+        prop_oneof![Just("lru"), Just("clock"), Just("arc")],
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just("linear"), Just("adaptive")],
+    )
+        .prop_map(
+            |(page, group_pages, slots_groups, wp, order, repl, keep_clean, read_insert, rate)| {
+                EngineConfig {
+                    page_size_bytes: page,
+                    group_size_bytes: page * group_pages,
+                    cache_slots: (slots_groups * group_pages).max(24),
+                    write_policy: wp,
+                    destage_order: order.into(),
+                    destage_rate: rate.into(),
+                    replacement: repl.into(),
+                    keep_clean,
+                    read_insert,
+                    ..EngineConfig::default()
+                }
+            },
+        )
+}
+
+fn run(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> u64 {
+    let vol_size = 40_000;
+    let mut h = Harness::new(config.clone(), &[vol_size, vol_size - 333], fail_every);
+    let sizes = [vol_size, vol_size - 333];
+    let slot_bytes = (config.cache_slots * config.page_size_bytes) as usize;
+    for op in ops {
+        match op {
+            Op::Write(v, o, l, fua) => {
+                let o = o.min(sizes[v] - 1);
+                let l = l.min(sizes[v] - o).min(slot_bytes / 2);
+                h.submit(v, RequestKind::Write, o, l, fua)
+            }
+            Op::Zero(v, o, l) => {
+                let o = o.min(sizes[v] - 1);
+                let l = l.min(sizes[v] - o).min(slot_bytes / 2);
+                h.submit(v, RequestKind::WriteZeroes, o, l, false)
+            }
+            Op::Read(v, o, l) => {
+                let o = o.min(sizes[v] - 1);
+                h.submit(v, RequestKind::Read, o, l.min(sizes[v] - o), false)
+            }
+            Op::Trim(v, o, l) => {
+                let o = o.min(sizes[v] - 1);
+                h.submit(v, RequestKind::Trim, o, l.min(sizes[v] - o), false)
+            }
+            Op::Complete(k) => h.complete(k),
+            Op::CompleteMany(n) => (0..n).for_each(|k| h.complete(k * 7919)),
+            Op::Tick => h.tick(),
+        }
+    }
+    if fail_every == 0 {
+        h.drain_and_check();
+    } else {
+        h.settle();
+    }
+    h.checked_bytes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn reads_return_acknowledged_data(config in config_strategy(), ops in proptest::collection::vec(op(40_000), 1..120)) {
+        run(config, ops, 0);
+    }
+
+    #[test]
+    fn reads_stay_correct_with_device_errors(config in config_strategy(), ops in proptest::collection::vec(op(40_000), 1..120), fail_every in 3..12u64) {
+        run(config, ops, fail_every);
+    }
+}
+
+#[test]
+fn a_long_mixed_run_checks_many_bytes() {
+    // A fixed, long sequence so that a run that checks nothing cannot pass.
+    let mut rng = 0x1234_5678u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut ops = Vec::new();
+    for _ in 0..3000 {
+        let v = (next() % 2) as usize;
+        let o = (next() % 39_000) as usize;
+        let l = 1 + (next() % 9000) as usize;
+        ops.push(match next() % 10 {
+            0..=3 => Op::Write(v, o, l, false),
+            4..=6 => Op::Read(v, o, l),
+            7 => Op::Trim(v, o, l),
+            _ => Op::CompleteMany(1 + (next() % 8) as usize),
+        });
+    }
+    let config = EngineConfig {
+        page_size_bytes: 4096,
+        group_size_bytes: 16384,
+        cache_slots: 32,
+        ..EngineConfig::default()
+    };
+    let checked = run(config, ops, 0);
+    assert!(checked > 100_000, "only {checked} bytes were checked");
+}
