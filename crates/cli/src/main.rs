@@ -1,2 +1,331 @@
-//! The `wcache` binary.
-fn main() {}
+//! The `wcache` binary: one command line for every part of wcache.
+//! `wcache sim` runs the simulator: one configuration, or a named experiment.
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use wcache_core::policy::destage_rate::RateConfig;
+use wcache_core::time::Nanos;
+use wcache_core::{EngineConfig, WritePolicy};
+use wcache_sim::device::build_device;
+use wcache_sim::experiment::{self, wow};
+use wcache_sim::workload::{
+    Loop, RandomConfig, Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec,
+    OUTSTANDING_MAX_DEFAULT,
+};
+use wcache_sim::{RunLimits, Simulation};
+
+#[derive(Parser)]
+#[command(
+    name = "wcache",
+    version,
+    about = "A host-side durable write cache for block storage"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Simulate: a named experiment (wow-random, wow-spc1, wow-latency) or, with no name, one configuration.
+    Sim(SimArgs),
+}
+
+#[derive(Args)]
+struct SimArgs {
+    /// Experiment to run; omit to run the one configuration given by the flags.
+    experiment: Option<String>,
+    /// A smaller run of the same shape (for CI).
+    #[arg(long)]
+    quick: bool,
+    /// Directory for the CSV and SVG files.
+    #[arg(long, default_value = "out")]
+    out: PathBuf,
+    /// Seeds per experiment point.
+    #[arg(long, default_value_t = 1)]
+    seeds: u64,
+    /// Worker threads for sweeps (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Check every read against the data model (slow).
+    #[arg(long)]
+    check: bool,
+    #[command(flatten)]
+    one: OneRun,
+}
+
+/// One configuration (used when no experiment is named).
+#[derive(Args)]
+struct OneRun {
+    /// Backing device model: hdd, raid10, raid5, ssd, nvram.
+    #[arg(long, default_value = "raid5")]
+    backend: String,
+    /// Cache device model.
+    #[arg(long, default_value = "nvram")]
+    cache_device: String,
+    #[arg(long, default_value_t = 4096)]
+    cache_pages: u64,
+    #[arg(long, default_value_t = 4096)]
+    page_size: u64,
+    /// Write group size in bytes (default: 256 KiB stripe for raid5, 64 KiB otherwise).
+    #[arg(long)]
+    group_size: Option<u64>,
+    /// Destage order: lrw, cscan, wow.
+    #[arg(long, default_value = "wow")]
+    order: String,
+    /// Destage rate: linear, adaptive.
+    #[arg(long, default_value = "adaptive")]
+    rate: String,
+    #[arg(long, default_value_t = 20)]
+    max_queue: u32,
+    #[arg(long, default_value_t = 80.0)]
+    low_threshold_pct: f64,
+    #[arg(long, default_value_t = 90.0)]
+    high_threshold_pct: f64,
+    /// write-back, write-through, write-around.
+    #[arg(long, default_value = "write-back")]
+    write_policy: String,
+    /// Clean-page replacement: lru, clock, arc.
+    #[arg(long, default_value = "lru")]
+    replacement: String,
+    /// Keep destaged pages and read misses as clean cached pages.
+    #[arg(long)]
+    read_cache: bool,
+    /// Workload: random, spc1, trace.
+    #[arg(long, default_value = "random")]
+    workload: String,
+    /// Footprint in bytes (default: the whole backing device).
+    #[arg(long)]
+    footprint: Option<u64>,
+    /// Closed loop with this many requests outstanding (random, spc1, trace replay).
+    #[arg(long, default_value_t = 16)]
+    outstanding: u64,
+    /// Open loop at this target IOPS instead of closed loop (random, spc1).
+    #[arg(long)]
+    target_iops: Option<f64>,
+    /// Fraction of reads (random).
+    #[arg(long, default_value_t = 0.0)]
+    read_fraction: f64,
+    /// Trace file (workload trace).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Trace format: msr, blkparse, libcachesim, tencent.
+    #[arg(long, default_value = "msr")]
+    trace_format: String,
+    /// Replay the trace at its recorded times (scaled by this speed) instead of as fast as possible.
+    #[arg(long)]
+    trace_speed: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Requests to complete before measuring.
+    #[arg(long, default_value_t = 20_000)]
+    warmup: u64,
+    /// Requests to measure.
+    #[arg(long, default_value_t = 50_000)]
+    requests: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sim(args) => sim(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wcache: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type AnyError = Box<dyn std::error::Error>;
+
+fn sim(args: SimArgs) -> Result<(), AnyError> {
+    match &args.experiment {
+        Some(name) => sim_experiment(name, &args),
+        None => sim_one(&args),
+    }
+}
+
+fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
+    let opts = wow::Options {
+        quick: args.quick,
+        seeds: args.seeds,
+        check_data: args.check,
+    };
+    let points = wow::points(name, &opts)?;
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let bar = ProgressBar::new(points.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:40}] {pos}/{len} points, {elapsed_precise} (eta {eta})",
+        )?
+        .progress_chars("=> "),
+    );
+    bar.set_message(name.to_string());
+    let started = std::time::Instant::now();
+    let rows = experiment::run_points(points, threads, &|done, _| bar.set_position(done as u64))?;
+    bar.finish();
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    let csv_path = args.out.join(format!("{name}.csv"));
+    std::fs::write(&csv_path, experiment::to_csv(&rows))
+        .map_err(|e| format!("cannot write {}: {e}", csv_path.display()))?;
+    for (file, svg) in wow::charts(name, &rows) {
+        let path = args.out.join(file);
+        std::fs::write(&path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    println!(
+        "{}",
+        experiment::CSV_HEADER
+            .split(',')
+            .take(12)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    for r in &rows {
+        println!(
+            "{}",
+            experiment::csv_row(r)
+                .split(',')
+                .take(12)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+    }
+    println!(
+        "wrote {} ({} runs, {:.1} s on {threads} threads)",
+        csv_path.display(),
+        rows.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
+    let o = &args.one;
+    let backing = build_device(&o.backend)?;
+    let cache = build_device(&o.cache_device)?;
+    let group = o.group_size.unwrap_or(if o.backend == "raid5" {
+        256 * 1024
+    } else {
+        64 * 1024
+    });
+    let engine = EngineConfig {
+        page_size_bytes: o.page_size,
+        group_size_bytes: group,
+        cache_slots: o.cache_pages,
+        write_policy: WritePolicy::from_name(&o.write_policy)?,
+        destage_order: o.order.clone(),
+        destage_rate: o.rate.clone(),
+        rate: RateConfig {
+            destages_max: o.max_queue,
+            low_threshold_pct: o.low_threshold_pct,
+            high_threshold_pct: o.high_threshold_pct,
+            ..RateConfig::default()
+        },
+        replacement: o.replacement.clone(),
+        read_insert: o.read_cache,
+        keep_clean: o.read_cache,
+        requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
+    };
+    let footprint = o.footprint.unwrap_or(backing.capacity_bytes()) / 4096 * 4096;
+    let arrivals = match o.target_iops {
+        Some(rate_iops) => Loop::Open {
+            rate_iops,
+            outstanding_max: OUTSTANDING_MAX_DEFAULT,
+        },
+        None => Loop::Closed {
+            outstanding: o.outstanding,
+        },
+    };
+    let spec = match o.workload.as_str() {
+        "random" => {
+            let mut c = RandomConfig::writes_closed(footprint, o.outstanding);
+            c.arrivals = arrivals;
+            c.read_fraction = o.read_fraction;
+            WorkloadSpec::Random(c)
+        }
+        "spc1" => {
+            let mut c = Spc1Config::closed(footprint, o.outstanding);
+            c.arrivals = arrivals;
+            WorkloadSpec::Spc1(c)
+        }
+        "trace" => {
+            let path = o
+                .trace
+                .clone()
+                .ok_or("--workload trace needs --trace FILE")?;
+            let mut c = TraceConfig::new(path, TraceFormat::from_name(&o.trace_format)?);
+            c.replay = match o.trace_speed {
+                Some(speed) => Replay::AsRecorded {
+                    speed,
+                    outstanding_max: OUTSTANDING_MAX_DEFAULT,
+                },
+                None => Replay::Closed {
+                    outstanding: o.outstanding,
+                },
+            };
+            WorkloadSpec::Trace(c)
+        }
+        other => {
+            return Err(format!("unknown workload {other:?}; valid: random, spc1, trace").into())
+        }
+    };
+    let workload = spec.build(o.seed)?;
+    let mut sim = Simulation::new(engine, cache, backing, workload, args.check)?;
+    let limits = RunLimits {
+        warmup_requests: o.warmup,
+        measure_requests: o.requests,
+        time_limit: Nanos::MAX,
+        check_data: args.check,
+    };
+    let r = sim.run(limits)?;
+    println!(
+        "workload            {} on {} ({} KiB footprint)",
+        o.workload,
+        o.backend,
+        footprint / 1024
+    );
+    println!(
+        "cache               {} pages of {} B, group {} B, order {}, rate {}",
+        o.cache_pages, o.page_size, group, o.order, o.rate
+    );
+    println!(
+        "measured            {} requests over {:.2} s virtual (after {:.2} s warm-up)",
+        r.requests,
+        r.window_ns as f64 / 1e9,
+        r.warmup_ns as f64 / 1e9
+    );
+    println!("iops                {:.1}", r.iops);
+    println!(
+        "response_ms_mean    {:.3} (reads {:.3}, writes {:.3})",
+        r.response_ms_mean, r.read_response_ms_mean, r.write_response_ms_mean
+    );
+    println!("write_hit_ratio     {:.4}", r.stats.write_hit_ratio());
+    println!(
+        "destages            {} ({} pages), mean distance {:.0} sectors",
+        r.stats.destages,
+        r.stats.destaged_pages,
+        r.stats.destage_distance_sectors_mean()
+    );
+    println!("stalls              {}", r.stats.stalls);
+    println!(
+        "occupancy mean      {:.0} pages, thresholds {:?}",
+        r.occupancy_pages_mean, r.thresholds_pages
+    );
+    if args.check {
+        println!(
+            "data checked        {} sectors, all correct",
+            r.sectors_checked
+        );
+    }
+    Ok(())
+}

@@ -1,5 +1,10 @@
 //! wcache-sim: a deterministic discrete-event simulator that drives the real
 //! engine in virtual time against device models and workloads.
 
+pub mod checker;
 pub mod device;
+pub mod experiment;
+pub mod run;
 pub mod workload;
+
+pub use run::{RunLimits, SimError, SimReport, Simulation};

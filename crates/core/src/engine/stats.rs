@@ -34,6 +34,34 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// Counts since `earlier` (a snapshot of the same engine).
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        Stats {
+            reads: self.reads - earlier.reads,
+            read_hits: self.read_hits - earlier.read_hits,
+            read_pages: self.read_pages - earlier.read_pages,
+            read_page_hits: self.read_page_hits - earlier.read_page_hits,
+            read_inserts: self.read_inserts - earlier.read_inserts,
+            writes: self.writes - earlier.writes,
+            write_pages: self.write_pages - earlier.write_pages,
+            write_page_hits: self.write_page_hits - earlier.write_page_hits,
+            write_group_hits: self.write_group_hits - earlier.write_group_hits,
+            trims: self.trims - earlier.trims,
+            flushes: self.flushes - earlier.flushes,
+            stalls: self.stalls - earlier.stalls,
+            stall_ns_total: self.stall_ns_total - earlier.stall_ns_total,
+            destages: self.destages - earlier.destages,
+            destaged_pages: self.destaged_pages - earlier.destaged_pages,
+            destage_picks: self.destage_picks - earlier.destage_picks,
+            destage_distance_sectors_sum: self.destage_distance_sectors_sum
+                - earlier.destage_distance_sectors_sum,
+            destage_distance_pairs: self.destage_distance_pairs - earlier.destage_distance_pairs,
+            destage_errors: self.destage_errors - earlier.destage_errors,
+            evictions: self.evictions - earlier.evictions,
+            io_errors: self.io_errors - earlier.io_errors,
+        }
+    }
+
     pub fn write_hit_ratio(&self) -> f64 {
         ratio(self.write_page_hits, self.write_pages)
     }

@@ -98,6 +98,18 @@ pub struct DeviceStats {
 }
 
 impl DeviceStats {
+    /// Counts since `earlier` (a snapshot of the same device).
+    pub fn since(&self, earlier: &DeviceStats) -> DeviceStats {
+        DeviceStats {
+            reads: self.reads - earlier.reads,
+            writes: self.writes - earlier.writes,
+            flushes: self.flushes - earlier.flushes,
+            read_bytes: self.read_bytes - earlier.read_bytes,
+            write_bytes: self.write_bytes - earlier.write_bytes,
+            busy_ns: self.busy_ns - earlier.busy_ns,
+        }
+    }
+
     pub(crate) fn count_submit(&mut self, op: &DevOp) {
         match op.kind {
             DevOpKind::Read => {

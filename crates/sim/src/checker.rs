@@ -1,0 +1,320 @@
+//! The data model of a simulation: what every cache slot, backing sector and
+//! request buffer holds, as 64-bit stamps per 512-byte sector, and the check
+//! that every read returns the last acknowledged write (or one that raced
+//! with it). It executes each engine command's data effect when the command
+//! completes, exactly as a driver moving real bytes would.
+
+use std::collections::HashMap;
+use wcache_core::{IoCommand, PageBase, Source};
+
+pub const SECTOR_BYTES: u64 = 512;
+
+/// What one sector may hold: stamps allowed after the writes acknowledged so
+/// far, plus writes in flight. `None` = unspecified (trimmed, failed write).
+#[derive(Default)]
+struct SectorModel {
+    acked: Option<Vec<u64>>,
+    inflight: Vec<(u64, u64)>,    // (stamp, issue tick)
+    recent_acks: Vec<(u64, u64)>, // (ack tick, stamp)
+}
+
+struct PendingRead {
+    volume: u16,
+    first_sector: u64,
+    allowed: Vec<Option<Vec<u64>>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "read {req} of volume {volume} sector {sector} returned stamp {got:#x}, allowed {allowed:x?}"
+)]
+pub struct IntegrityError {
+    pub req: u64,
+    pub volume: u16,
+    pub sector: u64,
+    pub got: u64,
+    pub allowed: Vec<u64>,
+}
+
+pub struct DataModel {
+    sectors_per_page: u64,
+    /// Slot contents, created on first write.
+    cache: HashMap<u32, Vec<u64>>,
+    /// Backing contents per (volume, sector); absent = 0 (never written).
+    backing: HashMap<(u16, u64), u64>,
+    /// Request buffers, by request id, one stamp per sector.
+    bufs: HashMap<u64, Vec<u64>>,
+    model: HashMap<(u16, u64), SectorModel>,
+    reads: HashMap<u64, PendingRead>,
+    writes: HashMap<u64, (u16, u64, u64)>, // id -> (volume, first sector, sectors)
+    ticks: u64,
+    pub sectors_checked: u64,
+}
+
+fn stamp(req: u64, i: u64) -> u64 {
+    (req << 20) | (i + 1)
+}
+
+impl DataModel {
+    pub fn new(page_size_bytes: u64) -> DataModel {
+        DataModel {
+            sectors_per_page: page_size_bytes / SECTOR_BYTES,
+            cache: HashMap::new(),
+            backing: HashMap::new(),
+            bufs: HashMap::new(),
+            model: HashMap::new(),
+            reads: HashMap::new(),
+            writes: HashMap::new(),
+            ticks: 0,
+            sectors_checked: 0,
+        }
+    }
+
+    /// A request is handed to the engine; ranges are whole sectors.
+    pub fn submit(
+        &mut self,
+        id: u64,
+        volume: u16,
+        is_write: bool,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) {
+        debug_assert_eq!(offset_bytes % SECTOR_BYTES, 0);
+        debug_assert_eq!(len_bytes % SECTOR_BYTES, 0);
+        self.ticks += 1;
+        let first = offset_bytes / SECTOR_BYTES;
+        let n = len_bytes / SECTOR_BYTES;
+        if is_write {
+            let data: Vec<u64> = (0..n).map(|i| stamp(id, i)).collect();
+            for i in 0..n {
+                let m = self
+                    .model
+                    .entry((volume, first + i))
+                    .or_insert_with(|| SectorModel {
+                        acked: Some(vec![0]),
+                        ..Default::default()
+                    });
+                m.inflight.push((data[i as usize], self.ticks));
+            }
+            for r in self.reads.values_mut() {
+                if r.volume != volume {
+                    continue;
+                }
+                for i in 0..n {
+                    let s = first + i;
+                    if s >= r.first_sector && s < r.first_sector + r.allowed.len() as u64 {
+                        if let Some(a) = &mut r.allowed[(s - r.first_sector) as usize] {
+                            a.push(data[i as usize]);
+                        }
+                    }
+                }
+            }
+            self.bufs.insert(id, data);
+            self.writes.insert(id, (volume, first, n));
+        } else {
+            let allowed = (first..first + n)
+                .map(|s| match self.model.get(&(volume, s)) {
+                    None => Some(vec![0]),
+                    Some(m) => m.acked.as_ref().map(|a| {
+                        let mut v = a.clone();
+                        v.extend(m.inflight.iter().map(|&(x, _)| x));
+                        v
+                    }),
+                })
+                .collect();
+            self.bufs.insert(id, vec![u64::MAX; n as usize]);
+            self.reads.insert(
+                id,
+                PendingRead {
+                    volume,
+                    first_sector: first,
+                    allowed,
+                },
+            );
+        }
+    }
+
+    /// The engine answered request `id`.
+    pub fn respond(&mut self, id: u64, ok: bool) -> Result<(), IntegrityError> {
+        if let Some((volume, first, n)) = self.writes.remove(&id) {
+            let data = self.bufs.remove(&id).unwrap_or_default();
+            self.ticks += 1;
+            for i in 0..n {
+                let Some(m) = self.model.get_mut(&(volume, first + i)) else {
+                    continue;
+                };
+                let value = data[i as usize];
+                let Some(at) = m.inflight.iter().position(|&(v, _)| v == value) else {
+                    continue;
+                };
+                let (_, issued) = m.inflight.remove(at);
+                let mut may = vec![value];
+                may.extend(
+                    m.recent_acks
+                        .iter()
+                        .filter(|&&(t, _)| t > issued)
+                        .map(|&(_, v)| v),
+                );
+                if !ok {
+                    match &m.acked {
+                        Some(old) => may.extend(old.iter().copied()),
+                        None => may.clear(),
+                    }
+                }
+                m.acked = if may.is_empty() { None } else { Some(may) };
+                m.recent_acks.push((self.ticks, value));
+                match m.inflight.iter().map(|&(_, t)| t).min() {
+                    Some(t) => m.recent_acks.retain(|&(a, _)| a > t),
+                    None => m.recent_acks.clear(),
+                }
+            }
+        } else if let Some(r) = self.reads.remove(&id) {
+            let data = self.bufs.remove(&id).unwrap_or_default();
+            if !ok {
+                return Ok(());
+            }
+            for (i, allowed) in r.allowed.iter().enumerate() {
+                let Some(allowed) = allowed else { continue };
+                self.sectors_checked += 1;
+                if !allowed.contains(&data[i]) {
+                    return Err(IntegrityError {
+                        req: id,
+                        volume: r.volume,
+                        sector: r.first_sector + i as u64,
+                        got: data[i],
+                        allowed: allowed.clone(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn src(&self, src: Source, sectors: u64) -> Vec<u64> {
+        match src {
+            Source::Zero => vec![0; sectors as usize],
+            Source::Request { req, offset_bytes } => {
+                let o = (offset_bytes / SECTOR_BYTES) as usize;
+                match self.bufs.get(&req.0) {
+                    Some(b) => b[o..o + sectors as usize].to_vec(),
+                    None => vec![u64::MAX; sectors as usize],
+                }
+            }
+        }
+    }
+
+    fn slot_page(&self, slot: u32) -> Vec<u64> {
+        self.cache
+            .get(&slot)
+            .cloned()
+            .unwrap_or_else(|| vec![u64::MAX - 1; self.sectors_per_page as usize])
+    }
+
+    /// Apply the data effect of a command that completed successfully.
+    pub fn execute(&mut self, cmd: &IoCommand) {
+        let spp = self.sectors_per_page;
+        match cmd {
+            IoCommand::WritePage {
+                slot, base, patch, ..
+            } => {
+                let mut page = match *base {
+                    PageBase::None => vec![u64::MAX - 2; spp as usize],
+                    PageBase::Slot(s) => self.slot_page(s.0),
+                    PageBase::Backing { volume, page } => (0..spp)
+                        .map(|i| {
+                            *self
+                                .backing
+                                .get(&(volume.0, page.0 * spp + i))
+                                .unwrap_or(&0)
+                        })
+                        .collect(),
+                };
+                let o = (patch.page_offset_bytes as u64 / SECTOR_BYTES) as usize;
+                let bytes = self.src(patch.src, patch.len_bytes as u64 / SECTOR_BYTES);
+                page[o..o + bytes.len()].copy_from_slice(&bytes);
+                self.cache.insert(slot.0, page);
+            }
+            IoCommand::ReadPage {
+                slot,
+                page_offset_bytes,
+                len_bytes,
+                req,
+                req_offset_bytes,
+                ..
+            } => {
+                let page = self.slot_page(slot.0);
+                let from = (*page_offset_bytes as u64 / SECTOR_BYTES) as usize;
+                let n = (*len_bytes as u64 / SECTOR_BYTES) as usize;
+                let o = (*req_offset_bytes / SECTOR_BYTES) as usize;
+                if let Some(b) = self.bufs.get_mut(&req.0) {
+                    b[o..o + n].copy_from_slice(&page[from..from + n]);
+                }
+            }
+            IoCommand::ReadBacking {
+                volume,
+                offset_bytes,
+                len_bytes,
+                req,
+                req_offset_bytes,
+                ..
+            } => {
+                let first = offset_bytes / SECTOR_BYTES;
+                let n = len_bytes / SECTOR_BYTES;
+                let o = (*req_offset_bytes / SECTOR_BYTES) as usize;
+                let values: Vec<u64> = (0..n)
+                    .map(|i| *self.backing.get(&(volume.0, first + i)).unwrap_or(&0))
+                    .collect();
+                if let Some(b) = self.bufs.get_mut(&req.0) {
+                    b[o..o + n as usize].copy_from_slice(&values);
+                }
+            }
+            IoCommand::WriteBacking {
+                volume,
+                offset_bytes,
+                len_bytes,
+                src,
+                ..
+            } => {
+                let first = offset_bytes / SECTOR_BYTES;
+                let values = self.src(*src, len_bytes / SECTOR_BYTES);
+                for (i, v) in values.into_iter().enumerate() {
+                    self.backing.insert((volume.0, first + i as u64), v);
+                }
+            }
+            IoCommand::Destage {
+                volume,
+                first_page,
+                slots,
+                ..
+            } => {
+                for (i, s) in slots.iter().enumerate() {
+                    let page = self.slot_page(s.0);
+                    let first = (first_page.0 + i as u64) * spp;
+                    for (j, v) in page.into_iter().enumerate() {
+                        self.backing.insert((volume.0, first + j as u64), v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// After a full drain: every sector's backing stamp must be allowed.
+    pub fn check_backing(&self) -> Result<u64, IntegrityError> {
+        let mut checked = 0;
+        for (&(volume, sector), m) in &self.model {
+            let Some(allowed) = &m.acked else { continue };
+            let got = *self.backing.get(&(volume, sector)).unwrap_or(&0);
+            if !allowed.contains(&got) {
+                return Err(IntegrityError {
+                    req: 0,
+                    volume,
+                    sector,
+                    got,
+                    allowed: allowed.clone(),
+                });
+            }
+            checked += 1;
+        }
+        Ok(checked)
+    }
+}

@@ -1,0 +1,141 @@
+//! Named experiments: sweeps of simulation points that reproduce a paper's
+//! figures, run on all cores, written as CSV (one row per run) and SVG.
+//! Every parameter a point uses is in its row or in `docs/experiments/`.
+
+pub mod svg;
+pub mod wow;
+
+use crate::device::{build_device, DeviceModel};
+use crate::run::{RunLimits, SimError, SimReport, Simulation};
+use crate::workload::WorkloadSpec;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use wcache_core::EngineConfig;
+
+/// One simulation to run.
+#[derive(Clone, Debug)]
+pub struct Point {
+    pub experiment: &'static str,
+    /// Backing device name for the registry, e.g. "raid5".
+    pub backend: &'static str,
+    /// "full" or "partial" (the WOW paper's footprints).
+    pub footprint: &'static str,
+    pub policy: String,
+    pub nvs_pages: u64,
+    /// Open-loop target, 0 for closed loop.
+    pub target_iops: f64,
+    pub seed: u64,
+    pub engine: EngineConfig,
+    pub workload: WorkloadSpec,
+    pub limits: RunLimits,
+}
+
+/// A point and what it measured.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub point: Point,
+    pub report: SimReport,
+}
+
+pub fn run_point(p: &Point) -> Result<SimReport, SimError> {
+    let backing: Box<dyn DeviceModel> = build_device(p.backend).map_err(|e| {
+        SimError::Workload(crate::workload::WorkloadError::InvalidConfig(e.to_string()))
+    })?;
+    let cache = build_device("nvram").map_err(|e| {
+        SimError::Workload(crate::workload::WorkloadError::InvalidConfig(e.to_string()))
+    })?;
+    let workload = p.workload.build(p.seed)?;
+    let mut sim = Simulation::new(
+        p.engine.clone(),
+        cache,
+        backing,
+        workload,
+        p.limits.check_data,
+    )?;
+    sim.run(p.limits)
+}
+
+/// Run all points on `threads` threads; `progress(done, total)` after each.
+/// Results come back in the order of `points`.
+pub fn run_points(
+    points: Vec<Point>,
+    threads: usize,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Vec<Row>, SimError> {
+    let total = points.len();
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<SimReport, SimError>>>> =
+        Mutex::new((0..total).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    return;
+                }
+                let r = run_point(&points[i]);
+                let failed = r.is_err();
+                results.lock().expect("results lock")[i] = Some(r);
+                progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+                if failed {
+                    next.store(total, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let results = results.into_inner().expect("results lock");
+    let mut rows = Vec::with_capacity(total);
+    for (point, r) in points.into_iter().zip(results) {
+        match r {
+            Some(Ok(report)) => rows.push(Row { point, report }),
+            Some(Err(e)) => return Err(e),
+            None => {}
+        }
+    }
+    Ok(rows)
+}
+
+pub const CSV_HEADER: &str = "experiment,backend,footprint,policy,nvs_pages,target_iops,seed,iops,response_ms_mean,read_response_ms_mean,write_response_ms_mean,write_hit_ratio,destage_distance_mean,destages,destaged_pages,stalls,occupancy_pages_mean,high_threshold_pages,requests,warmup_s,window_s,backing_reads,backing_writes,sectors_checked";
+
+pub fn csv_row(r: &Row) -> String {
+    let p = &r.point;
+    let m = &r.report;
+    format!(
+        "{},{},{},{},{},{},{},{:.2},{:.3},{:.3},{:.3},{:.4},{:.1},{},{},{},{:.1},{},{},{:.1},{:.1},{},{},{}",
+        p.experiment,
+        p.backend,
+        p.footprint,
+        p.policy,
+        p.nvs_pages,
+        p.target_iops,
+        p.seed,
+        m.iops,
+        m.response_ms_mean,
+        m.read_response_ms_mean,
+        m.write_response_ms_mean,
+        m.stats.write_hit_ratio(),
+        m.stats.destage_distance_sectors_mean(),
+        m.stats.destages,
+        m.stats.destaged_pages,
+        m.stats.stalls,
+        m.occupancy_pages_mean,
+        m.thresholds_pages.1,
+        m.requests,
+        m.warmup_ns as f64 / 1e9,
+        m.window_ns as f64 / 1e9,
+        m.backing.reads,
+        m.backing.writes,
+        m.sectors_checked,
+    )
+}
+
+pub fn to_csv(rows: &[Row]) -> String {
+    let mut s = String::from(CSV_HEADER);
+    s.push('\n');
+    for r in rows {
+        s.push_str(&csv_row(r));
+        s.push('\n');
+    }
+    s
+}

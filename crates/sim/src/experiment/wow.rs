@@ -1,0 +1,295 @@
+//! The WOW paper's experiments (Gill & Modha, FAST'05): Fig. 6 (random
+//! writes, NVS sweep), Figs. 7-8 (SPC-1-like, NVS sweep) and Figs. 9-10
+//! (SPC-1-like, target IOPS sweep). Set-up as in the paper: 4 KiB pages,
+//! RAID-10 managed in 64 KiB strip groups and RAID-5 in 256 KiB stripe
+//! groups, MAXQUEUE 20, adaptive thresholds, no read cache (read misses are
+//! not inserted and destaged pages leave the NVS).
+
+use super::svg::{Chart, Series};
+use super::{Point, Row};
+use crate::device::build_device;
+use crate::run::RunLimits;
+use crate::workload::{RandomConfig, Spc1Config, WorkloadSpec, OUTSTANDING_MAX_DEFAULT};
+use wcache_core::time::Nanos;
+use wcache_core::EngineConfig;
+
+pub const EXPERIMENTS: &[&str] = &["wow-random", "wow-spc1", "wow-latency"];
+pub const POLICIES: &[&str] = &["lrw", "cscan", "wow"];
+/// WOW's Partial Backend: 7.1 M sectors.
+pub const PARTIAL_BACKEND_BYTES: u64 = 7_100_000 * 512;
+/// Host requests outstanding in the closed-loop random-write workload (our choice).
+pub const RANDOM_OUTSTANDING: u64 = 16;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// A smaller sweep of the same shape, for CI.
+    pub quick: bool,
+    /// Seeds per point (1, 2, ...).
+    pub seeds: u64,
+    /// Check data integrity on every read (slow; for tests).
+    pub check_data: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown experiment {0:?}; valid: wow-random, wow-spc1, wow-latency")]
+pub struct UnknownExperiment(pub String);
+
+fn group_bytes(backend: &str) -> u64 {
+    if backend == "raid5" {
+        256 * 1024
+    } else {
+        64 * 1024
+    }
+}
+
+fn engine(backend: &str, policy: &str, nvs_pages: u64) -> EngineConfig {
+    EngineConfig {
+        page_size_bytes: 4096,
+        group_size_bytes: group_bytes(backend),
+        cache_slots: nvs_pages,
+        destage_order: policy.into(),
+        destage_rate: "adaptive".into(),
+        keep_clean: false,
+        read_insert: false,
+        requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
+        ..EngineConfig::default()
+    }
+}
+
+fn full_backend_bytes(backend: &str) -> u64 {
+    build_device(backend)
+        .map(|d| d.capacity_bytes() / 4096 * 4096)
+        .unwrap_or(0)
+}
+
+/// Requests to let pass before measuring: the NVS must fill and the
+/// adaptive threshold settle (the paper settled for 10 minutes).
+fn limits(opts: &Options, nvs_pages: u64, measure: u64) -> RunLimits {
+    let (warm, meas) = if opts.quick {
+        (2 * nvs_pages + 5_000, measure / 4)
+    } else {
+        (4 * nvs_pages + 20_000, measure)
+    };
+    RunLimits {
+        warmup_requests: warm,
+        measure_requests: meas,
+        time_limit: Nanos::from_ms(4 * 3600 * 1000),
+        check_data: opts.check_data,
+    }
+}
+
+pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperiment> {
+    let mut points = Vec::new();
+    let seeds = 1..=opts.seeds.max(1);
+    match name {
+        "wow-random" => {
+            let sizes: Vec<u64> = if opts.quick {
+                vec![32, 64, 1024, 16384]
+            } else {
+                (5..=16).map(|k| 1u64 << k).collect()
+            };
+            for backend in ["raid10", "raid5"] {
+                let footprint = full_backend_bytes(backend);
+                // The paper's RAID-5 sweep starts at one stripe group (64 pages).
+                for &nvs in sizes.iter().filter(|&&n| n * 4096 >= group_bytes(backend)) {
+                    for policy in POLICIES {
+                        for seed in seeds.clone() {
+                            points.push(Point {
+                                experiment: "wow-random",
+                                backend,
+                                footprint: "full",
+                                policy: policy.to_string(),
+                                nvs_pages: nvs,
+                                target_iops: 0.0,
+                                seed,
+                                engine: engine(backend, policy, nvs),
+                                workload: WorkloadSpec::Random(RandomConfig::writes_closed(
+                                    footprint,
+                                    RANDOM_OUTSTANDING,
+                                )),
+                                limits: limits(opts, nvs, 40_000.max(4 * nvs)),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        "wow-spc1" => {
+            let sizes: Vec<u64> = if opts.quick {
+                vec![256, 4096, 32768]
+            } else {
+                vec![256, 1024, 4096, 16384, 32768, 65536, 100_000]
+            };
+            for backend in ["raid10", "raid5"] {
+                for &nvs in &sizes {
+                    // The paper's targets: 6000 IOPS on RAID-10; 3000 on RAID-5 but 6000 at the largest size.
+                    let target = if backend == "raid10" || nvs >= 100_000 {
+                        6000.0
+                    } else {
+                        3000.0
+                    };
+                    for policy in POLICIES {
+                        for seed in seeds.clone() {
+                            points.push(Point {
+                                experiment: "wow-spc1",
+                                backend,
+                                footprint: "partial",
+                                policy: policy.to_string(),
+                                nvs_pages: nvs,
+                                target_iops: target,
+                                seed,
+                                engine: engine(backend, policy, nvs),
+                                workload: WorkloadSpec::Spc1(Spc1Config::open(
+                                    PARTIAL_BACKEND_BYTES,
+                                    target,
+                                )),
+                                limits: limits(opts, nvs, 60_000.max(nvs)),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        "wow-latency" => {
+            let backend = "raid5";
+            let cases: [(&'static str, u64, u64, Vec<f64>); 2] = [
+                (
+                    "full",
+                    4096,
+                    full_backend_bytes(backend),
+                    (1..=11).map(|k| k as f64 * 100.0).collect(),
+                ),
+                (
+                    "partial",
+                    40960,
+                    PARTIAL_BACKEND_BYTES,
+                    (1..=10).map(|k| k as f64 * 300.0).collect(),
+                ),
+            ];
+            for (footprint, nvs, bytes, targets) in cases {
+                let targets: Vec<f64> = if opts.quick {
+                    targets.iter().step_by(3).copied().collect()
+                } else {
+                    targets
+                };
+                for &target in &targets {
+                    for policy in POLICIES {
+                        for seed in seeds.clone() {
+                            let spc1 = Spc1Config::open(bytes, target);
+                            points.push(Point {
+                                experiment: "wow-latency",
+                                backend,
+                                footprint,
+                                policy: policy.to_string(),
+                                nvs_pages: nvs,
+                                target_iops: target,
+                                seed,
+                                engine: engine(backend, policy, nvs),
+                                workload: WorkloadSpec::Spc1(spc1),
+                                limits: limits(opts, nvs, 40_000),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        other => return Err(UnknownExperiment(other.to_string())),
+    }
+    Ok(points)
+}
+
+/// Charts for an experiment's rows: (file name, SVG).
+pub fn charts(name: &str, rows: &[Row]) -> Vec<(String, String)> {
+    let series = |filter: &dyn Fn(&Row) -> bool,
+                  x: &dyn Fn(&Row) -> f64,
+                  y: &dyn Fn(&Row) -> f64|
+     -> Vec<Series> {
+        POLICIES
+            .iter()
+            .map(|policy| {
+                let mut pts: Vec<(f64, f64)> = rows
+                    .iter()
+                    .filter(|r| r.point.policy == *policy && filter(r))
+                    .map(|r| (x(r), y(r)))
+                    .collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                // Mean over seeds at equal x.
+                let mut merged: Vec<(f64, f64, u32)> = Vec::new();
+                for (px, py) in pts {
+                    match merged.last_mut() {
+                        Some(last) if last.0 == px => {
+                            last.1 += py;
+                            last.2 += 1;
+                        }
+                        _ => merged.push((px, py, 1)),
+                    }
+                }
+                Series {
+                    name: policy.to_string(),
+                    points: merged
+                        .into_iter()
+                        .map(|(x, y, n)| (x, y / n as f64))
+                        .collect(),
+                }
+            })
+            .collect()
+    };
+    let nvs = |r: &Row| r.point.nvs_pages as f64;
+    let iops = |r: &Row| r.report.iops;
+    let mut out = Vec::new();
+    match name {
+        "wow-random" | "wow-spc1" => {
+            for backend in ["raid10", "raid5"] {
+                let only = |r: &Row| r.point.backend == backend;
+                let title = format!("{name}: {backend}, throughput vs NVS size");
+                let chart = Chart {
+                    title,
+                    x_label: "NVS size (4 KiB pages, log scale)".into(),
+                    y_label: "IOPS".into(),
+                    x_log: true,
+                    series: series(&only, &nvs, &iops),
+                };
+                out.push((format!("{name}-{backend}.svg"), chart.render()));
+            }
+            if name == "wow-spc1" {
+                let only = |r: &Row| r.point.backend == "raid5";
+                let hit = |r: &Row| r.report.stats.write_hit_ratio();
+                let dist = |r: &Row| r.report.stats.destage_distance_sectors_mean().max(1.0);
+                let c = Chart {
+                    title: "wow-spc1: raid5, write hit ratio".into(),
+                    x_label: "NVS size (pages)".into(),
+                    y_label: "write hit ratio".into(),
+                    x_log: true,
+                    series: series(&only, &nvs, &hit),
+                };
+                out.push(("wow-spc1-raid5-hits.svg".into(), c.render()));
+                let c = Chart {
+                    title: "wow-spc1: raid5, mean distance between destages (sectors)".into(),
+                    x_label: "NVS size (pages)".into(),
+                    y_label: "sectors".into(),
+                    x_log: true,
+                    series: series(&only, &nvs, &dist),
+                };
+                out.push(("wow-spc1-raid5-distance.svg".into(), c.render()));
+            }
+        }
+        "wow-latency" => {
+            for footprint in ["full", "partial"] {
+                let only = |r: &Row| r.point.footprint == footprint;
+                let resp = |r: &Row| r.report.response_ms_mean;
+                let c = Chart {
+                    title: format!(
+                        "wow-latency: raid5 {footprint} backend, response time vs throughput"
+                    ),
+                    x_label: "achieved IOPS".into(),
+                    y_label: "mean response (ms)".into(),
+                    x_log: false,
+                    series: series(&only, &iops, &resp),
+                };
+                out.push((format!("wow-latency-{footprint}.svg"), c.render()));
+            }
+        }
+        _ => {}
+    }
+    out
+}
