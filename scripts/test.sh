@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need (idempotent), then checks
+# formatting, lints, runs every test and a quick simulation. Fails on any
+# error and when no tests ran.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*"; }
+
+log "dependencies"
+need_apt=()
+command -v fio >/dev/null || need_apt+=(fio)
+command -v nbdkit >/dev/null || need_apt+=(nbdkit)
+command -v nbdinfo >/dev/null || need_apt+=(libnbd-bin)
+command -v fusermount3 >/dev/null || need_apt+=(fuse3)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}") >/dev/null \
+      || echo "warning: apt-get could not install ${need_apt[*]}"
+  else
+    echo "warning: not root, cannot install ${need_apt[*]}"
+  fi
+fi
+PYTHON=${WCACHE_PYTHON:-python3}
+if ! "$PYTHON" -c 'import libcachesim' 2>/dev/null; then
+  "$PYTHON" -m pip install -q libcachesim==0.3.5
+fi
+export WCACHE_PYTHON="$PYTHON"
+# The oracle and the real-tool tests must run here, not skip.
+export WCACHE_REQUIRE_ORACLE=1
+if command -v fio >/dev/null && command -v nbdinfo >/dev/null && command -v nbdkit >/dev/null; then
+  export WCACHE_REQUIRE_TOOLS=1
+fi
+
+log "format"
+cargo fmt --all -- --check
+
+log "lints"
+cargo clippy --workspace --all-targets --release -- -D warnings
+
+log "tests"
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+cargo test --workspace --release 2>&1 | tee "$out"
+passed=$(grep -E '^test result: ok\.' "$out" | awk '{s += $4} END {print s + 0}')
+if grep -qE '^test result: FAILED' "$out"; then
+  echo "FAILED: some tests failed"; exit 1
+fi
+if [ "$passed" -lt 1 ]; then
+  echo "FAILED: no tests ran"; exit 1
+fi
+echo "tests passed: $passed"
+
+log "quick simulation"
+tmp=$(mktemp -d)
+./target/release/wcache sim wow-random --quick --out "$tmp"
+test -s "$tmp/wow-random.csv" || { echo "FAILED: no CSV written"; exit 1; }
+rows=$(($(wc -l < "$tmp/wow-random.csv") - 1))
+[ "$rows" -gt 0 ] || { echo "FAILED: empty CSV"; exit 1; }
+rm -rf "$tmp"
+
+log "all checks passed ($passed tests)"
