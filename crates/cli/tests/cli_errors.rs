@@ -1,0 +1,105 @@
+//! Bad input to `wcache sim` ends with an error that names what is wrong and a
+//! non-zero exit, never a panic.
+
+use std::process::Command;
+
+fn wcache(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_wcache"))
+        .args(args)
+        .output()
+        .expect("run wcache");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "wcache panicked: {stderr}");
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
+fn fails_naming(args: &[&str], needle: &str) {
+    let (code, stderr) = wcache(args);
+    assert_ne!(code, 0, "{args:?} should fail");
+    assert!(
+        stderr.contains(needle),
+        "{args:?}: error {stderr:?} does not name {needle:?}"
+    );
+}
+
+#[test]
+fn cache_smaller_than_a_write_group() {
+    fails_naming(
+        &["sim", "--backend", "raid5", "--cache-pages", "16"],
+        "cache_slots = 16",
+    );
+}
+
+#[test]
+fn thresholds_out_of_order() {
+    fails_naming(
+        &["sim", "--low-threshold-pct", "95"],
+        "low_threshold_pct (95)",
+    );
+}
+
+#[test]
+fn unknown_policies_and_devices() {
+    fails_naming(&["sim", "--order", "fifo"], "destage order \"fifo\"");
+    fails_naming(&["sim", "--replacement", "mru"], "\"mru\"");
+    fails_naming(&["sim", "--rate", "fast"], "\"fast\"");
+    fails_naming(&["sim", "--write-policy", "sometimes"], "\"sometimes\"");
+    fails_naming(&["sim", "--backend", "tape"], "\"tape\"");
+    fails_naming(&["sim", "wow-foo"], "\"wow-foo\"");
+    fails_naming(&["sim", "--page-size", "1000"], "page_size_bytes = 1000");
+}
+
+#[test]
+fn malformed_trace_line_is_named() {
+    let dir = std::env::temp_dir().join(format!("wcache-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.csv");
+    std::fs::write(
+        &path,
+        "Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n\
+         128166372003061629,h,0,Write,4096,4096,10\n\
+         128166372003061630,h,0,Write,4096,lots,10\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    fails_naming(&["sim", "--workload", "trace", "--trace", p], "bad.csv:3");
+    fails_naming(&["sim", "--workload", "trace", "--trace", p], "Size");
+    fails_naming(
+        &[
+            "sim",
+            "--workload",
+            "trace",
+            "--trace",
+            "/nonexistent/trace.csv",
+        ],
+        "/nonexistent/trace.csv",
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_good_run_succeeds_and_reports() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wcache"))
+        .args([
+            "sim",
+            "--backend",
+            "raid10",
+            "--cache-pages",
+            "512",
+            "--warmup",
+            "1000",
+            "--requests",
+            "3000",
+            "--check",
+        ])
+        .output()
+        .expect("run wcache");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("iops"), "{stdout}");
+    assert!(stdout.contains("all correct"), "{stdout}");
+}

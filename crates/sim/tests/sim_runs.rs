@@ -1,0 +1,254 @@
+//! Whole simulations: every read checked against the data model (and the
+//! backing after a final drain), golden counts pinned for fixed seeds, and
+//! the WOW effects the experiments rely on.
+
+use wcache_core::time::Nanos;
+use wcache_core::{EngineConfig, WritePolicy};
+use wcache_sim::device::build_device;
+use wcache_sim::run::{RunLimits, SimReport, Simulation};
+use wcache_sim::workload::{Loop, RandomConfig, Spc1Config, WorkloadSpec};
+
+const MIB: u64 = 1024 * 1024;
+
+fn engine(order: &str, slots: u64, group_bytes: u64) -> EngineConfig {
+    EngineConfig {
+        page_size_bytes: 4096,
+        group_size_bytes: group_bytes,
+        cache_slots: slots,
+        destage_order: order.into(),
+        ..EngineConfig::default()
+    }
+}
+
+fn run(
+    config: EngineConfig,
+    backend: &str,
+    spec: WorkloadSpec,
+    seed: u64,
+    limits: RunLimits,
+) -> SimReport {
+    let workload = spec.build(seed).expect("workload");
+    let mut sim = Simulation::new(
+        config,
+        build_device("nvram").unwrap(),
+        build_device(backend).unwrap(),
+        workload,
+        limits.check_data,
+    )
+    .expect("simulation");
+    sim.run(limits).expect("run")
+}
+
+fn checked(warmup: u64, measure: u64) -> RunLimits {
+    RunLimits {
+        warmup_requests: warmup,
+        measure_requests: measure,
+        time_limit: Nanos::MAX,
+        check_data: true,
+    }
+}
+
+#[test]
+fn random_reads_and_writes_return_acknowledged_data_under_every_policy() {
+    for policy in [
+        WritePolicy::WriteBack,
+        WritePolicy::WriteThrough,
+        WritePolicy::WriteAround,
+    ] {
+        for order in ["lrw", "cscan", "wow"] {
+            let mut config = engine(order, 256, 64 * 1024);
+            config.write_policy = policy;
+            let mut w = RandomConfig::writes_closed(64 * MIB, 16);
+            w.read_fraction = 0.4;
+            let r = run(
+                config,
+                "raid10",
+                WorkloadSpec::Random(w),
+                7,
+                checked(1000, 4000),
+            );
+            assert_eq!(r.requests, 4000);
+            assert!(
+                r.sectors_checked > 5_000,
+                "{policy:?} {order}: only {} sectors checked",
+                r.sectors_checked
+            );
+        }
+    }
+}
+
+#[test]
+fn spc1_with_a_read_cache_returns_acknowledged_data() {
+    // Small footprint so pages are rewritten and reread while in flight.
+    for (order, replacement) in [("wow", "arc"), ("cscan", "clock"), ("lrw", "lru")] {
+        let mut config = engine(order, 2048, 256 * 1024);
+        config.replacement = replacement.into();
+        config.keep_clean = true;
+        config.read_insert = true;
+        let spec = WorkloadSpec::Spc1(Spc1Config::closed(256 * MIB, 32));
+        let r = run(config, "raid5", spec, 3, checked(2000, 10_000));
+        assert!(r.sectors_checked > 10_000);
+        assert!(
+            r.stats.read_page_hits > 0,
+            "a read cache that never hits is not being used"
+        );
+    }
+}
+
+#[test]
+fn tiny_cache_stalls_and_still_loses_nothing() {
+    // One write group of room: nearly every write waits for a destage.
+    let config = engine("wow", 16, 64 * 1024);
+    let mut w = RandomConfig::writes_closed(8 * MIB, 8);
+    w.read_fraction = 0.3;
+    let r = run(
+        config,
+        "hdd",
+        WorkloadSpec::Random(w),
+        11,
+        checked(200, 2000),
+    );
+    assert!(r.stats.stalls > 100, "stalls {}", r.stats.stalls);
+    assert!(r.sectors_checked > 1000);
+}
+
+#[test]
+fn same_seed_same_result() {
+    let spec = || WorkloadSpec::Spc1(Spc1Config::open(512 * MIB, 800.0));
+    let limits = RunLimits {
+        warmup_requests: 2000,
+        measure_requests: 8000,
+        ..RunLimits::default()
+    };
+    let a = run(engine("wow", 4096, 256 * 1024), "raid5", spec(), 5, limits);
+    let b = run(engine("wow", 4096, 256 * 1024), "raid5", spec(), 5, limits);
+    assert_eq!(a.stats, b.stats);
+    assert_eq!(a.window_ns, b.window_ns);
+    assert_eq!(a.backing, b.backing);
+}
+
+/// Golden numbers: exact counts for fixed seeds. A change here is a change
+/// in behaviour; explain it in the commit that updates them.
+#[test]
+fn golden_counts_random_writes_raid10() {
+    let limits = RunLimits {
+        warmup_requests: 5000,
+        measure_requests: 20_000,
+        ..RunLimits::default()
+    };
+    let mut got = Vec::new();
+    for order in ["lrw", "cscan", "wow"] {
+        let spec = WorkloadSpec::Random(RandomConfig::writes_closed(
+            build_device("raid10").unwrap().capacity_bytes() / 4096 * 4096,
+            16,
+        ));
+        let mut config = engine(order, 1024, 64 * 1024);
+        config.keep_clean = false;
+        config.read_insert = false;
+        let r = run(config, "raid10", spec, 1, limits);
+        got.push((
+            order,
+            r.stats.write_page_hits,
+            r.stats.destages,
+            r.stats.destaged_pages,
+            r.stats.stalls,
+            r.window_ns / 1_000_000,
+        ));
+    }
+    println!("{got:?}");
+    assert_eq!(got, GOLDEN_RANDOM);
+}
+
+const GOLDEN_RANDOM: &[(&str, u64, u64, u64, u64, u64)] = &[
+    ("lrw", 0, 19997, 20000, 20000, 49768),
+    ("cscan", 1, 19996, 19999, 20000, 29580),
+    ("wow", 1, 19997, 20000, 20000, 29631),
+];
+
+#[test]
+fn golden_counts_spc1_raid5() {
+    let limits = RunLimits {
+        warmup_requests: 5000,
+        measure_requests: 20_000,
+        ..RunLimits::default()
+    };
+    let mut got = Vec::new();
+    for order in ["lrw", "cscan", "wow"] {
+        let spec = WorkloadSpec::Spc1(Spc1Config::open(3_635_200_000, 1500.0));
+        let mut config = engine(order, 4096, 256 * 1024);
+        config.keep_clean = false;
+        config.read_insert = false;
+        let r = run(config, "raid5", spec, 2, limits);
+        got.push((
+            order,
+            r.stats.write_page_hits,
+            r.stats.write_group_hits,
+            r.stats.destages,
+            r.stats.destaged_pages,
+            r.stats.stalls,
+        ));
+    }
+    println!("{got:?}");
+    assert_eq!(got, GOLDEN_SPC1);
+}
+
+const GOLDEN_SPC1: &[(&str, u64, u64, u64, u64, u64)] = &[
+    ("lrw", 3162, 11166, 2189, 24264, 0),
+    ("cscan", 3101, 11098, 2436, 24499, 92),
+    ("wow", 3181, 11213, 2142, 23955, 0),
+];
+
+#[test]
+fn cscan_and_wow_beat_lrw_on_random_writes_and_gain_with_cache_size() {
+    let footprint = build_device("raid5").unwrap().capacity_bytes() / 4096 * 4096;
+    let iops = |order: &str, slots: u64| {
+        let spec = WorkloadSpec::Random(RandomConfig::writes_closed(footprint, 16));
+        let mut config = engine(order, slots, 256 * 1024);
+        config.keep_clean = false;
+        config.read_insert = false;
+        let limits = RunLimits {
+            warmup_requests: 2 * slots + 2000,
+            measure_requests: 10_000,
+            ..RunLimits::default()
+        };
+        run(config, "raid5", spec, 1, limits).iops
+    };
+    // The paper's RAID-5 points: 64 pages (one stripe group) and 16,384 pages.
+    let (lrw_small, lrw_big) = (iops("lrw", 64), iops("lrw", 16384));
+    let (wow_small, wow_big) = (iops("wow", 64), iops("wow", 16384));
+    let cscan_big = iops("cscan", 16384);
+    // LRW does not exploit spatial locality: flat in cache size.
+    assert!(
+        (lrw_big / lrw_small - 1.0).abs() < 0.05,
+        "lrw {lrw_small} -> {lrw_big}"
+    );
+    assert!(wow_big > 1.5 * wow_small, "wow {wow_small} -> {wow_big}");
+    assert!(wow_big > 1.8 * lrw_big, "wow {wow_big} vs lrw {lrw_big}");
+    assert!(
+        wow_big > 0.95 * cscan_big,
+        "wow {wow_big} vs cscan {cscan_big}"
+    );
+}
+
+#[test]
+fn open_loop_below_saturation_achieves_its_target() {
+    let mut w = RandomConfig::writes_open(1024 * MIB, 300.0);
+    w.arrivals = Loop::Open {
+        rate_iops: 300.0,
+        outstanding_max: 1024,
+    };
+    let limits = RunLimits {
+        warmup_requests: 1000,
+        measure_requests: 6000,
+        ..RunLimits::default()
+    };
+    let r = run(
+        engine("wow", 8192, 256 * 1024),
+        "raid5",
+        WorkloadSpec::Random(w),
+        4,
+        limits,
+    );
+    assert!((r.iops - 300.0).abs() < 15.0, "iops {}", r.iops);
+    assert_eq!(r.stats.stalls, 0, "a cache far from full must not stall");
+}
