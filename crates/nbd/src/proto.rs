@@ -845,7 +845,7 @@ fn check_payload(length: u32, geometry: &Geometry) -> Result<(), NbdErrno> {
 
 fn check_aligned(offset: u64, length: u32, geometry: &Geometry) -> Result<(), NbdErrno> {
     let block = u64::from(geometry.block_size_min_bytes.max(1));
-    if offset % block != 0 || u64::from(length) % block != 0 {
+    if !offset.is_multiple_of(block) || !u64::from(length).is_multiple_of(block) {
         return Err(NbdErrno::Inval);
     }
     Ok(())

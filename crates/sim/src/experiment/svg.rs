@@ -153,9 +153,7 @@ impl Chart {
 }
 
 fn fmt_num(v: f64) -> String {
-    if v >= 1000.0 && v.fract() == 0.0 || v >= 10_000.0 {
-        format!("{:.0}", v)
-    } else if v >= 10.0 {
+    if v >= 10.0 {
         format!("{:.0}", v)
     } else {
         format!("{:.2}", v)
