@@ -252,3 +252,82 @@ fn open_loop_below_saturation_achieves_its_target() {
     assert!((r.iops - 300.0).abs() < 15.0, "iops {}", r.iops);
     assert_eq!(r.stats.stalls, 0, "a cache far from full must not stall");
 }
+
+/// Closed-loop writes, `hot_pct` % of them to the first `hot_fraction` of the
+/// footprint: temporal locality that LRW and WOW should exploit and CSCAN not.
+struct HotCold {
+    rng: u64,
+    footprint_pages: u64,
+    hot_pages: u64,
+    hot_pct: u64,
+    outstanding: u64,
+    ready: u64,
+    next_id: u64,
+    now: Nanos,
+}
+
+impl HotCold {
+    fn rand(&mut self) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng
+    }
+}
+
+impl wcache_sim::workload::Workload for HotCold {
+    fn next_arrival(&self) -> Option<Nanos> {
+        (self.ready > 0).then_some(self.now)
+    }
+    fn poll(&mut self, now: Nanos) -> Option<wcache_sim::workload::IoRequest> {
+        if self.ready == 0 {
+            return None;
+        }
+        self.ready -= 1;
+        self.now = now;
+        let page = if self.rand() % 100 < self.hot_pct { self.rand() % self.hot_pages } else { self.rand() % self.footprint_pages };
+        self.next_id += 1;
+        Some(wcache_sim::workload::IoRequest {
+            id: self.next_id,
+            volume: 0,
+            kind: wcache_sim::workload::ReqKind::Write,
+            offset_bytes: page * 4096,
+            len_bytes: 4096,
+            sync: false,
+            issuer: 0,
+        })
+    }
+    fn complete(&mut self, now: Nanos, _id: u64) {
+        self.now = now;
+        self.ready += 1;
+    }
+    fn finished(&self) -> bool {
+        false
+    }
+    fn volume_sizes_bytes(&self) -> Vec<u64> {
+        vec![self.footprint_pages * 4096]
+    }
+    fn name(&self) -> String {
+        "hot-cold".into()
+    }
+}
+
+#[test]
+fn wow_keeps_more_hot_pages_than_cscan() {
+    let mut ratios = Vec::new();
+    for order in ["lrw", "cscan", "wow"] {
+        let footprint_pages = 4 * 1024 * 1024; // 16 GiB
+        let workload = HotCold { rng: 0x9e37_79b9, footprint_pages, hot_pages: 4096, hot_pct: 50, outstanding: 16, ready: 16, next_id: 0, now: Nanos::ZERO };
+        assert_eq!(workload.outstanding, workload.ready);
+        let mut config = engine(order, 8192, 4096);
+        config.keep_clean = false;
+        config.read_insert = false;
+        let mut sim = Simulation::new(config, build_device("nvram").unwrap(), build_device("raid10").unwrap(), Box::new(workload), false).unwrap();
+        let r = sim.run(RunLimits { warmup_requests: 30_000, measure_requests: 30_000, ..RunLimits::default() }).unwrap();
+        ratios.push((order, r.stats.write_hit_ratio(), r.iops));
+    }
+    println!("{ratios:?}");
+    let (lrw, cscan, wow) = (ratios[0].1, ratios[1].1, ratios[2].1);
+    assert!(lrw > cscan, "{ratios:?}");
+    assert!(wow > cscan, "{ratios:?}");
+}
