@@ -19,6 +19,8 @@ pub const POLICIES: &[&str] = &["lrw", "cscan", "wow"];
 pub const PARTIAL_BACKEND_BYTES: u64 = 7_100_000 * 512;
 /// Host requests outstanding in the closed-loop random-write workload (our choice).
 pub const RANDOM_OUTSTANDING: u64 = 16;
+/// Host requests outstanding in the closed-loop SPC-1-like sweep (our choice).
+pub const SPC1_OUTSTANDING: u64 = 64;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
@@ -122,12 +124,11 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
             };
             for backend in ["raid10", "raid5"] {
                 for &nvs in &sizes {
-                    // The paper's targets: 6000 IOPS on RAID-10; 3000 on RAID-5 but 6000 at the largest size.
-                    let target = if backend == "raid10" || nvs >= 100_000 {
-                        6000.0
-                    } else {
-                        3000.0
-                    };
+                    // Peak throughput: a closed loop that keeps the array busy.
+                    // The paper drove its testbed with open-loop targets above
+                    // what it could serve; our model serves more than that
+                    // testbed, so the paper's targets do not saturate it (see
+                    // docs/experiments/wow.md).
                     for policy in POLICIES {
                         for seed in seeds.clone() {
                             points.push(Point {
@@ -136,12 +137,12 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                                 footprint: "partial",
                                 policy: policy.to_string(),
                                 nvs_pages: nvs,
-                                target_iops: target,
+                                target_iops: 0.0,
                                 seed,
                                 engine: engine(backend, policy, nvs),
-                                workload: WorkloadSpec::Spc1(Spc1Config::open(
+                                workload: WorkloadSpec::Spc1(Spc1Config::closed(
                                     PARTIAL_BACKEND_BYTES,
-                                    target,
+                                    SPC1_OUTSTANDING,
                                 )),
                                 limits: limits(opts, nvs, 60_000.max(nvs)),
                             });
