@@ -6,7 +6,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use wcache_core::policy::destage_rate::RateConfig;
-use wcache_core::time::Nanos;
 use wcache_core::{EngineConfig, WritePolicy};
 use wcache_sim::device::build_device;
 use wcache_sim::experiment::{self, wow};
@@ -284,8 +283,8 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     let limits = RunLimits {
         warmup_requests: o.warmup,
         measure_requests: o.requests,
-        time_limit: Nanos::MAX,
         check_data: args.check,
+        ..RunLimits::default()
     };
     let r = sim.run(limits)?;
     println!(

@@ -42,10 +42,14 @@ pub enum SimError {
 /// How long to run and what to measure.
 #[derive(Clone, Copy, Debug)]
 pub struct RunLimits {
-    /// Requests completed before measuring starts (cache fill and settling).
+    /// Requests completed before measuring starts (cache fill and settling)...
     pub warmup_requests: u64,
-    /// Requests completed in the measured window.
+    /// ...and virtual time that must have passed (both must be reached).
+    pub warmup_ns: u64,
+    /// Measuring stops after this many requests...
     pub measure_requests: u64,
+    /// ...or this much virtual time, whichever comes first.
+    pub measure_ns: u64,
     /// Stop at this virtual time in any case.
     pub time_limit: Nanos,
     /// Check every read against the data model, and the backing after a final drain.
@@ -56,7 +60,9 @@ impl Default for RunLimits {
     fn default() -> Self {
         RunLimits {
             warmup_requests: 0,
+            warmup_ns: 0,
             measure_requests: u64::MAX,
+            measure_ns: u64::MAX,
             time_limit: Nanos::MAX,
             check_data: false,
         }
@@ -383,7 +389,7 @@ impl Simulation {
     }
 
     pub fn run(&mut self, limits: RunLimits) -> Result<SimReport, SimError> {
-        let mut m = Measure::new(limits.warmup_requests);
+        let mut m = Measure::new(limits.warmup_requests, limits.warmup_ns);
         let mut warm_stats: Option<(Stats, DeviceStats)> = None;
         let mut rejected = 0u64;
         let mut draining = false;
@@ -411,7 +417,9 @@ impl Simulation {
             if warm_stats.is_none() && m.warm() {
                 warm_stats = Some((self.engine.stats().clone(), self.backing.stats()));
             }
-            let measured_enough = m.measured >= limits.measure_requests;
+            let measured_enough = m.measured >= limits.measure_requests
+                || m.warm_at
+                    .is_some_and(|t| self.now.0.saturating_sub(t.0) >= limits.measure_ns);
             let out_of_time = self.now >= limits.time_limit;
             let workload_done = self.workload.finished() && self.engine.is_idle();
             if !draining && (measured_enough || out_of_time || workload_done) {
@@ -499,6 +507,7 @@ impl Simulation {
 /// Counts completions, first through the warm-up, then in the window.
 struct Measure {
     warmup_requests: u64,
+    warmup_ns: u64,
     warm_count: u64,
     warm_at: Option<Nanos>,
     end_at: Option<Nanos>,
@@ -510,11 +519,12 @@ struct Measure {
 }
 
 impl Measure {
-    fn new(warmup_requests: u64) -> Measure {
+    fn new(warmup_requests: u64, warmup_ns: u64) -> Measure {
         Measure {
             warmup_requests,
+            warmup_ns,
             warm_count: 0,
-            warm_at: (warmup_requests == 0).then_some(Nanos::ZERO),
+            warm_at: (warmup_requests == 0 && warmup_ns == 0).then_some(Nanos::ZERO),
             end_at: None,
             measured: 0,
             reads: 0,
@@ -532,7 +542,7 @@ impl Measure {
         }
         if self.warm_at.is_none() {
             self.warm_count += 1;
-            if self.warm_count >= self.warmup_requests {
+            if self.warm_count >= self.warmup_requests && now.0 >= self.warmup_ns {
                 self.warm_at = Some(now);
             }
             return;

@@ -43,8 +43,8 @@ fn checked(warmup: u64, measure: u64) -> RunLimits {
     RunLimits {
         warmup_requests: warmup,
         measure_requests: measure,
-        time_limit: Nanos::MAX,
         check_data: true,
+        ..RunLimits::default()
     }
 }
 
@@ -285,7 +285,11 @@ impl wcache_sim::workload::Workload for HotCold {
         }
         self.ready -= 1;
         self.now = now;
-        let page = if self.rand() % 100 < self.hot_pct { self.rand() % self.hot_pages } else { self.rand() % self.footprint_pages };
+        let page = if self.rand() % 100 < self.hot_pct {
+            self.rand() % self.hot_pages
+        } else {
+            self.rand() % self.footprint_pages
+        };
         self.next_id += 1;
         Some(wcache_sim::workload::IoRequest {
             id: self.next_id,
@@ -317,13 +321,35 @@ fn wow_keeps_more_hot_pages_than_cscan() {
     let mut ratios = Vec::new();
     for order in ["lrw", "cscan", "wow"] {
         let footprint_pages = 4 * 1024 * 1024; // 16 GiB
-        let workload = HotCold { rng: 0x9e37_79b9, footprint_pages, hot_pages: 4096, hot_pct: 50, outstanding: 16, ready: 16, next_id: 0, now: Nanos::ZERO };
+        let workload = HotCold {
+            rng: 0x9e37_79b9,
+            footprint_pages,
+            hot_pages: 4096,
+            hot_pct: 50,
+            outstanding: 16,
+            ready: 16,
+            next_id: 0,
+            now: Nanos::ZERO,
+        };
         assert_eq!(workload.outstanding, workload.ready);
         let mut config = engine(order, 8192, 4096);
         config.keep_clean = false;
         config.read_insert = false;
-        let mut sim = Simulation::new(config, build_device("nvram").unwrap(), build_device("raid10").unwrap(), Box::new(workload), false).unwrap();
-        let r = sim.run(RunLimits { warmup_requests: 30_000, measure_requests: 30_000, ..RunLimits::default() }).unwrap();
+        let mut sim = Simulation::new(
+            config,
+            build_device("nvram").unwrap(),
+            build_device("raid10").unwrap(),
+            Box::new(workload),
+            false,
+        )
+        .unwrap();
+        let r = sim
+            .run(RunLimits {
+                warmup_requests: 30_000,
+                measure_requests: 30_000,
+                ..RunLimits::default()
+            })
+            .unwrap();
         ratios.push((order, r.stats.write_hit_ratio(), r.iops));
     }
     println!("{ratios:?}");

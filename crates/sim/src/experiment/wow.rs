@@ -64,19 +64,25 @@ fn full_backend_bytes(backend: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Requests to let pass before measuring: the NVS must fill and the
-/// adaptive threshold settle (the paper settled for 10 minutes).
+/// How long to run a point. Full runs follow the paper: let the NVS fill and
+/// the adaptive threshold settle for 10 minutes of (virtual) time, then
+/// measure for 5 minutes. Quick runs count requests instead.
 fn limits(opts: &Options, nvs_pages: u64, measure: u64) -> RunLimits {
-    let (warm, meas) = if opts.quick {
-        (2 * nvs_pages + 5_000, measure / 4)
-    } else {
-        (4 * nvs_pages + 20_000, measure)
-    };
+    if opts.quick {
+        return RunLimits {
+            warmup_requests: 2 * nvs_pages + 5_000,
+            measure_requests: measure / 4,
+            check_data: opts.check_data,
+            ..RunLimits::default()
+        };
+    }
     RunLimits {
-        warmup_requests: warm,
-        measure_requests: meas,
+        warmup_requests: 2 * nvs_pages,
+        warmup_ns: Nanos::from_ms(10 * 60 * 1000).0,
+        measure_ns: Nanos::from_ms(5 * 60 * 1000).0,
         time_limit: Nanos::from_ms(4 * 3600 * 1000),
         check_data: opts.check_data,
+        ..RunLimits::default()
     }
 }
 
