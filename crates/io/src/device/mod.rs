@@ -1,0 +1,235 @@
+//! The one narrow device trait every store sits behind, and its durability
+//! contract (redb's `StorageBackend` is the model).
+//!
+//! This module exists so that the driver moves bytes the same way whether the
+//! cache device or a backing is a file, memory, a remote NBD export or an
+//! emulated disk. A device never decides anything about caching; it must
+//! never reorder the bytes of one call, and it must state honestly when a
+//! write is durable.
+
+use std::alloc::{self, Layout};
+use std::io;
+
+pub mod emulated;
+pub mod faulty;
+pub mod file;
+pub mod mem;
+pub mod nbd;
+
+/// Why a device operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("{device}: {op} of {len_bytes} bytes at offset {offset_bytes}: {source}")]
+    Io {
+        device: String,
+        op: &'static str,
+        offset_bytes: u64,
+        len_bytes: u64,
+        source: io::Error,
+    },
+    #[error("{device}: range {offset_bytes}+{len_bytes} is beyond the end ({size_bytes} bytes)")]
+    OutOfRange {
+        device: String,
+        offset_bytes: u64,
+        len_bytes: u64,
+        size_bytes: u64,
+    },
+    #[error("{device}: range {offset_bytes}+{len_bytes} is not aligned to {alignment_bytes} bytes (direct I/O)")]
+    Misaligned {
+        device: String,
+        offset_bytes: u64,
+        len_bytes: u64,
+        alignment_bytes: usize,
+    },
+    #[error("{device}: injected {op} error")]
+    Injected { device: String, op: &'static str },
+    #[error("{device}: NBD server answered {op} with error {errno}")]
+    Remote {
+        device: String,
+        op: &'static str,
+        errno: u32,
+    },
+    #[error("{device}: NBD protocol: {what}")]
+    Protocol { device: String, what: String },
+    #[error("{device}: cannot open: {what}")]
+    Open { device: String, what: String },
+}
+
+impl DeviceError {
+    /// True when the device ran out of space (reported to clients as ENOSPC).
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            DeviceError::Io { source, .. } => source.raw_os_error() == Some(libc::ENOSPC),
+            DeviceError::Remote { errno, .. } => *errno == libc::ENOSPC as u32,
+            _ => false,
+        }
+    }
+}
+
+/// A byte-addressed store.
+///
+/// Durability contract: a write that returned `Ok` is durable (survives a
+/// crash and power loss of the host) once a later `flush()` returned `Ok`,
+/// or at once when `writes_durable()` is true. Calls may come from many
+/// threads at once; concurrent calls on overlapping ranges have no defined
+/// order (the driver never issues them). A device with
+/// `alignment_bytes() > 1` (direct I/O) needs offsets, lengths and buffer
+/// addresses aligned to it; callers bounce through aligned buffers.
+pub trait BlockDevice: Send + Sync {
+    /// Size of the addressable range.
+    fn len_bytes(&self) -> u64;
+    /// Fill `buf` from `offset_bytes`.
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DeviceError>;
+    /// Write all of `data` at `offset_bytes`.
+    fn write_at(&self, data: &[u8], offset_bytes: u64) -> Result<(), DeviceError>;
+    /// Make every write that returned before this call durable.
+    fn flush(&self) -> Result<(), DeviceError>;
+    /// Advise that a range is unused. Content afterwards is unspecified
+    /// until rewritten. Default: do nothing.
+    fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
+        let _ = (offset_bytes, len_bytes);
+        Ok(())
+    }
+    /// True when a write is durable as soon as it returns (flush not needed).
+    fn writes_durable(&self) -> bool {
+        false
+    }
+    /// Alignment that offsets, lengths and buffers must have (1: none).
+    fn alignment_bytes(&self) -> usize {
+        1
+    }
+    /// Short description for errors and reports.
+    fn name(&self) -> String;
+}
+
+/// Checks `offset_bytes + len_bytes <= size_bytes` without overflow.
+pub(crate) fn check_range(
+    name: &dyn Fn() -> String,
+    offset_bytes: u64,
+    len_bytes: u64,
+    size_bytes: u64,
+) -> Result<(), DeviceError> {
+    match offset_bytes.checked_add(len_bytes) {
+        Some(end) if end <= size_bytes => Ok(()),
+        _ => Err(DeviceError::OutOfRange {
+            device: name(),
+            offset_bytes,
+            len_bytes,
+            size_bytes,
+        }),
+    }
+}
+
+/// Parses sizes like `4096`, `64K`, `1G`, `8GiB`, `512M` (binary units).
+pub fn parse_size_bytes(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits_end);
+    let number: u64 = number.parse().ok()?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    number.checked_mul(1u64 << shift)
+}
+
+/// A zeroed heap buffer whose address is aligned (for direct I/O). Grows on
+/// demand; reused per thread so the hot path does not allocate.
+pub struct AlignedBuf {
+    ptr: *mut u8,
+    capacity_bytes: usize,
+    alignment_bytes: usize,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    pub const ALIGNMENT_BYTES: usize = 4096;
+
+    pub fn new() -> AlignedBuf {
+        AlignedBuf {
+            ptr: std::ptr::null_mut(),
+            capacity_bytes: 0,
+            alignment_bytes: Self::ALIGNMENT_BYTES,
+        }
+    }
+
+    /// A slice of exactly `len_bytes` (contents unspecified but initialised).
+    pub fn get(&mut self, len_bytes: usize) -> &mut [u8] {
+        if len_bytes > self.capacity_bytes {
+            self.release();
+            let capacity = len_bytes.next_multiple_of(self.alignment_bytes);
+            let layout = Layout::from_size_align(capacity, self.alignment_bytes)
+                .expect("aligned buffer layout");
+            // SAFETY: layout has a nonzero size (len_bytes > capacity >= 0).
+            let ptr = unsafe { alloc::alloc_zeroed(layout) };
+            if ptr.is_null() {
+                alloc::handle_alloc_error(layout);
+            }
+            self.ptr = ptr;
+            self.capacity_bytes = capacity;
+        }
+        if len_bytes == 0 {
+            return &mut [];
+        }
+        // SAFETY: ptr is a live allocation of capacity_bytes >= len_bytes,
+        // initialised (zeroed at allocation), borrowed mutably through self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, len_bytes) }
+    }
+
+    fn release(&mut self) {
+        if !self.ptr.is_null() {
+            let layout = Layout::from_size_align(self.capacity_bytes, self.alignment_bytes)
+                .expect("aligned buffer layout");
+            // SAFETY: allocated in `get` with this very layout.
+            unsafe { alloc::dealloc(self.ptr, layout) };
+            self.ptr = std::ptr::null_mut();
+            self.capacity_bytes = 0;
+        }
+    }
+}
+
+impl Default for AlignedBuf {
+    fn default() -> Self {
+        AlignedBuf::new()
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size_bytes("4096"), Some(4096));
+        assert_eq!(parse_size_bytes("64K"), Some(65536));
+        assert_eq!(parse_size_bytes("1G"), Some(1 << 30));
+        assert_eq!(parse_size_bytes("8GiB"), Some(8 << 30));
+        assert_eq!(parse_size_bytes("x"), None);
+        assert_eq!(parse_size_bytes("1Q"), None);
+        assert_eq!(parse_size_bytes("99999999999999T"), None);
+    }
+
+    #[test]
+    fn aligned_buf_is_aligned_and_grows() {
+        let mut b = AlignedBuf::new();
+        let s = b.get(100);
+        assert_eq!(s.len(), 100);
+        assert_eq!(s.as_ptr() as usize % AlignedBuf::ALIGNMENT_BYTES, 0);
+        s.fill(7);
+        let s = b.get(10_000);
+        assert_eq!(s.len(), 10_000);
+        assert_eq!(s.as_ptr() as usize % AlignedBuf::ALIGNMENT_BYTES, 0);
+    }
+}

@@ -1,0 +1,1084 @@
+//! `Driver`: runs one sans-IO `Engine` for real — the engine decides, the
+//! driver moves bytes.
+//!
+//! Threading. The engine is single-threaded, so it sits behind one mutex and
+//! is only ever touched for metadata work (the lock is held for
+//! `handle_*`/`poll_*` calls, never across a device call). Client threads
+//! call `submit`, which hands the request to the engine and then *runs the
+//! resulting commands itself* (run to completion: no thread handoff on the
+//! common path, so QD1 latency is the device's plus a lock). Extra commands
+//! of one request, destages, and everything the timer releases go to a pool
+//! of I/O threads. A timer thread calls `handle_timeout` at `poll_timeout()`
+//! (the engine's destage retry after a backing error). Both cores are used
+//! by the client threads and the pool.
+//!
+//! Bytes. Request buffers are the caller's own slices, borrowed for the life
+//! of the blocking `submit` call (the engine answers a request only after
+//! every command naming its buffer completed, so no command outlives the
+//! borrow). Commands reach them through raw pointers resolved under the
+//! engine lock. A whole-page write from a request goes straight from the
+//! caller's buffer to the cache device; a partial page is built in a
+//! per-thread aligned scratch page (old slot or backing page, then the patch).
+//!
+//! Durability contract (the engine relies on it for every acknowledgement):
+//! a command is completed only when its writes are durable — a cache write
+//! after the cache device's flush (group-committed: one flush covers every
+//! write that finished before it started) unless the device says
+//! `writes_durable()`, and a backing write likewise on the backing.
+//! This module must never complete a command early, and never make a policy
+//! decision.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use wcache_core::time::Nanos;
+use wcache_core::{
+    ConfigError, Engine, EngineConfig, EngineError, IoCommand, IoError, PageBase, Request,
+    RequestFlags, RequestKind, Source, Stats, SubmitError,
+};
+
+use crate::device::{AlignedBuf, BlockDevice, DeviceError};
+use wcache_core::types::{RequestId, VolumeId};
+
+/// Tunables of the driver.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    /// I/O threads for destages and the extra commands of large requests.
+    pub io_threads: usize,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig { io_threads: 4 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("engine configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error("engine: {0}")]
+    Engine(#[from] EngineError),
+    #[error("request refused: {0}")]
+    Submit(#[from] SubmitError),
+    #[error("request failed: {0}")]
+    Io(#[from] IoError),
+    #[error("cache device {device} holds {size_bytes} bytes, but {cache_slots} slots of {page_size_bytes} bytes need {need_bytes}")]
+    CacheTooSmall {
+        device: String,
+        size_bytes: u64,
+        cache_slots: u64,
+        page_size_bytes: u64,
+        need_bytes: u64,
+    },
+    #[error("device {device} needs {alignment_bytes}-byte alignment, which the page size {page_size_bytes} does not have")]
+    PageNotAligned {
+        device: String,
+        alignment_bytes: usize,
+        page_size_bytes: u64,
+    },
+    #[error("{kind:?} request of {len_bytes} bytes came with a payload of {payload_bytes} bytes")]
+    PayloadLength {
+        kind: RequestKind,
+        len_bytes: u64,
+        payload_bytes: usize,
+    },
+    #[error("unknown volume {0}")]
+    UnknownVolume(u16),
+    #[error("drain did not finish within {waited_ms} ms; {dirty_pages} dirty pages left")]
+    DrainTimeout { waited_ms: u64, dirty_pages: u64 },
+    #[error("the driver is shut down")]
+    ShutDown,
+}
+
+/// The caller's payload for one request.
+pub enum Payload<'a> {
+    None,
+    Write(&'a [u8]),
+    Read(&'a mut [u8]),
+}
+
+/// Counters of the driver (the engine keeps its own `Stats`).
+#[derive(Clone, Debug, Default)]
+pub struct DriverStats {
+    pub requests: u64,
+    pub cache_errors: u64,
+    pub backing_errors: u64,
+    pub cache_flushes: u64,
+    pub backing_flushes: u64,
+    pub last_error: Option<String>,
+}
+
+/// A caller's buffer, valid while its request is in flight.
+#[derive(Clone, Copy)]
+struct BufPtr {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the pointer is only dereferenced while the owning `submit` call
+// blocks (see the module header), and the engine never issues two commands
+// that write the same bytes of one request buffer.
+unsafe impl Send for BufPtr {}
+
+impl BufPtr {
+    const NONE: BufPtr = BufPtr {
+        ptr: std::ptr::null_mut(),
+        len: 0,
+    };
+
+    /// # Safety
+    /// The request owning the buffer must be in flight.
+    unsafe fn slice(&self, offset_bytes: u64, len_bytes: usize) -> &[u8] {
+        let start = offset_bytes as usize;
+        assert!(
+            start + len_bytes <= self.len,
+            "command beyond request buffer"
+        );
+        std::slice::from_raw_parts(self.ptr.add(start), len_bytes)
+    }
+
+    /// # Safety
+    /// As `slice`, and no other live reference covers these bytes.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice_mut(&self, offset_bytes: u64, len_bytes: usize) -> &mut [u8] {
+        let start = offset_bytes as usize;
+        assert!(
+            start + len_bytes <= self.len,
+            "command beyond request buffer"
+        );
+        std::slice::from_raw_parts_mut(self.ptr.add(start), len_bytes)
+    }
+}
+
+struct Job {
+    cmd: IoCommand,
+    buf: BufPtr,
+}
+
+/// One client thread's place to be woken with its response.
+struct Waiter {
+    result: Mutex<Option<Result<(), IoError>>>,
+    ready: Condvar,
+}
+
+impl Waiter {
+    fn set(&self, result: Result<(), IoError>) {
+        let mut r = self.result.lock().unwrap_or_else(|p| p.into_inner());
+        *r = Some(result);
+        self.ready.notify_one();
+    }
+    fn take(&self) -> Option<Result<(), IoError>> {
+        self.result.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+    fn wait(&self) -> Result<(), IoError> {
+        let mut r = self.result.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(result) = r.take() {
+                return result;
+            }
+            r = self.ready.wait(r).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+    fn is_set(&self) -> bool {
+        self.result
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+}
+
+thread_local! {
+    static WAITER: Arc<Waiter> = Arc::new(Waiter { result: Mutex::new(None), ready: Condvar::new() });
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+#[derive(Default)]
+struct Scratch {
+    page: AlignedBuf,
+    bounce: AlignedBuf,
+}
+
+struct InFlight {
+    buf: BufPtr,
+    waiter: Arc<Waiter>,
+}
+
+struct Core {
+    engine: Engine,
+    in_flight: HashMap<u64, InFlight>,
+    /// Threads waiting on `Shared::changed`.
+    changed_waiters: u32,
+    stopping: bool,
+}
+
+/// Group commit: one device flush covers every write finished before it started.
+#[derive(Default)]
+struct FlushGate {
+    state: Mutex<GateState>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    started: u64,
+    finished: u64,
+    last_ok: u64,
+    running: bool,
+    last_error: String,
+}
+
+impl FlushGate {
+    /// Returns once a flush that started after this call has succeeded.
+    /// `true` in the Ok case means this thread ran the flush itself.
+    fn flush(&self, dev: &dyn BlockDevice) -> Result<bool, DeviceError> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let target = st.started + 1;
+        let mut ran = false;
+        loop {
+            if st.last_ok >= target {
+                return Ok(ran);
+            }
+            if st.finished >= target {
+                return Err(DeviceError::Io {
+                    device: dev.name(),
+                    op: "flush",
+                    offset_bytes: 0,
+                    len_bytes: 0,
+                    source: std::io::Error::other(st.last_error.clone()),
+                });
+            }
+            if !st.running {
+                st.running = true;
+                st.started += 1;
+                let generation = st.started;
+                drop(st);
+                let result = dev.flush();
+                ran = true;
+                st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.running = false;
+                st.finished = generation;
+                match result {
+                    Ok(()) => st.last_ok = generation,
+                    Err(e) => st.last_error = e.to_string(),
+                }
+                self.done.notify_all();
+                continue;
+            }
+            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+struct Device {
+    dev: Arc<dyn BlockDevice>,
+    gate: FlushGate,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    cache_errors: AtomicU64,
+    backing_errors: AtomicU64,
+    cache_flushes: AtomicU64,
+    backing_flushes: AtomicU64,
+}
+
+struct Pool {
+    jobs: VecDeque<Job>,
+    stopping: bool,
+}
+
+struct Shared {
+    core: Mutex<Core>,
+    /// Signalled when requests finish or destages complete (busy retry, drain).
+    changed: Condvar,
+    /// Signalled when the engine may have a new timeout.
+    timer: Condvar,
+    pool: Mutex<Pool>,
+    pool_ready: Condvar,
+    cache: Device,
+    backings: Vec<Device>,
+    page_size_bytes: u64,
+    origin: Instant,
+    next_request: AtomicU64,
+    counters: Counters,
+    last_error: Mutex<Option<String>>,
+}
+
+pub struct Driver {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Driver {
+    /// Starts an engine over `cache` with one volume per backing device
+    /// (volume `i` is `backings[i]`, sized as the device).
+    pub fn new(
+        engine_config: EngineConfig,
+        cache: Arc<dyn BlockDevice>,
+        backings: Vec<Arc<dyn BlockDevice>>,
+        config: DriverConfig,
+    ) -> Result<Driver, DriverError> {
+        let page = engine_config.page_size_bytes;
+        let need_bytes = engine_config.cache_slots.saturating_mul(page);
+        if cache.len_bytes() < need_bytes {
+            return Err(DriverError::CacheTooSmall {
+                device: cache.name(),
+                size_bytes: cache.len_bytes(),
+                cache_slots: engine_config.cache_slots,
+                page_size_bytes: page,
+                need_bytes,
+            });
+        }
+        for dev in std::iter::once(&cache).chain(backings.iter()) {
+            let a = dev.alignment_bytes();
+            if a > 1 && (!page.is_multiple_of(a as u64) || a > AlignedBuf::ALIGNMENT_BYTES) {
+                return Err(DriverError::PageNotAligned {
+                    device: dev.name(),
+                    alignment_bytes: a,
+                    page_size_bytes: page,
+                });
+            }
+        }
+        let mut engine = Engine::new(engine_config.clone())?;
+        for b in &backings {
+            engine.add_volume(b.len_bytes())?;
+        }
+        let shared = Arc::new(Shared {
+            core: Mutex::new(Core {
+                engine,
+                in_flight: HashMap::with_capacity(engine_config.requests_max as usize),
+                changed_waiters: 0,
+                stopping: false,
+            }),
+            changed: Condvar::new(),
+            timer: Condvar::new(),
+            pool: Mutex::new(Pool {
+                jobs: VecDeque::new(),
+                stopping: false,
+            }),
+            pool_ready: Condvar::new(),
+            cache: Device {
+                dev: cache,
+                gate: FlushGate::default(),
+            },
+            backings: backings
+                .into_iter()
+                .map(|dev| Device {
+                    dev,
+                    gate: FlushGate::default(),
+                })
+                .collect(),
+            page_size_bytes: page,
+            origin: Instant::now(),
+            next_request: AtomicU64::new(1),
+            counters: Counters::default(),
+            last_error: Mutex::new(None),
+        });
+        let mut threads = Vec::new();
+        for i in 0..config.io_threads.max(1) {
+            let s = shared.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("wcache-io-{i}"))
+                    .spawn(move || s.pool_thread())
+                    .map_err(|e| DriverError::Io(io_error_of_spawn(e)))?,
+            );
+        }
+        let s = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("wcache-timer".into())
+                .spawn(move || s.timer_thread())
+                .map_err(|e| DriverError::Io(io_error_of_spawn(e)))?,
+        );
+        Ok(Driver {
+            shared,
+            threads: Mutex::new(threads),
+        })
+    }
+
+    pub fn page_size_bytes(&self) -> u64 {
+        self.shared.page_size_bytes
+    }
+
+    pub fn volume_count(&self) -> usize {
+        self.shared.backings.len()
+    }
+
+    pub fn volume_size_bytes(&self, volume: VolumeId) -> Option<u64> {
+        self.shared
+            .backings
+            .get(volume.0 as usize)
+            .map(|d| d.dev.len_bytes())
+    }
+
+    /// Runs one request to its response; blocks. Safe to call from many threads.
+    pub fn submit(
+        &self,
+        volume: VolumeId,
+        kind: RequestKind,
+        offset_bytes: u64,
+        len_bytes: u64,
+        flags: RequestFlags,
+        payload: Payload<'_>,
+    ) -> Result<(), DriverError> {
+        let buf = match (kind, payload) {
+            (RequestKind::Read, Payload::Read(b)) if b.len() as u64 == len_bytes => BufPtr {
+                ptr: b.as_mut_ptr(),
+                len: b.len(),
+            },
+            (RequestKind::Write, Payload::Write(b)) if b.len() as u64 == len_bytes => BufPtr {
+                // Only ever read through (Source::Request); never written.
+                ptr: b.as_ptr() as *mut u8,
+                len: b.len(),
+            },
+            (RequestKind::Flush | RequestKind::Trim | RequestKind::WriteZeroes, Payload::None) => {
+                BufPtr::NONE
+            }
+            (kind, payload) => {
+                let payload_bytes = match payload {
+                    Payload::None => 0,
+                    Payload::Write(b) => b.len(),
+                    Payload::Read(b) => b.len(),
+                };
+                return Err(DriverError::PayloadLength {
+                    kind,
+                    len_bytes,
+                    payload_bytes,
+                });
+            }
+        };
+        let id = RequestId(self.shared.next_request.fetch_add(1, Ordering::Relaxed));
+        let request = Request {
+            id,
+            volume,
+            kind,
+            offset_bytes,
+            len_bytes,
+            flags,
+        };
+        self.shared
+            .counters
+            .requests
+            .fetch_add(1, Ordering::Relaxed);
+        WAITER.with(|waiter| self.shared.run_request(request, buf, waiter))
+    }
+
+    pub fn read(
+        &self,
+        volume: VolumeId,
+        offset_bytes: u64,
+        buf: &mut [u8],
+    ) -> Result<(), DriverError> {
+        let len = buf.len() as u64;
+        self.submit(
+            volume,
+            RequestKind::Read,
+            offset_bytes,
+            len,
+            RequestFlags::default(),
+            Payload::Read(buf),
+        )
+    }
+
+    pub fn write(
+        &self,
+        volume: VolumeId,
+        offset_bytes: u64,
+        data: &[u8],
+        fua: bool,
+    ) -> Result<(), DriverError> {
+        let flags = RequestFlags {
+            fua,
+            ..RequestFlags::default()
+        };
+        let len = data.len() as u64;
+        self.submit(
+            volume,
+            RequestKind::Write,
+            offset_bytes,
+            len,
+            flags,
+            Payload::Write(data),
+        )
+    }
+
+    pub fn flush(&self, volume: VolumeId) -> Result<(), DriverError> {
+        self.submit(
+            volume,
+            RequestKind::Flush,
+            0,
+            0,
+            RequestFlags::default(),
+            Payload::None,
+        )
+    }
+
+    /// Destage every dirty page; returns when none is left.
+    pub fn drain(&self) -> Result<(), DriverError> {
+        self.drain_timeout(Duration::MAX)
+    }
+
+    /// As `drain`, giving up after `timeout` (for example while the backing fails).
+    pub fn drain_timeout(&self, timeout: Duration) -> Result<(), DriverError> {
+        let start = Instant::now();
+        let s = &self.shared;
+        let mut core = s.lock_core();
+        if core.stopping {
+            return Err(DriverError::ShutDown);
+        }
+        core.engine.start_drain();
+        let mut jobs = VecDeque::new();
+        s.pump(&mut core, &mut jobs);
+        s.to_pool(jobs.drain(..));
+        loop {
+            if core.engine.dirty_pages() == 0 && core.engine.destages_in_flight() == 0 {
+                core.engine.stop_drain();
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                core.engine.stop_drain();
+                return Err(DriverError::DrainTimeout {
+                    waited_ms: waited.as_millis() as u64,
+                    dirty_pages: core.engine.dirty_pages(),
+                });
+            }
+            core.changed_waiters += 1;
+            let wait = (timeout - waited).min(Duration::from_millis(100));
+            core = s
+                .changed
+                .wait_timeout(core, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            core.changed_waiters -= 1;
+        }
+    }
+
+    pub fn dirty_pages(&self) -> u64 {
+        self.shared.lock_core().engine.dirty_pages()
+    }
+
+    pub fn engine_stats(&self) -> Stats {
+        self.shared.lock_core().engine.stats().clone()
+    }
+
+    pub fn stats(&self) -> DriverStats {
+        let c = &self.shared.counters;
+        DriverStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            cache_errors: c.cache_errors.load(Ordering::Relaxed),
+            backing_errors: c.backing_errors.load(Ordering::Relaxed),
+            cache_flushes: c.cache_flushes.load(Ordering::Relaxed),
+            backing_flushes: c.backing_flushes.load(Ordering::Relaxed),
+            last_error: self
+                .shared
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
+    }
+
+    /// Stops the I/O and timer threads after the commands in hand are done.
+    /// Requests still in flight may fail; callers stop submitting first.
+    /// Dirty pages stay dirty (call `drain` first to destage them).
+    pub fn shutdown(&self) {
+        {
+            let mut core = self.shared.lock_core();
+            core.stopping = true;
+            self.shared.timer.notify_all();
+            self.shared.changed.notify_all();
+        }
+        {
+            let mut pool = self.shared.pool.lock().unwrap_or_else(|p| p.into_inner());
+            pool.stopping = true;
+            self.shared.pool_ready.notify_all();
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn io_error_of_spawn(_: std::io::Error) -> IoError {
+    IoError::Io
+}
+
+impl Shared {
+    fn lock_core(&self) -> MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Nanos {
+        Nanos(self.origin.elapsed().as_nanos() as u64)
+    }
+
+    fn run_request(
+        &self,
+        request: Request,
+        buf: BufPtr,
+        waiter: &Arc<Waiter>,
+    ) -> Result<(), DriverError> {
+        let stale = waiter.take();
+        debug_assert!(stale.is_none(), "waiter reused while set");
+        let mut jobs = VecDeque::new();
+        {
+            let mut core = self.lock_core();
+            loop {
+                if core.stopping {
+                    return Err(DriverError::ShutDown);
+                }
+                core.in_flight.insert(
+                    request.id.0,
+                    InFlight {
+                        buf,
+                        waiter: waiter.clone(),
+                    },
+                );
+                let now = self.now();
+                match core.engine.handle_request(now, request) {
+                    Ok(()) => break,
+                    Err(SubmitError::Busy(_)) => {
+                        core.in_flight.remove(&request.id.0);
+                        core.changed_waiters += 1;
+                        core = self.changed.wait(core).unwrap_or_else(|p| p.into_inner());
+                        core.changed_waiters -= 1;
+                    }
+                    Err(e) => {
+                        core.in_flight.remove(&request.id.0);
+                        return Err(e.into());
+                    }
+                }
+            }
+            self.pump(&mut core, &mut jobs);
+        }
+        self.run_jobs(&mut jobs, Some(waiter));
+        Ok(waiter.wait()?)
+    }
+
+    /// Moves the engine's commands into `jobs` and its responses to their waiters.
+    fn pump(&self, core: &mut Core, jobs: &mut VecDeque<Job>) {
+        let mut answered = false;
+        while let Some(cmd) = core.engine.poll_command() {
+            let req = match &cmd {
+                IoCommand::ReadPage { req, .. } | IoCommand::ReadBacking { req, .. } => Some(*req),
+                IoCommand::WritePage { patch, .. } => match patch.src {
+                    Source::Request { req, .. } => Some(req),
+                    Source::Zero => None,
+                },
+                IoCommand::WriteBacking { src, .. } => match src {
+                    Source::Request { req, .. } => Some(*req),
+                    Source::Zero => None,
+                },
+                IoCommand::Destage { .. } => None,
+            };
+            let buf = match req {
+                Some(r) => {
+                    core.in_flight
+                        .get(&r.0)
+                        .expect("command names a request in flight")
+                        .buf
+                }
+                None => BufPtr::NONE,
+            };
+            jobs.push_back(Job { cmd, buf });
+        }
+        while let Some(response) = core.engine.poll_response() {
+            let entry = core
+                .in_flight
+                .remove(&response.id.0)
+                .expect("response for a request in flight");
+            entry.waiter.set(response.result);
+            answered = true;
+        }
+        if answered && core.changed_waiters > 0 {
+            self.changed.notify_all();
+        }
+        if core.engine.poll_timeout().is_some() {
+            self.timer.notify_one();
+        }
+    }
+
+    fn to_pool(&self, jobs: impl Iterator<Item = Job>) {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.stopping {
+            // The pool threads are gone or going: run here so no request hangs.
+            drop(pool);
+            let mut local: VecDeque<Job> = jobs.collect();
+            self.run_jobs(&mut local, None);
+            return;
+        }
+        let before = pool.jobs.len();
+        pool.jobs.extend(jobs);
+        let added = pool.jobs.len() - before;
+        if added == 1 {
+            self.pool_ready.notify_one();
+        } else if added > 1 {
+            self.pool_ready.notify_all();
+        }
+    }
+
+    /// Executes jobs and whatever their completions release. A client thread
+    /// (`own` set) keeps one job at a time and hands the rest, and all
+    /// destages, to the pool; once its own request is answered it hands
+    /// everything over.
+    fn run_jobs(&self, jobs: &mut VecDeque<Job>, own: Option<&Arc<Waiter>>) {
+        while !jobs.is_empty() {
+            if let Some(w) = own {
+                if w.is_set() {
+                    self.to_pool(jobs.drain(..));
+                    return;
+                }
+                let mut keep: Option<Job> = None;
+                let mut rest = Vec::new();
+                for job in jobs.drain(..) {
+                    if keep.is_none() && !matches!(job.cmd, IoCommand::Destage { .. }) {
+                        keep = Some(job);
+                    } else {
+                        rest.push(job);
+                    }
+                }
+                self.to_pool(rest.into_iter());
+                if let Some(job) = keep {
+                    jobs.push_back(job);
+                }
+                let Some(job) = jobs.pop_front() else {
+                    return;
+                };
+                self.execute_and_complete(job, jobs);
+            } else if let Some(job) = jobs.pop_front() {
+                self.execute_and_complete(job, jobs);
+            }
+        }
+    }
+
+    fn execute_and_complete(&self, job: Job, jobs: &mut VecDeque<Job>) {
+        let io = job.cmd.io();
+        let is_destage = matches!(job.cmd, IoCommand::Destage { .. });
+        let result = SCRATCH.with(|s| self.execute(&job, &mut s.borrow_mut()));
+        let mut core = self.lock_core();
+        let now = self.now();
+        core.engine
+            .handle_completion(now, io, result)
+            .expect("completion of a command the engine issued");
+        self.pump(&mut core, jobs);
+        if is_destage && core.changed_waiters > 0 {
+            self.changed.notify_all();
+        }
+    }
+
+    fn note_error(&self, on_cache: bool, e: &DeviceError) {
+        let c = if on_cache {
+            &self.counters.cache_errors
+        } else {
+            &self.counters.backing_errors
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+    }
+
+    fn execute(&self, job: &Job, scratch: &mut Scratch) -> Result<(), IoError> {
+        let on_cache = matches!(
+            job.cmd,
+            IoCommand::WritePage { .. } | IoCommand::ReadPage { .. }
+        );
+        self.execute_inner(job, scratch).map_err(|(e, cache_side)| {
+            self.note_error(cache_side.unwrap_or(on_cache), &e);
+            if e.is_no_space() {
+                IoError::NoSpace
+            } else {
+                IoError::Io
+            }
+        })
+    }
+
+    fn backing(&self, volume: VolumeId) -> &Device {
+        &self.backings[volume.0 as usize]
+    }
+
+    /// Makes a finished write durable on `dev` (group commit).
+    fn make_durable(&self, dev: &Device, on_cache: bool) -> Result<(), DeviceError> {
+        if dev.dev.writes_durable() {
+            return Ok(());
+        }
+        if dev.gate.flush(dev.dev.as_ref())? {
+            let c = if on_cache {
+                &self.counters.cache_flushes
+            } else {
+                &self.counters.backing_flushes
+            };
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Errors carry which side failed (Some(true): cache) when it differs from the command's.
+    fn execute_inner(
+        &self,
+        job: &Job,
+        scratch: &mut Scratch,
+    ) -> Result<(), (DeviceError, Option<bool>)> {
+        let p = self.page_size_bytes;
+        let cache = &self.cache;
+        let on_cache = |e| (e, Some(true));
+        let on_backing = |e| (e, Some(false));
+        match &job.cmd {
+            IoCommand::WritePage {
+                slot, base, patch, ..
+            } => {
+                let slot_offset = slot.0 as u64 * p;
+                let whole = patch.page_offset_bytes == 0 && patch.len_bytes as u64 == p;
+                if let (true, Source::Request { offset_bytes, .. }) = (whole, patch.src) {
+                    // SAFETY: the request is in flight (module header).
+                    let data = unsafe { job.buf.slice(offset_bytes, p as usize) };
+                    write_aligned(cache.dev.as_ref(), data, slot_offset, &mut scratch.bounce)
+                        .map_err(on_cache)?;
+                } else {
+                    let page = scratch.page.get(p as usize);
+                    match *base {
+                        PageBase::None => page.fill(0),
+                        PageBase::Slot(old) => {
+                            cache
+                                .dev
+                                .read_at(page, old.0 as u64 * p)
+                                .map_err(on_cache)?;
+                        }
+                        PageBase::Backing {
+                            volume,
+                            page: index,
+                        } => {
+                            let b = self.backing(volume);
+                            let start = index.0 * p;
+                            let len = b.dev.len_bytes().saturating_sub(start).min(p) as usize;
+                            read_aligned(
+                                b.dev.as_ref(),
+                                &mut page[..len],
+                                start,
+                                &mut scratch.bounce,
+                            )
+                            .map_err(on_backing)?;
+                            page[len..].fill(0);
+                        }
+                    }
+                    let o = patch.page_offset_bytes as usize;
+                    let n = patch.len_bytes as usize;
+                    match patch.src {
+                        Source::Zero => page[o..o + n].fill(0),
+                        Source::Request { offset_bytes, .. } => {
+                            // SAFETY: the request is in flight (module header).
+                            let data = unsafe { job.buf.slice(offset_bytes, n) };
+                            page[o..o + n].copy_from_slice(data);
+                        }
+                    }
+                    cache.dev.write_at(page, slot_offset).map_err(on_cache)?;
+                }
+                self.make_durable(cache, true).map_err(on_cache)
+            }
+            IoCommand::ReadPage {
+                slot,
+                page_offset_bytes,
+                len_bytes,
+                req_offset_bytes,
+                ..
+            } => {
+                // SAFETY: in flight, and the engine gives each byte of a read to one command.
+                let dst = unsafe { job.buf.slice_mut(*req_offset_bytes, *len_bytes as usize) };
+                let offset = slot.0 as u64 * p + *page_offset_bytes as u64;
+                read_aligned(cache.dev.as_ref(), dst, offset, &mut scratch.bounce).map_err(on_cache)
+            }
+            IoCommand::ReadBacking {
+                volume,
+                offset_bytes,
+                len_bytes,
+                req_offset_bytes,
+                ..
+            } => {
+                // SAFETY: as for ReadPage.
+                let dst = unsafe { job.buf.slice_mut(*req_offset_bytes, *len_bytes as usize) };
+                let b = self.backing(*volume);
+                read_aligned(b.dev.as_ref(), dst, *offset_bytes, &mut scratch.bounce)
+                    .map_err(on_backing)
+            }
+            IoCommand::WriteBacking {
+                volume,
+                offset_bytes,
+                len_bytes,
+                src,
+                ..
+            } => {
+                let b = self.backing(*volume);
+                match *src {
+                    Source::Request {
+                        offset_bytes: from, ..
+                    } => {
+                        // SAFETY: the request is in flight (module header).
+                        let data = unsafe { job.buf.slice(from, *len_bytes as usize) };
+                        write_aligned(b.dev.as_ref(), data, *offset_bytes, &mut scratch.bounce)
+                            .map_err(on_backing)?;
+                    }
+                    Source::Zero => {
+                        const ZERO_CHUNK_BYTES: u64 = 1024 * 1024;
+                        let mut at = *offset_bytes;
+                        let end = offset_bytes + len_bytes;
+                        while at < end {
+                            let n = (end - at).min(ZERO_CHUNK_BYTES) as usize;
+                            let zeros = scratch.page.get(n);
+                            zeros.fill(0);
+                            b.dev.write_at(zeros, at).map_err(on_backing)?;
+                            at += n as u64;
+                        }
+                    }
+                }
+                // FUA or not: every completed backing write is durable (contract).
+                self.make_durable(b, false).map_err(on_backing)
+            }
+            IoCommand::Destage {
+                volume,
+                first_page,
+                slots,
+                ..
+            } => {
+                let b = self.backing(*volume);
+                let run = scratch.page.get(slots.len() * p as usize);
+                // Read runs of consecutive slots with one call each.
+                let mut i = 0;
+                while i < slots.len() {
+                    let mut j = i + 1;
+                    while j < slots.len() && slots[j].0 == slots[j - 1].0 + 1 {
+                        j += 1;
+                    }
+                    let dst = &mut run[i * p as usize..j * p as usize];
+                    cache
+                        .dev
+                        .read_at(dst, slots[i].0 as u64 * p)
+                        .map_err(on_cache)?;
+                    i = j;
+                }
+                let start = first_page.0 * p;
+                let len = b
+                    .dev
+                    .len_bytes()
+                    .saturating_sub(start)
+                    .min(run.len() as u64) as usize;
+                write_aligned(b.dev.as_ref(), &run[..len], start, &mut scratch.bounce)
+                    .map_err(on_backing)?;
+                self.make_durable(b, false).map_err(on_backing)
+            }
+        }
+    }
+
+    fn pool_thread(&self) {
+        let mut jobs = VecDeque::new();
+        loop {
+            {
+                let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    if let Some(job) = pool.jobs.pop_front() {
+                        jobs.push_back(job);
+                        break;
+                    }
+                    if pool.stopping {
+                        return;
+                    }
+                    pool = self
+                        .pool_ready
+                        .wait(pool)
+                        .unwrap_or_else(|p| p.into_inner());
+                }
+            }
+            self.run_jobs(&mut jobs, None);
+        }
+    }
+
+    fn timer_thread(&self) {
+        let mut core = self.lock_core();
+        loop {
+            if core.stopping {
+                return;
+            }
+            match core.engine.poll_timeout() {
+                Some(at) => {
+                    let now = self.now();
+                    if now >= at {
+                        core.engine.handle_timeout(now);
+                        let mut jobs = VecDeque::new();
+                        self.pump(&mut core, &mut jobs);
+                        drop(core);
+                        self.to_pool(jobs.into_iter());
+                        core = self.lock_core();
+                    } else {
+                        let wait = Duration::from_nanos(at.0 - now.0);
+                        core = self
+                            .timer
+                            .wait_timeout(core, wait)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                    }
+                }
+                None => {
+                    core = self.timer.wait(core).unwrap_or_else(|p| p.into_inner());
+                }
+            }
+        }
+    }
+}
+
+/// Reads into `dst`, bouncing through an aligned buffer when the device
+/// needs alignment that `dst` or the range lacks.
+fn read_aligned(
+    dev: &dyn BlockDevice,
+    dst: &mut [u8],
+    offset_bytes: u64,
+    bounce: &mut AlignedBuf,
+) -> Result<(), DeviceError> {
+    let a = dev.alignment_bytes();
+    if dst.is_empty() {
+        return Ok(());
+    }
+    if a <= 1 || is_aligned(dst.as_ptr() as usize, offset_bytes, dst.len(), a) {
+        return dev.read_at(dst, offset_bytes);
+    }
+    let start = offset_bytes / a as u64 * a as u64;
+    let end = (offset_bytes + dst.len() as u64).next_multiple_of(a as u64);
+    let tmp = bounce.get((end - start) as usize);
+    dev.read_at(tmp, start)?;
+    let skip = (offset_bytes - start) as usize;
+    dst.copy_from_slice(&tmp[skip..skip + dst.len()]);
+    Ok(())
+}
+
+/// Writes `data`, copying it into an aligned buffer when only its address
+/// is misaligned. A misaligned range is the device's error to report.
+fn write_aligned(
+    dev: &dyn BlockDevice,
+    data: &[u8],
+    offset_bytes: u64,
+    bounce: &mut AlignedBuf,
+) -> Result<(), DeviceError> {
+    let a = dev.alignment_bytes();
+    if a <= 1 || data.is_empty() || is_aligned(data.as_ptr() as usize, offset_bytes, data.len(), a)
+    {
+        return dev.write_at(data, offset_bytes);
+    }
+    let tmp = bounce.get(data.len());
+    tmp.copy_from_slice(data);
+    dev.write_at(tmp, offset_bytes)
+}
+
+fn is_aligned(addr: usize, offset_bytes: u64, len_bytes: usize, a: usize) -> bool {
+    addr.is_multiple_of(a) && offset_bytes.is_multiple_of(a as u64) && len_bytes.is_multiple_of(a)
+}

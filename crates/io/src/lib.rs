@@ -1,0 +1,20 @@
+//! wcache-io: the real side of "the engine decides, the driver moves bytes".
+//!
+//! This crate exists so that the sans-IO engine of `wcache-core` can run on
+//! real storage: `device` defines the one narrow `BlockDevice` trait (with
+//! its durability contract) and its implementations (file or block device,
+//! memory, remote NBD export, a simulator model emulated in real time, a
+//! fault-injecting wrapper); `driver` runs one engine against a cache device
+//! and one backing device per volume on a pool of threads.
+//! Nothing here makes a cache decision: that is the engine's job.
+
+pub mod device;
+pub mod driver;
+
+pub use device::emulated::EmulatedDevice;
+pub use device::faulty::{FaultPlan, FaultyDevice};
+pub use device::file::{FileDevice, FileOptions, SyncMode};
+pub use device::mem::MemDevice;
+pub use device::nbd::{NbdAddress, NbdDevice};
+pub use device::{BlockDevice, DeviceError};
+pub use driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
