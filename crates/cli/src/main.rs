@@ -1,6 +1,8 @@
 //! The `wcache` binary: one command line for every part of wcache.
 //! `wcache sim` runs the simulator: one configuration, or a named experiment.
 
+mod serve;
+
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -30,6 +32,8 @@ struct Cli {
 enum Command {
     /// Simulate: a named experiment (wow-random, wow-spc1, wow-latency) or, with no name, one configuration.
     Sim(SimArgs),
+    /// Serve cached volumes over NBD (no arguments: a demo in ./wcache-data).
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Args)]
@@ -130,6 +134,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => sim(args),
+        Command::Serve(args) => serve::serve(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,529 @@
+//! `wcache serve`: cached volumes over NBD on real devices.
+//!
+//! This module exists to wire the pieces together — devices from their specs,
+//! one `Driver` (one engine, one cache device) with a volume per `--export`,
+//! and the NBD server with an `Export` per volume that forwards to the driver
+//! — and to refuse configurations that would break the durability promise.
+//! Without on-disk metadata and crash recovery (not built yet), a write-back
+//! cache would lose acknowledged writes on a crash, so write-back is refused
+//! unless the cache is volatile memory and the user explicitly asks for a
+//! benchmark-only mode. It must never make cache decisions (the engine does)
+//! or move bytes itself (the driver does).
+
+use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use wcache_core::types::VolumeId;
+use wcache_core::{EngineConfig, IoError, RequestFlags, RequestKind, SubmitError, WritePolicy};
+use wcache_io::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMode};
+use wcache_io::device::parse_size_bytes;
+use wcache_io::{
+    BlockDevice, Driver, DriverConfig, DriverError, EmulatedDevice, MemDevice, NbdDevice, Payload,
+};
+use wcache_nbd::{Export, ExportError, Server, ServerConfig};
+
+type AnyError = Box<dyn std::error::Error>;
+
+/// Serve cached volumes over NBD (with no arguments: a demo in ./wcache-data
+/// with a 1 GiB cache file in front of an 8 GiB emulated 10K RPM disk).
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Unix socket to listen on (default, when no --listen: DATA_DIR/wcache.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// TCP address to listen on, e.g. 127.0.0.1:10809.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Directory for the default cache, backing and socket.
+    #[arg(long, default_value = "wcache-data")]
+    data_dir: PathBuf,
+    /// Cache device: a file or block device (created sparse with --cache-size
+    /// if missing), or `mem` (process memory). Default: DATA_DIR/cache.img.
+    #[arg(long)]
+    cache: Option<String>,
+    #[arg(long, default_value = "1G")]
+    cache_size: String,
+    /// How cache writes become durable: fdatasync, dsync (RWF_DSYNC per
+    /// write), nvram (no syncs; for pmem or tmpfs standing in for NV-DRAM).
+    #[arg(long, default_value = "fdatasync")]
+    cache_sync: String,
+    /// Open the cache device with O_DIRECT.
+    #[arg(long)]
+    direct: bool,
+    /// Backing of the single export `disk`: FILE, nbd://HOST[:PORT]/NAME,
+    /// nbd+unix:///NAME?socket=PATH, emulated-MODEL:FILE (MODEL: hdd, raid10,
+    /// raid5, ssd, nvram; the simulator's model run in real time), mem:SIZE.
+    /// Default: emulated-hdd:DATA_DIR/backing.img.
+    #[arg(long)]
+    backing: Option<String>,
+    /// An export NAME=BACKING (repeat for several volumes sharing one cache).
+    #[arg(long = "export", value_name = "NAME=BACKING")]
+    exports: Vec<String>,
+    /// Size of backing files created because they do not exist.
+    #[arg(long, default_value = "8G")]
+    backing_size: String,
+    /// How backing file writes become durable: fdatasync, dsync, nvram.
+    #[arg(long, default_value = "fdatasync")]
+    backing_sync: String,
+    /// write-through (default) or write-around. write-back is refused until
+    /// crash recovery exists (see --volatile-write-back-for-benchmarks).
+    #[arg(long)]
+    write_policy: Option<String>,
+    /// Destage order: lrw, cscan, wow.
+    #[arg(long, default_value = "wow")]
+    order: String,
+    /// Destage rate: linear, adaptive.
+    #[arg(long, default_value = "adaptive")]
+    rate: String,
+    #[arg(long, default_value_t = 4096)]
+    page_size: u64,
+    /// Write group (destage unit) in bytes.
+    #[arg(long, default_value_t = 64 * 1024)]
+    group_size: u64,
+    /// Smallest block the NBD clients may address.
+    #[arg(long, default_value_t = 512)]
+    block_size: u32,
+    /// NBD worker threads (requests in service at once over all connections).
+    #[arg(long, default_value_t = 32)]
+    workers: usize,
+    /// Driver I/O threads (destages, extra commands of large requests).
+    #[arg(long, default_value_t = 4)]
+    io_threads: usize,
+    /// BENCHMARKS ONLY: allow write-back with a cache in volatile memory
+    /// (`--cache mem` or a file on tmpfs). Acknowledged writes are lost when
+    /// the process exits before they are destaged, and on any crash.
+    #[arg(long)]
+    volatile_write_back_for_benchmarks: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "write-back is refused: it acknowledges writes that only the cache holds, and without \
+         on-disk metadata and crash recovery (not built yet) a crash or restart would lose them. \
+         Use --write-policy write-through (the default). For benchmarks only, \
+         --volatile-write-back-for-benchmarks allows it with a cache in volatile memory."
+    )]
+    WriteBackNeedsRecovery,
+    #[error(
+        "--volatile-write-back-for-benchmarks needs the cache in volatile memory (--cache mem, or \
+         a file on tmpfs such as /dev/shm), so nobody mistakes it for a durable cache; {cache} is not"
+    )]
+    WriteBackCacheNotVolatile { cache: String },
+    #[error("--volatile-write-back-for-benchmarks means write-back, but --write-policy is {0}")]
+    ConflictingPolicy(String),
+    #[error("--{option}: cannot parse size {text:?} (examples: 4096, 64K, 1G)")]
+    BadSize { option: &'static str, text: String },
+    #[error("--{option}: unknown sync mode {text:?}; valid: fdatasync, dsync, nvram")]
+    BadSyncMode { option: &'static str, text: String },
+    #[error("--export {0:?}: expected NAME=BACKING")]
+    BadExport(String),
+    #[error("export name {0:?} given twice")]
+    DuplicateExport(String),
+    #[error("backing {spec:?}: unknown emulated model {model:?} (valid: hdd, raid10, raid5, ssd, nvram)")]
+    BadModel { spec: String, model: String },
+    #[error(
+        "cache of {cache_bytes} bytes holds fewer than one write group of {group_bytes} bytes"
+    )]
+    CacheTooSmall { cache_bytes: u64, group_bytes: u64 },
+    #[error("cannot create {path}: {source}")]
+    CreateDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {what}: {source}")]
+    Listen {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+/// One volume served over NBD, forwarding every call to the shared driver.
+struct VolumeExport {
+    driver: Arc<Driver>,
+    volume: VolumeId,
+    size_bytes: u64,
+    block_size_min_bytes: u32,
+}
+
+fn export_error(e: DriverError) -> ExportError {
+    match e {
+        DriverError::Io(IoError::NoSpace) => ExportError::NoSpace,
+        DriverError::Io(IoError::Io) => {
+            ExportError::Io(std::io::Error::from_raw_os_error(libc::EIO))
+        }
+        DriverError::Submit(SubmitError::OutOfRange { .. }) => ExportError::Invalid,
+        DriverError::Submit(SubmitError::LargerThanCache { .. }) => ExportError::NoSpace,
+        DriverError::ShutDown => ExportError::ShuttingDown,
+        other => ExportError::Io(std::io::Error::other(other.to_string())),
+    }
+}
+
+impl Export for VolumeExport {
+    fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    fn block_size_min_bytes(&self) -> u32 {
+        self.block_size_min_bytes
+    }
+    fn multi_conn(&self) -> bool {
+        // One cache serves every connection, and every acknowledged write is
+        // already durable, so a flush on one connection covers all.
+        true
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+        self.driver
+            .read(self.volume, offset, buf)
+            .map_err(export_error)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.driver
+            .write(self.volume, offset, data, fua)
+            .map_err(export_error)
+    }
+    fn flush(&self) -> Result<(), ExportError> {
+        self.driver.flush(self.volume).map_err(export_error)
+    }
+    fn trim(&self, offset: u64, length_bytes: u64, fua: bool) -> Result<(), ExportError> {
+        self.no_payload(RequestKind::Trim, offset, length_bytes, fua)
+    }
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        length_bytes: u64,
+        fua: bool,
+        _no_hole: bool,
+    ) -> Result<(), ExportError> {
+        self.no_payload(RequestKind::WriteZeroes, offset, length_bytes, fua)
+    }
+}
+
+impl VolumeExport {
+    fn no_payload(
+        &self,
+        kind: RequestKind,
+        offset: u64,
+        length_bytes: u64,
+        fua: bool,
+    ) -> Result<(), ExportError> {
+        let flags = RequestFlags {
+            fua,
+            ..RequestFlags::default()
+        };
+        self.driver
+            .submit(
+                self.volume,
+                kind,
+                offset,
+                length_bytes,
+                flags,
+                Payload::None,
+            )
+            .map_err(export_error)
+    }
+}
+
+fn size_arg(option: &'static str, text: &str) -> Result<u64, ServeError> {
+    parse_size_bytes(text).ok_or_else(|| ServeError::BadSize {
+        option,
+        text: text.to_string(),
+    })
+}
+
+fn sync_arg(option: &'static str, text: &str) -> Result<SyncMode, ServeError> {
+    SyncMode::from_name(text).ok_or_else(|| ServeError::BadSyncMode {
+        option,
+        text: text.to_string(),
+    })
+}
+
+/// Opens a backing from its spec (see `--backing`).
+fn open_backing(spec: &str, args: &ServeArgs) -> Result<Arc<dyn BlockDevice>, AnyError> {
+    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") {
+        return Ok(Arc::new(NbdDevice::connect(spec, 4)?));
+    }
+    if let Some(size) = spec.strip_prefix("mem:") {
+        return Ok(Arc::new(MemDevice::new(size_arg("backing", size)?)));
+    }
+    if let Some(rest) = spec.strip_prefix("emulated-") {
+        let (model, inner) = rest.split_once(':').ok_or_else(|| ServeError::BadModel {
+            spec: spec.to_string(),
+            model: rest.to_string(),
+        })?;
+        if !wcache_sim::device::DEVICE_NAMES.contains(&model) {
+            return Err(ServeError::BadModel {
+                spec: spec.to_string(),
+                model: model.to_string(),
+            }
+            .into());
+        }
+        let store = open_backing(inner, args)?;
+        return Ok(Arc::new(EmulatedDevice::with_model_name(model, store)?));
+    }
+    let options = FileOptions {
+        sync: sync_arg("backing-sync", &args.backing_sync)?,
+        direct: false,
+        create_size_bytes: Some(size_arg("backing-size", &args.backing_size)?)
+            .filter(|_| !Path::new(spec).exists()),
+    };
+    Ok(Arc::new(FileDevice::open(Path::new(spec), options)?))
+}
+
+fn ensure_dir(dir: &Path) -> Result<(), ServeError> {
+    std::fs::create_dir_all(dir).map_err(|source| ServeError::CreateDir {
+        path: dir.display().to_string(),
+        source,
+    })
+}
+
+/// Blocks SIGINT and SIGTERM in this thread and every thread it starts
+/// afterwards, so that `wait_for_stop_signal` receives them synchronously.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: plain libc calls on a sigset we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_for_stop_signal(set: &libc::sigset_t) -> i32 {
+    let mut signal: libc::c_int = 0;
+    // SAFETY: `set` was initialised by block_stop_signals.
+    unsafe { libc::sigwait(set, &mut signal) };
+    signal
+}
+
+pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
+    let signals = block_stop_signals();
+
+    // Policy first: refuse before touching any file.
+    let policy = match (&args.write_policy, args.volatile_write_back_for_benchmarks) {
+        (None, false) => WritePolicy::WriteThrough,
+        (None, true) => WritePolicy::WriteBack,
+        (Some(name), flag) => {
+            let p = WritePolicy::from_name(name)?;
+            if flag && p != WritePolicy::WriteBack {
+                return Err(ServeError::ConflictingPolicy(name.clone()).into());
+            }
+            p
+        }
+    };
+    let cache_size_bytes = size_arg("cache-size", &args.cache_size)?;
+    let cache_spec = args
+        .cache
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("cache.img").display().to_string());
+    let cache_in_memory = cache_spec == "mem";
+    if policy == WritePolicy::WriteBack {
+        if !args.volatile_write_back_for_benchmarks {
+            return Err(ServeError::WriteBackNeedsRecovery.into());
+        }
+        if !cache_in_memory && !is_on_volatile_memory(Path::new(&cache_spec)) {
+            return Err(ServeError::WriteBackCacheNotVolatile { cache: cache_spec }.into());
+        }
+        eprintln!("{}", "!".repeat(78));
+        eprintln!("!! WARNING: volatile write-back FOR BENCHMARKS ONLY.");
+        eprintln!("!! Writes are acknowledged from a cache in volatile memory with no crash");
+        eprintln!("!! recovery: a crash, kill or power loss LOSES acknowledged writes, and");
+        eprintln!("!! dirty pages not destaged at exit are lost. Never put real data here.");
+        eprintln!("{}", "!".repeat(78));
+    }
+
+    let defaults_used = args.cache.is_none() || (args.backing.is_none() && args.exports.is_empty());
+    if defaults_used || (args.socket.is_none() && args.listen.is_none()) {
+        ensure_dir(&args.data_dir)?;
+    }
+    let cache: Arc<dyn BlockDevice> = if cache_in_memory {
+        Arc::new(MemDevice::new(cache_size_bytes))
+    } else {
+        let path = Path::new(&cache_spec);
+        let options = FileOptions {
+            sync: sync_arg("cache-sync", &args.cache_sync)?,
+            direct: args.direct,
+            create_size_bytes: Some(cache_size_bytes).filter(|_| !path.exists()),
+        };
+        Arc::new(FileDevice::open(path, options)?)
+    };
+
+    let mut named: Vec<(String, String)> = Vec::new();
+    for e in &args.exports {
+        let (name, spec) = e
+            .split_once('=')
+            .ok_or_else(|| ServeError::BadExport(e.clone()))?;
+        if named.iter().any(|(n, _)| n == name) {
+            return Err(ServeError::DuplicateExport(name.to_string()).into());
+        }
+        named.push((name.to_string(), spec.to_string()));
+    }
+    if let Some(b) = &args.backing {
+        named.insert(0, ("disk".to_string(), b.clone()));
+    }
+    if named.is_empty() {
+        let file = args.data_dir.join("backing.img");
+        named.push((
+            "disk".to_string(),
+            format!("emulated-hdd:{}", file.display()),
+        ));
+    }
+    let mut backings = Vec::new();
+    for (_, spec) in &named {
+        backings.push(open_backing(spec, &args)?);
+    }
+
+    let page = args.page_size;
+    let cache_bytes = cache.len_bytes();
+    if cache_bytes < args.group_size {
+        return Err(ServeError::CacheTooSmall {
+            cache_bytes,
+            group_bytes: args.group_size,
+        }
+        .into());
+    }
+    let config = EngineConfig {
+        page_size_bytes: page,
+        group_size_bytes: args.group_size,
+        cache_slots: cache.len_bytes() / page.max(1),
+        write_policy: policy,
+        destage_order: args.order.clone(),
+        destage_rate: args.rate.clone(),
+        ..EngineConfig::default()
+    };
+    let cache_name = cache.name();
+    let driver = Arc::new(Driver::new(
+        config,
+        cache.clone(),
+        backings.clone(),
+        DriverConfig {
+            io_threads: args.io_threads.max(1),
+        },
+    )?);
+
+    let mut builder = Server::builder();
+    for (i, (name, _)) in named.iter().enumerate() {
+        let volume = VolumeId(i as u16);
+        let export = VolumeExport {
+            driver: driver.clone(),
+            volume,
+            size_bytes: backings[i].len_bytes(),
+            block_size_min_bytes: args.block_size,
+        };
+        builder = builder.export(name, Arc::new(export));
+    }
+    let server_config = ServerConfig {
+        workers_count: args.workers.max(1),
+        ..ServerConfig::default()
+    };
+    let mut server = builder.config(server_config).start()?;
+
+    let socket = match (&args.socket, &args.listen) {
+        (Some(s), _) => Some(s.clone()),
+        (None, None) => Some(args.data_dir.join("wcache.sock")),
+        (None, Some(_)) => None,
+    };
+    let mut uris = Vec::new();
+    if let Some(path) = &socket {
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path).map_err(|source| ServeError::Listen {
+            what: path.display().to_string(),
+            source,
+        })?;
+        server.listen_unix(listener)?;
+        let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        for (name, _) in &named {
+            uris.push(format!("nbd+unix:///{name}?socket={}", abs.display()));
+        }
+    }
+    if let Some(addr) = &args.listen {
+        let listener = TcpListener::bind(addr).map_err(|source| ServeError::Listen {
+            what: addr.clone(),
+            source,
+        })?;
+        let local = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| addr.clone());
+        server.listen_tcp(listener)?;
+        for (name, _) in &named {
+            uris.push(format!("nbd://{local}/{name}"));
+        }
+    }
+
+    println!(
+        "wcache: serving {} export(s), write policy {}, destage order {}",
+        named.len(),
+        policy_name(policy),
+        args.order
+    );
+    println!(
+        "  cache: {cache_name} ({} MiB, {} slots of {page} bytes)",
+        cache.len_bytes() >> 20,
+        cache.len_bytes() / page.max(1)
+    );
+    for (i, (name, _)) in named.iter().enumerate() {
+        println!(
+            "  export {name}: {} ({} MiB)",
+            backings[i].name(),
+            backings[i].len_bytes() >> 20
+        );
+    }
+    for uri in &uris {
+        println!("  NBD URI: {uri}");
+    }
+    if let Some(uri) = uris.first() {
+        println!("Attach it (as root where noted):");
+        println!("  nbdinfo '{uri}'");
+        println!("  mkdir -p /mnt/wcache && nbdfuse /mnt/wcache '{uri}' &");
+        println!("    then: dev=$(losetup -f --show /mnt/wcache/nbd); mkfs.ext4 $dev; mount $dev /mnt/disk");
+        if let Some(path) = &socket {
+            let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            println!(
+                "  nbd-client -unix {} /dev/nbd0 -N {}   (needs the nbd kernel module)",
+                abs.display(),
+                named[0].0
+            );
+        }
+        println!("  qemu-system-x86_64 -drive file={uri},format=raw,if=virtio ...");
+        println!("Stop with Ctrl-C or SIGTERM (in-flight requests finish first).");
+    }
+
+    let signal = wait_for_stop_signal(&signals);
+    eprintln!("wcache: signal {signal}: stopping (no new connections; in-flight requests finish)");
+    server.stop();
+    let dirty = driver.dirty_pages();
+    if dirty > 0 {
+        eprintln!(
+            "wcache: {dirty} dirty pages were never destaged (volatile write-back): they are lost"
+        );
+    }
+    let stats = driver.stats();
+    driver.shutdown();
+    if let Some(path) = &socket {
+        let _ = std::fs::remove_file(path);
+    }
+    eprintln!(
+        "wcache: stopped after {} requests ({} cache errors, {} backing errors{})",
+        stats.requests,
+        stats.cache_errors,
+        stats.backing_errors,
+        stats
+            .last_error
+            .map(|e| format!("; last: {e}"))
+            .unwrap_or_default()
+    );
+    Ok(())
+}
+
+fn policy_name(p: WritePolicy) -> &'static str {
+    match p {
+        WritePolicy::WriteBack => "write-back",
+        WritePolicy::WriteThrough => "write-through",
+        WritePolicy::WriteAround => "write-around",
+    }
+}
