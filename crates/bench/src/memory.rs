@@ -1,0 +1,202 @@
+//! DRAM bytes of engine metadata per cached page at 1 M slots, two ways:
+//! `Engine::metadata_bytes()` (the engine's own account) and the counting
+//! global allocator (live heap growth from before `Engine::new` to the end of
+//! the fill, everything the engine holds). Three states: all clean, all dirty
+//! clustered, all dirty scattered. Anchors: flashcache 24 B, dm-cache smq
+//! ~25 B, Mercury 22 B; our goal <= 32 B per cached 4 KiB page.
+
+use crate::alloc;
+use crate::driver::{config, Driver, CACHE_SLOTS, GROUP_PAGES};
+use crate::engine_ops::{Layout, ORDERS};
+use wcache_core::policy::destage_order::{build_destage_order, GroupId};
+use wcache_core::policy::replacement::build_replacement;
+use wcache_core::types::{PageIndex, PageKey, SlotIndex, VolumeId};
+use wcache_core::EngineConfig;
+
+pub const GOAL_BYTES_PER_PAGE: f64 = 32.0;
+pub const ANCHORS: &str = "flashcache 24 B, dm-cache smq ~25 B, Mercury 22 B";
+
+/// Pages filled: as many whole groups as stay below the 99.99 % low threshold
+/// of the linear rate, so the fill never starts a destage (1,048,464 = 99.99 %).
+pub const FILL_PAGES: u64 = CACHE_SLOTS * 9999 / 10000 / GROUP_PAGES * GROUP_PAGES;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Clean,
+    DirtyClustered,
+    DirtyScattered,
+}
+
+impl State {
+    pub const ALL: [State; 3] = [State::Clean, State::DirtyClustered, State::DirtyScattered];
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Clean => "all clean (after destage, keep_clean)",
+            State::DirtyClustered => "all dirty clustered (16 pages/group)",
+            State::DirtyScattered => "all dirty scattered (1 page/group)",
+        }
+    }
+    pub fn short(self) -> &'static str {
+        match self {
+            State::Clean => "clean",
+            State::DirtyClustered => "clustered",
+            State::DirtyScattered => "scattered",
+        }
+    }
+}
+
+pub struct StateFigure {
+    pub state: State,
+    /// Allocator: live heap growth per cached page with the engine built and filled.
+    pub live_per_page: f64,
+    /// Allocator: highest heap growth per cached page during build and fill.
+    pub peak_per_page: f64,
+    pub metadata_per_page: f64,
+}
+
+pub struct MemoryFigures {
+    pub empty_per_slot: f64,
+    pub states: Vec<StateFigure>,
+}
+
+impl MemoryFigures {
+    pub fn live(&self, state: State) -> f64 {
+        self.states
+            .iter()
+            .find(|s| s.state == state)
+            .map_or(f64::NAN, |s| s.live_per_page)
+    }
+}
+
+fn state_config() -> EngineConfig {
+    let mut c = config("wow");
+    c.destage_rate = "linear".into();
+    c.rate.low_threshold_pct = 99.99;
+    c.rate.high_threshold_pct = 100.0;
+    c
+}
+
+fn measure_state(state: State) -> StateFigure {
+    let base = alloc::live_bytes();
+    alloc::reset_peak();
+    let mut d = Driver::new(state_config());
+    let layout = match state {
+        State::Clean | State::DirtyClustered => Layout::Clustered,
+        State::DirtyScattered => Layout::Scattered,
+    };
+    for i in 0..FILL_PAGES {
+        d.write_page(layout.page(i));
+    }
+    assert_eq!(d.engine.stats().destages, 0, "the fill started a destage");
+    assert_eq!(d.engine.dirty_pages(), FILL_PAGES);
+    if state == State::Clean {
+        d.drain();
+        assert_eq!(d.engine.dirty_groups(), 0);
+    }
+    let live = alloc::live_bytes() - base;
+    let peak = alloc::peak_bytes() - base;
+    let metadata = d.engine.metadata_bytes();
+    drop(d);
+    let pages = FILL_PAGES as f64;
+    StateFigure {
+        state,
+        live_per_page: live as f64 / pages,
+        peak_per_page: peak as f64 / pages,
+        metadata_per_page: metadata as f64 / pages,
+    }
+}
+
+/// A destage order alone with `groups` candidates: (allocator bytes, its metadata_bytes()).
+fn order_alone(name: &str, groups: u64, layout: Layout) -> (usize, usize) {
+    let base = alloc::live_bytes();
+    let mut order = build_destage_order(name).expect("registered destage order");
+    for g in 0..groups {
+        let page = layout.page(
+            g * if layout == Layout::Clustered {
+                GROUP_PAGES
+            } else {
+                1
+            },
+        );
+        let key = PageKey::new(VolumeId(0), PageIndex(page / GROUP_PAGES)).0;
+        order.insert(GroupId(g as u32), key);
+    }
+    let live = alloc::live_bytes() - base;
+    (live, order.metadata_bytes())
+}
+
+/// LRU alone, sized for 1 M slots and holding all of them.
+fn lru_alone() -> (usize, usize) {
+    let base = alloc::live_bytes();
+    let mut lru = build_replacement("lru", CACHE_SLOTS as usize).expect("lru is registered");
+    for s in 0..CACHE_SLOTS as u32 {
+        lru.insert(SlotIndex(s), PageKey(s as u64));
+    }
+    let live = alloc::live_bytes() - base;
+    (live, lru.metadata_bytes())
+}
+
+pub fn run() -> MemoryFigures {
+    println!("== memory: DRAM bytes of engine metadata per cached 4 KiB page, 1 M slots");
+    println!(
+        "   {FILL_PAGES} cached pages in 1,048,576 slots (WOW, LRU clean replacement, linear rate 99.99/100 % so the fill never destages)"
+    );
+    println!("   anchors: {ANCHORS}; goal <= {GOAL_BYTES_PER_PAGE} B");
+    let base = alloc::live_bytes();
+    let d = Driver::new(state_config());
+    let empty = alloc::live_bytes() - base;
+    let empty_md = d.engine.metadata_bytes();
+    drop(d);
+    let empty_per_slot = empty as f64 / CACHE_SLOTS as f64;
+    println!(
+        "  {:<40} allocator {:>6.2} B/slot   metadata_bytes() {:>6.2} B/slot",
+        "empty engine (sized at start)",
+        empty_per_slot,
+        empty_md as f64 / CACHE_SLOTS as f64
+    );
+    let mut states = Vec::new();
+    for state in State::ALL {
+        let f = measure_state(state);
+        let verdict = if f.live_per_page <= GOAL_BYTES_PER_PAGE {
+            "within goal"
+        } else {
+            "OVER the 32 B goal"
+        };
+        println!(
+            "  {:<40} allocator {:>6.2} B/page (peak {:>6.2})   metadata_bytes() {:>6.2} B/page   {verdict}",
+            state.name(),
+            f.live_per_page,
+            f.peak_per_page,
+            f.metadata_per_page
+        );
+        states.push(f);
+    }
+
+    println!("  where the bytes go (each structure alone, allocator vs its metadata_bytes()):");
+    let (lru, lru_md) = lru_alone();
+    println!(
+        "    {:<44} {:>6.2} B/slot   (metadata_bytes {:>6.2})",
+        "LRU clean replacement, 1 M slots",
+        lru as f64 / CACHE_SLOTS as f64,
+        lru_md as f64 / CACHE_SLOTS as f64
+    );
+    for (layout, groups) in [
+        (Layout::Clustered, FILL_PAGES / GROUP_PAGES),
+        (Layout::Scattered, FILL_PAGES),
+    ] {
+        for name in ORDERS {
+            let (live, md) = order_alone(name, groups, layout);
+            println!(
+                "    {:<44} {:>6.2} B/group = {:>6.2} B/page   (metadata_bytes {:>6.2} B/group)",
+                format!("{name} order, {groups} candidate groups"),
+                live as f64 / groups as f64,
+                live as f64 / FILL_PAGES as f64,
+                md as f64 / groups as f64
+            );
+        }
+    }
+    MemoryFigures {
+        empty_per_slot,
+        states,
+    }
+}
