@@ -1098,10 +1098,13 @@ impl Engine {
         }
         let mut fruitless = 0usize;
         loop {
-            let next_sequential = self
-                .order
-                .peek()
-                .is_some_and(|g| self.groups.flag(g, GFLAG_SEQUENTIAL));
+            // The trickle needs both the last and the next destage sequential:
+            // look under the pointer only when the first holds.
+            let next_sequential = self.last_destage_sequential
+                && self
+                    .order
+                    .peek()
+                    .is_some_and(|g| self.groups.flag(g, GFLAG_SEQUENTIAL));
             let input = RateInput {
                 occupancy_pages: self.dirty_pages,
                 capacity_pages: self.capacity_pages(),
