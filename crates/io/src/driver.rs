@@ -155,6 +155,10 @@ impl BufPtr {
     }
 }
 
+/// Commands a client thread runs itself before handing more to the pool:
+/// a handoff costs a thread wake-up, more than a fast device's whole I/O.
+const INLINE_JOBS_MAX: usize = 2;
+
 struct Job {
     cmd: IoCommand,
     buf: BufPtr,
@@ -733,9 +737,10 @@ impl Shared {
     }
 
     /// Executes jobs and whatever their completions release. A client thread
-    /// (`own` set) keeps one job at a time and hands the rest, and all
-    /// destages, to the pool; once its own request is answered it hands
-    /// everything over.
+    /// (`own` set) runs up to `INLINE_JOBS_MAX` commands itself (a
+    /// write-through page: cache write and backing write) and hands the rest,
+    /// and all destages, to the pool; once its own request is answered it
+    /// hands everything over.
     fn run_jobs(&self, jobs: &mut VecDeque<Job>, own: Option<&Arc<Waiter>>) {
         while !jobs.is_empty() {
             if let Some(w) = own {
@@ -743,18 +748,31 @@ impl Shared {
                     self.to_pool(jobs.drain(..));
                     return;
                 }
-                let mut keep: Option<Job> = None;
-                let mut rest = Vec::new();
-                for job in jobs.drain(..) {
-                    if keep.is_none() && !matches!(job.cmd, IoCommand::Destage { .. }) {
-                        keep = Some(job);
-                    } else {
-                        rest.push(job);
-                    }
-                }
-                self.to_pool(rest.into_iter());
-                if let Some(job) = keep {
-                    jobs.push_back(job);
+                // Destages always, and commands beyond the first few, go to the pool.
+                let mut kept = 0;
+                let hand_over = jobs.iter().any(|j| {
+                    let destage = matches!(j.cmd, IoCommand::Destage { .. });
+                    kept += usize::from(!destage);
+                    destage || kept > INLINE_JOBS_MAX
+                });
+                if hand_over {
+                    let mut kept = 0;
+                    let mut keep = VecDeque::new();
+                    let rest: Vec<Job> = jobs
+                        .drain(..)
+                        .filter_map(|j| {
+                            if !matches!(j.cmd, IoCommand::Destage { .. }) && kept < INLINE_JOBS_MAX
+                            {
+                                kept += 1;
+                                keep.push_back(j);
+                                None
+                            } else {
+                                Some(j)
+                            }
+                        })
+                        .collect();
+                    self.to_pool(rest.into_iter());
+                    *jobs = keep;
                 }
                 let Some(job) = jobs.pop_front() else {
                     return;
