@@ -479,7 +479,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     if let Some(uri) = uris.first() {
         println!("Attach it (as root where noted):");
         println!("  nbdinfo '{uri}'");
-        println!("  mkdir -p /mnt/wcache && nbdfuse /mnt/wcache '{uri}' &");
+        println!("  mkdir -p /mnt/wcache /mnt/disk && nbdfuse /mnt/wcache '{uri}' &");
         println!("    then: dev=$(losetup -f --show /mnt/wcache/nbd); mkfs.ext4 $dev; mount $dev /mnt/disk");
         if let Some(path) = &socket {
             let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
