@@ -374,7 +374,11 @@ fn msr_trace_replay_with_unaligned_requests_returns_acknowledged_data() {
         let disk = x % 2;
         let offset = (x >> 8) % (32 * MIB);
         let size = 1 + (x >> 40) % 20_000;
-        let kind = if (x >> 20) % 3 == 0 { "Read" } else { "Write" };
+        let kind = if (x >> 20).is_multiple_of(3) {
+            "Read"
+        } else {
+            "Write"
+        };
         text.push_str(&format!(
             "{},host,{disk},{kind},{offset},{size},100\n",
             128_166_372_000_000_000 + i * 1000
