@@ -164,13 +164,20 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                     "full",
                     4096,
                     full_backend_bytes(backend),
-                    (1..=11).map(|k| k as f64 * 100.0).collect(),
+                    // The paper's range, then on until our model's wall.
+                    (1..=11)
+                        .map(|k| k as f64 * 100.0)
+                        .chain([1500.0, 2000.0, 2500.0, 3000.0, 4000.0])
+                        .collect(),
                 ),
                 (
                     "partial",
                     40960,
                     PARTIAL_BACKEND_BYTES,
-                    (1..=10).map(|k| k as f64 * 300.0).collect(),
+                    (1..=10)
+                        .map(|k| k as f64 * 300.0)
+                        .chain([4000.0, 6000.0, 8000.0, 10_000.0, 12_000.0])
+                        .collect(),
                 ),
             ];
             for (footprint, nvs, bytes, targets) in cases {
