@@ -3,7 +3,7 @@
 //! commands name buffers (a request's buffer, a cache slot, a backing range)
 //! and the driver moves the bytes.
 
-use crate::types::{IoId, PageIndex, RequestId, SlotIndex, VolumeId};
+use crate::types::{IoId, PageIndex, PageKey, RequestId, SlotIndex, VolumeId};
 use thiserror::Error;
 
 /// What a client asks.
@@ -106,6 +106,18 @@ pub struct Patch {
     pub src: Source,
 }
 
+/// What the driver persists beside a page version (persistent caches), so
+/// that recovery finds every page version after a crash: the newest `seq` of
+/// a page wins; a record whose data does not match its checksum is ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotRecord {
+    pub key: PageKey,
+    /// Version number, increasing over the cache's whole life.
+    pub seq: u64,
+    /// Newer than the backing (false: a clean copy).
+    pub dirty: bool,
+}
+
 /// I/O for the driver to perform. Each completes with `handle_completion(io, ..)`.
 /// Contract: a command completes only when its writes are durable: a cache
 /// write on the cache device (the driver syncs, or the device is
@@ -113,13 +125,18 @@ pub struct Patch {
 /// relies on this for every acknowledgement and for freeing destaged slots.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IoCommand {
-    /// Build a whole page in cache slot `slot`: read `base`, lay `patch` over it, write it.
+    /// Build a whole page in cache slot `slot`: read `base`, lay `patch` over it, write it,
+    /// and (persistent caches) its `record`; complete when both are durable.
     WritePage {
         io: IoId,
         slot: SlotIndex,
         base: PageBase,
         patch: Patch,
+        record: SlotRecord,
     },
+    /// Persistent caches: durably mark these slots free (their records no
+    /// longer name any page); the engine reuses them only after this completes.
+    FreeSlots { io: IoId, slots: Vec<SlotIndex> },
     /// Copy part of a cached page into the request's buffer.
     ReadPage {
         io: IoId,
@@ -163,7 +180,8 @@ impl IoCommand {
             | IoCommand::ReadPage { io, .. }
             | IoCommand::ReadBacking { io, .. }
             | IoCommand::WriteBacking { io, .. }
-            | IoCommand::Destage { io, .. } => io,
+            | IoCommand::Destage { io, .. }
+            | IoCommand::FreeSlots { io, .. } => io,
         }
     }
 }

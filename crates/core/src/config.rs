@@ -53,6 +53,11 @@ pub struct EngineConfig {
     pub keep_clean: bool,
     /// Requests in flight at once (including stalled ones).
     pub requests_max: u32,
+    /// The cache device keeps a record per slot so that a restart finds every
+    /// dirty page: page writes carry a `SlotRecord` to persist, and slots are
+    /// reused only after `FreeSlots` has durably freed them. Needed for
+    /// write-back across crashes; off in the simulator.
+    pub persistent: bool,
 }
 
 impl Default for EngineConfig {
@@ -69,6 +74,7 @@ impl Default for EngineConfig {
             read_insert: true,
             keep_clean: true,
             requests_max: 4096,
+            persistent: false,
         }
     }
 }

@@ -13,4 +13,4 @@ pub mod types;
 
 pub use command::*;
 pub use config::{ConfigError, EngineConfig, WritePolicy};
-pub use engine::{Engine, EngineError, Stats};
+pub use engine::{Engine, EngineError, RecoveredSlot, RecoveryError, Stats};

@@ -9,7 +9,7 @@
 use proptest::prelude::*;
 use std::collections::HashMap;
 use wcache_core::time::Nanos;
-use wcache_core::types::{RequestId, VolumeId};
+use wcache_core::types::{RequestId, SlotIndex, VolumeId};
 use wcache_core::*;
 
 /// Expected content of one byte. Writes that overlap in time may land in
@@ -23,12 +23,16 @@ struct ByteModel {
     inflight: Vec<(u64, u8, u64, bool)>,
     /// Acknowledged writes that may still race with one in flight: (ack tick, value).
     recent_acks: Vec<(u64, u8)>,
+    /// Bumped whenever `acked` changes.
+    epoch: u64,
 }
 
 struct PendingRead {
     vol: usize,
     off: usize,
     len: usize,
+    /// Byte epochs at issue: a read over a quiet byte pins down its value.
+    epochs: Vec<u64>,
     /// Allowed values per byte, captured at issue, extended by writes issued during the read.
     allowed: Vec<Option<Vec<u8>>>,
 }
@@ -50,6 +54,11 @@ struct Harness {
     completions: u64,
     checked_bytes: u64,
     ticks: u64,
+    config: EngineConfig,
+    vol_sizes: Vec<usize>,
+    /// Slot records on the (simulated) cache device: written with a page, erased by FreeSlots.
+    records: HashMap<u32, SlotRecord>,
+    crashes: u64,
 }
 
 /// A failed write over unspecified bytes leaves them unspecified.
@@ -68,7 +77,7 @@ impl Harness {
     fn new(config: EngineConfig, vol_sizes: &[usize], fail_every: u64) -> Harness {
         let page = config.page_size_bytes as usize;
         let slots = config.cache_slots as usize;
-        let mut engine = Engine::new(config).unwrap();
+        let mut engine = Engine::new(config.clone()).unwrap();
         let mut backing = Vec::new();
         let mut model = Vec::new();
         for (v, &size) in vol_sizes.iter().enumerate() {
@@ -78,7 +87,8 @@ impl Harness {
                 ByteModel {
                     acked: Some(vec![0]),
                     inflight: Vec::new(),
-                    recent_acks: Vec::new()
+                    recent_acks: Vec::new(),
+                    epoch: 0,
                 };
                 size
             ]);
@@ -100,6 +110,10 @@ impl Harness {
             completions: 0,
             checked_bytes: 0,
             ticks: 0,
+            config,
+            vol_sizes: vol_sizes.to_vec(),
+            records: HashMap::new(),
+            crashes: 0,
         }
     }
 
@@ -179,6 +193,7 @@ impl Harness {
                         })
                     })
                     .collect();
+                let epochs = (off..off + len).map(|b| self.model[vol][b].epoch).collect();
                 self.bufs.insert(id, vec![0xAB; len]);
                 self.reads.insert(
                     id,
@@ -186,6 +201,7 @@ impl Harness {
                         vol,
                         off,
                         len,
+                        epochs,
                         allowed,
                     },
                 );
@@ -205,6 +221,7 @@ impl Harness {
             for b in off..off + len {
                 let m = &mut self.model[vol][b];
                 m.acked = None;
+                m.epoch += 1;
                 for w in &mut m.inflight {
                     w.3 = true;
                 }
@@ -247,6 +264,7 @@ impl Harness {
                 } else {
                     Some(may)
                 };
+                m.epoch += 1;
                 m.recent_acks.push((now, data[i]));
                 let oldest = m.inflight.iter().map(|&(_, _, t, _)| t).min();
                 match oldest {
@@ -268,6 +286,12 @@ impl Harness {
                             allowed
                         );
                         self.checked_bytes += 1;
+                        // A read of a byte nothing wrote meanwhile fixes its value:
+                        // later reads must agree (no flip-flopping after a race or a crash).
+                        let m = &mut self.model[pr.vol][pr.off + i];
+                        if m.epoch == pr.epochs[i] && m.inflight.is_empty() {
+                            m.acked = Some(vec![data[i]]);
+                        }
                     }
                 }
             }
@@ -303,6 +327,7 @@ impl Harness {
                 IoCommand::WritePage {
                     slot, base, patch, ..
                 } => {
+                    let slot = *slot;
                     let mut page = match *base {
                         PageBase::None => vec![0xCD; p],
                         PageBase::Slot(s) => self.cache[s.0 as usize * p..][..p].to_vec(),
@@ -319,6 +344,14 @@ impl Harness {
                     let bytes = self.src_bytes(patch.src, patch.len_bytes as usize);
                     page[o..o + bytes.len()].copy_from_slice(&bytes);
                     self.cache[slot.0 as usize * p..][..p].copy_from_slice(&page);
+                    if let IoCommand::WritePage { record, .. } = &cmd {
+                        self.records.insert(slot.0, *record);
+                    }
+                }
+                IoCommand::FreeSlots { slots, .. } => {
+                    for s in slots {
+                        self.records.remove(&s.0);
+                    }
                 }
                 IoCommand::ReadPage {
                     slot,
@@ -380,6 +413,45 @@ impl Harness {
         self.pump();
     }
 
+    /// Lose power: every command in flight is lost (a page write in flight
+    /// never happened; a torn one is what the driver's data checksum rejects),
+    /// the engine restarts from the slot records, and bytes of requests in
+    /// flight may hold the old or the new value — but must then stay put.
+    fn crash(&mut self) {
+        if !self.config.persistent {
+            return;
+        }
+        self.crashes += 1;
+        let found = self
+            .records
+            .iter()
+            .map(|(&slot, &record)| RecoveredSlot {
+                slot: SlotIndex(slot),
+                record,
+            })
+            .collect();
+        let sizes: Vec<u64> = self.vol_sizes.iter().map(|&s| s as u64).collect();
+        self.engine = Engine::recover(self.config.clone(), &sizes, found).unwrap();
+        self.pending.clear();
+        for vol in &mut self.model {
+            for m in vol.iter_mut() {
+                if !m.inflight.is_empty() {
+                    if let Some(a) = &mut m.acked {
+                        a.extend(m.inflight.iter().map(|w| w.1));
+                    }
+                    m.inflight.clear();
+                    m.epoch += 1;
+                }
+                m.recent_acks.clear();
+            }
+        }
+        self.reads.clear();
+        self.writes.clear();
+        self.trims.clear();
+        self.bufs.clear();
+        self.pump();
+    }
+
     fn settle(&mut self) {
         let mut rounds = 0;
         while !self.pending.is_empty() || !self.engine.is_idle() {
@@ -424,6 +496,7 @@ enum Op {
     Complete(usize),
     CompleteMany(usize),
     Tick,
+    Crash,
 }
 
 fn op(vol_size: usize) -> impl Strategy<Value = Op> {
@@ -437,6 +510,7 @@ fn op(vol_size: usize) -> impl Strategy<Value = Op> {
         6 => any::<usize>().prop_map(Op::Complete),
         2 => (1..20usize).prop_map(Op::CompleteMany),
         1 => Just(Op::Tick),
+        1 => Just(Op::Crash),
     ]
 }
 
@@ -455,10 +529,23 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
         any::<bool>(),
         any::<bool>(),
         prop_oneof![Just("linear"), Just("adaptive")],
+        any::<bool>(),
     )
         .prop_map(
-            |(page, group_pages, slots_groups, wp, order, repl, keep_clean, read_insert, rate)| {
+            |(
+                page,
+                group_pages,
+                slots_groups,
+                wp,
+                order,
+                repl,
+                keep_clean,
+                read_insert,
+                rate,
+                persistent,
+            )| {
                 EngineConfig {
+                    persistent,
                     page_size_bytes: page,
                     group_size_bytes: page * group_pages,
                     cache_slots: (slots_groups * group_pages).max(24),
@@ -475,6 +562,11 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
 }
 
 fn run(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> u64 {
+    run_counting(config, ops, fail_every).0
+}
+
+/// Run `ops`; returns (bytes checked, crashes).
+fn run_counting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u64) {
     let vol_size = 40_000;
     let mut h = Harness::new(config.clone(), &[vol_size, vol_size - 333], fail_every);
     let sizes = [vol_size, vol_size - 333];
@@ -502,6 +594,7 @@ fn run(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> u64 {
             Op::Complete(k) => h.complete(k),
             Op::CompleteMany(n) => (0..n).for_each(|k| h.complete(k * 7919)),
             Op::Tick => h.tick(),
+            Op::Crash => h.crash(),
         }
     }
     if fail_every == 0 {
@@ -509,7 +602,7 @@ fn run(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> u64 {
     } else {
         h.settle();
     }
-    h.checked_bytes
+    (h.checked_bytes, h.crashes)
 }
 
 proptest! {
@@ -556,4 +649,48 @@ fn a_long_mixed_run_checks_many_bytes() {
     };
     let checked = run(config, ops, 0);
     assert!(checked > 100_000, "only {checked} bytes were checked");
+}
+
+#[test]
+fn a_long_run_with_crashes_loses_no_acknowledged_write() {
+    let mut rng = 0x0bad_cafe_u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut ops = Vec::new();
+    for _ in 0..4000 {
+        let v = (next() % 2) as usize;
+        let o = (next() % 39_000) as usize;
+        let l = 1 + (next() % 9000) as usize;
+        ops.push(match next() % 40 {
+            0..=14 => Op::Write(v, o, l, false),
+            15..=24 => Op::Read(v, o, l),
+            25 => Op::Trim(v, o, l),
+            26 => Op::Crash,
+            _ => Op::CompleteMany(1 + (next() % 8) as usize),
+        });
+    }
+    for policy in [
+        WritePolicy::WriteBack,
+        WritePolicy::WriteThrough,
+        WritePolicy::WriteAround,
+    ] {
+        let config = EngineConfig {
+            page_size_bytes: 4096,
+            group_size_bytes: 16384,
+            cache_slots: 32,
+            write_policy: policy,
+            persistent: true,
+            ..EngineConfig::default()
+        };
+        let (checked, crashes) = run_counting(config, ops.clone(), 0);
+        assert!(crashes > 50, "{policy:?}: only {crashes} crashes");
+        assert!(
+            checked > 100_000,
+            "{policy:?}: only {checked} bytes were checked"
+        );
+    }
 }

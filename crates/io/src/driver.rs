@@ -688,7 +688,7 @@ impl Shared {
                     Source::Request { req, .. } => Some(*req),
                     Source::Zero => None,
                 },
-                IoCommand::Destage { .. } => None,
+                IoCommand::Destage { .. } | IoCommand::FreeSlots { .. } => None,
             };
             let buf = match req {
                 Some(r) => {
@@ -855,6 +855,9 @@ impl Shared {
         let on_cache = |e| (e, Some(true));
         let on_backing = |e| (e, Some(false));
         match &job.cmd {
+            // Only persistent engines free slots through records; this driver
+            // does not keep records yet, so it runs engines with persistent = false.
+            IoCommand::FreeSlots { .. } => Ok(()),
             IoCommand::WritePage {
                 slot, base, patch, ..
             } => {

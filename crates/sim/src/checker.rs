@@ -214,6 +214,7 @@ impl DataModel {
     pub fn execute(&mut self, cmd: &IoCommand) {
         let spp = self.sectors_per_page;
         match cmd {
+            IoCommand::FreeSlots { .. } => {}
             IoCommand::WritePage {
                 slot, base, patch, ..
             } => {

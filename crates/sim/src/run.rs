@@ -256,6 +256,10 @@ impl Simulation {
             second_phase: false,
         };
         match &cmd {
+            // Persistent caches only: the free records, as one small cache write.
+            IoCommand::FreeSlots { .. } => {
+                self.device_op(io, true, DevOpKind::Write, 0, SECTOR_BYTES)
+            }
             IoCommand::WritePage { slot, base, .. } => match *base {
                 PageBase::None => self.device_op(io, true, DevOpKind::Write, slot.0 as u64 * p, p),
                 PageBase::Slot(old) => {

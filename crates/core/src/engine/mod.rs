@@ -29,7 +29,7 @@ use crate::policy::replacement::{build_replacement, Replacement};
 use crate::time::Nanos;
 use crate::types::*;
 use groups::{Groups, GFLAG_CANDIDATE, GFLAG_SEQUENTIAL};
-use slots::{SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN};
+use slots::{SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN, FLAG_FREEING, FLAG_OLD};
 use std::collections::{HashMap, VecDeque};
 use thiserror::Error;
 
@@ -40,6 +40,44 @@ const WRITE_FILTER_BUCKETS: usize = 4096;
 /// Destage pause after a backing error, doubling up to the max.
 const DESTAGE_RETRY_NS_MIN: u64 = 10_000_000;
 const DESTAGE_RETRY_NS_MAX: u64 = 5_000_000_000;
+
+/// A page version the driver found on the cache device after a restart
+/// (its record and data checksums are good).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecoveredSlot {
+    pub slot: SlotIndex,
+    pub record: SlotRecord,
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum RecoveryError {
+    #[error("recovery needs a persistent configuration (persistent = true)")]
+    NotPersistent,
+    #[error("engine configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error("engine: {0}")]
+    Engine(#[from] EngineError),
+    #[error("slot {slot} is beyond the cache's {slots} slots")]
+    SlotOutOfRange { slot: u32, slots: u64 },
+    #[error("slot {0} appears twice")]
+    DuplicateSlot(u32),
+    #[error("slot {slot} holds page {page} of volume {volume}, which is not one of the {volumes} volumes given")]
+    UnknownVolume {
+        slot: u32,
+        volume: u16,
+        page: u64,
+        volumes: usize,
+    },
+    #[error(
+        "slot {slot} holds page {page} of volume {volume}, beyond its size of {size_bytes} bytes"
+    )]
+    BeyondVolume {
+        slot: u32,
+        volume: u16,
+        page: u64,
+        size_bytes: u64,
+    },
+}
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum EngineError {
@@ -109,6 +147,9 @@ enum IoCtx {
         req: u32,
         slot: SlotIndex,
     },
+    FreeSlots {
+        slots: Vec<SlotIndex>,
+    },
     ReadBacking {
         req: u32,
         volume: VolumeId,
@@ -140,9 +181,16 @@ pub struct Engine {
     reqs_live: u32,
     stalled: VecDeque<u32>,
     deferred: HashMap<u32, VecDeque<Deferred>>,
-    /// Pages with an old version still being destaged: their newer version
-    /// waits, so two destages of one page never race at the backing.
-    destaging_old: HashMap<u64, u32>,
+    /// Pages with old versions not yet gone for good: still being destaged,
+    /// or (persistent caches) whose record still names the page. Their newer
+    /// version waits to be destaged, so two destages of one page never race
+    /// at the backing, and a page's newest record is never reused while an
+    /// older one could be found by recovery.
+    old_versions: HashMap<u64, u32>,
+    /// Stale slots waiting for a `FreeSlots` command (persistent caches).
+    to_free: Vec<SlotIndex>,
+    /// Version number for the next page version (`SlotRecord::seq`).
+    next_seq: u64,
 
     ios: Vec<Option<IoCtx>>,
     io_gens: Vec<u32>,
@@ -191,7 +239,9 @@ impl Engine {
             reqs_live: 0,
             stalled: VecDeque::with_capacity(requests_max),
             deferred: HashMap::new(),
-            destaging_old: HashMap::new(),
+            old_versions: HashMap::new(),
+            to_free: Vec::new(),
+            next_seq: 1,
             ios: Vec::new(),
             io_gens: Vec::new(),
             ios_free: Vec::new(),
@@ -211,6 +261,81 @@ impl Engine {
             stats: Stats::default(),
             config,
         })
+    }
+
+    /// Rebuild the cache after a restart from the page versions found on the
+    /// cache device. The newest version of each page becomes current if its
+    /// record is dirty (clean copies are dropped); older versions are freed through
+    /// `FreeSlots` (the first commands polled), and the newer version is not
+    /// destaged before they are. Every slot not found is free.
+    pub fn recover(
+        config: EngineConfig,
+        volume_sizes_bytes: &[u64],
+        mut found: Vec<RecoveredSlot>,
+    ) -> Result<Engine, RecoveryError> {
+        if !config.persistent {
+            return Err(RecoveryError::NotPersistent);
+        }
+        let mut engine = Engine::new(config)?;
+        for &size in volume_sizes_bytes {
+            engine.add_volume(size)?;
+        }
+        let slots = engine.slots.len() as u64;
+        let mut seen = vec![false; slots as usize];
+        for f in &found {
+            let (slot, key) = (f.slot.0, f.record.key);
+            if slot as u64 >= slots {
+                return Err(RecoveryError::SlotOutOfRange { slot, slots });
+            }
+            if std::mem::replace(&mut seen[slot as usize], true) {
+                return Err(RecoveryError::DuplicateSlot(slot));
+            }
+            let (volume, page) = (key.volume().0, key.page().0);
+            let Some(vol) = engine.volumes.get(volume as usize) else {
+                return Err(RecoveryError::UnknownVolume {
+                    slot,
+                    volume,
+                    page,
+                    volumes: engine.volumes.len(),
+                });
+            };
+            if page >= engine.geometry.pages_in(vol.size_bytes) {
+                return Err(RecoveryError::BeyondVolume {
+                    slot,
+                    volume,
+                    page,
+                    size_bytes: vol.size_bytes,
+                });
+            }
+        }
+        let used: Vec<SlotIndex> = found.iter().map(|f| f.slot).collect();
+        engine.slots.exclude_from_pool(&used);
+        // Newest version of each page first.
+        found.sort_by_key(|f| (f.record.key, std::cmp::Reverse(f.record.seq)));
+        let mut last_key = None;
+        for f in found {
+            engine.next_seq = engine.next_seq.max(f.record.seq + 1);
+            let (slot, key) = (f.slot, f.record.key);
+            let newest = last_key != Some(key);
+            last_key = Some(key);
+            engine.slots.set_key(slot, key);
+            if newest && f.record.dirty {
+                engine.slots.map(slot, key);
+                engine.slots.set_state(slot, SlotState::Dirty);
+                engine.mark_dirty(key);
+            } else {
+                // An older version, or a clean copy: free it for good. Clean
+                // copies are not trusted after a crash: one dropped just before
+                // (a write-around, say) could otherwise come back.
+                engine.slots.set_state(slot, SlotState::Stale);
+                if !newest {
+                    engine.count_old(slot);
+                }
+                engine.free_slot(slot);
+            }
+        }
+        engine.emit_frees();
+        Ok(engine)
     }
 
     pub fn add_volume(&mut self, size_bytes: u64) -> Result<VolumeId, EngineError> {
@@ -269,6 +394,7 @@ impl Engine {
     pub fn start_drain(&mut self) {
         self.draining = true;
         self.start_destages();
+        self.emit_frees();
     }
     pub fn stop_drain(&mut self) {
         self.draining = false;
@@ -298,6 +424,7 @@ impl Engine {
             if now >= t {
                 self.destage_paused_until = None;
                 self.start_destages();
+                self.emit_frees();
             }
         }
     }
@@ -354,6 +481,7 @@ impl Engine {
         self.maybe_finish(ri);
         self.drain_stalls(now);
         self.start_destages();
+        self.emit_frees();
         Ok(())
     }
 
@@ -499,13 +627,58 @@ impl Engine {
 
     fn release_slot_if_free(&mut self, slot: SlotIndex) {
         if self.slots.freeable(slot) {
-            self.slots.push_free(slot);
+            self.free_slot(slot);
         }
     }
 
     fn unpin(&mut self, slot: SlotIndex) {
         if self.slots.unpin(slot) {
+            self.free_slot(slot);
+        }
+    }
+
+    /// A stale slot nothing uses any more: back to the pool, or (persistent
+    /// caches) first through a `FreeSlots` command.
+    fn free_slot(&mut self, slot: SlotIndex) {
+        debug_assert!(self.slots.freeable(slot));
+        if self.config.persistent {
+            self.slots.set_flag(slot, FLAG_FREEING, true);
+            self.to_free.push(slot);
+        } else {
             self.slots.push_free(slot);
+        }
+    }
+
+    /// Emit the frees gathered during this call as one command.
+    fn emit_frees(&mut self) {
+        if self.to_free.is_empty() {
+            return;
+        }
+        let slots = std::mem::take(&mut self.to_free);
+        let io = self.new_io(IoCtx::FreeSlots {
+            slots: slots.clone(),
+        });
+        self.commands.push_back(IoCommand::FreeSlots { io, slots });
+    }
+
+    fn count_old(&mut self, slot: SlotIndex) {
+        self.slots.set_flag(slot, FLAG_OLD, true);
+        *self.old_versions.entry(self.slots.key(slot).0).or_insert(0) += 1;
+    }
+
+    fn uncount_old(&mut self, slot: SlotIndex) {
+        if !self.slots.has(slot, FLAG_OLD) {
+            return;
+        }
+        self.slots.set_flag(slot, FLAG_OLD, false);
+        let key = self.slots.key(slot).0;
+        let n = self
+            .old_versions
+            .get_mut(&key)
+            .expect("old version was counted");
+        *n -= 1;
+        if *n == 0 {
+            self.old_versions.remove(&key);
         }
     }
 
@@ -514,11 +687,8 @@ impl Engine {
         if self.slots.state(slot) == SlotState::Clean {
             self.replacement.remove(slot);
         }
-        if self.slots.has(slot, FLAG_DESTAGING) {
-            *self
-                .destaging_old
-                .entry(self.slots.key(slot).0)
-                .or_insert(0) += 1;
+        if self.config.persistent || self.slots.has(slot, FLAG_DESTAGING) {
+            self.count_old(slot);
         }
         self.slots.unmap(slot);
         self.slots.set_state(slot, SlotState::Stale);
@@ -716,6 +886,7 @@ impl Engine {
                 req: id,
                 offset_bytes: req_offset_bytes + page * ps - offset_bytes,
             };
+            let record = self.record(key, false);
             self.commands.push_back(IoCommand::WritePage {
                 io,
                 slot,
@@ -725,6 +896,7 @@ impl Engine {
                     len_bytes: ps as u32,
                     src,
                 },
+                record,
             });
         }
     }
@@ -938,6 +1110,9 @@ impl Engine {
             old,
             undo,
         });
+        // Write-through versions are recorded dirty too: the backing may miss
+        // the write if the host crashes before it completes.
+        let record = self.record(key, true);
         self.commands.push_back(IoCommand::WritePage {
             io,
             slot,
@@ -947,7 +1122,15 @@ impl Engine {
                 len_bytes: piece.len_bytes,
                 src,
             },
+            record,
         });
+    }
+
+    /// The record of a new page version, with the next version number.
+    fn record(&mut self, key: PageKey, dirty: bool) -> SlotRecord {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        SlotRecord { key, seq, dirty }
     }
 
     /// Write-back: a page write completed; the slot is now the page's version.
@@ -1002,9 +1185,7 @@ impl Engine {
         let group = self.groups.lookup(gkey);
         if let Some((o, state)) = old {
             // The previous version becomes current again.
-            if self.slots.has(o, FLAG_DESTAGING) {
-                self.old_destage_done(key);
-            }
+            self.uncount_old(o);
             self.slots.map(o, key);
             self.slots.set_state(
                 o,
@@ -1147,7 +1328,7 @@ impl Engine {
             let slot = self.slots.lookup(key).expect("dirty page has a slot");
             let ready = self.slots.state(slot) == SlotState::Dirty
                 && !self.slots.has(slot, FLAG_DESTAGING)
-                && (self.destaging_old.is_empty() || !self.destaging_old.contains_key(&key.0));
+                && (self.old_versions.is_empty() || !self.old_versions.contains_key(&key.0));
             let breaks_run = !ready || run_start + run.len() as u64 != page;
             if breaks_run && !run.is_empty() {
                 self.issue_destage(vol, PageIndex(run_start), std::mem::take(&mut run));
@@ -1191,17 +1372,6 @@ impl Engine {
         });
     }
 
-    fn old_destage_done(&mut self, key: PageKey) {
-        let n = self
-            .destaging_old
-            .get_mut(&key.0)
-            .expect("old destage was counted");
-        *n -= 1;
-        if *n == 0 {
-            self.destaging_old.remove(&key.0);
-        }
-    }
-
     fn finish_destage(&mut self, now: Nanos, slots: Vec<SlotIndex>, result: Result<(), IoError>) {
         self.destages_in_flight -= 1;
         for &slot in &slots {
@@ -1232,7 +1402,10 @@ impl Engine {
                     self.group_changed(g);
                 }
                 SlotState::Stale => {
-                    self.old_destage_done(self.slots.key(slot));
+                    // Persistent caches count the old version until its free record is durable.
+                    if !self.config.persistent {
+                        self.uncount_old(slot);
+                    }
                     self.release_slot_if_free(slot);
                 }
                 other => debug_assert!(false, "destaged slot in state {other:?}"),
@@ -1348,6 +1521,20 @@ impl Engine {
                 done_req = Some(req);
             }
             IoCtx::Destage { slots } => self.finish_destage(now, slots, result),
+            IoCtx::FreeSlots { slots } => match result {
+                Ok(()) => {
+                    for slot in slots {
+                        self.slots.set_flag(slot, FLAG_FREEING, false);
+                        self.uncount_old(slot);
+                        self.slots.push_free(slot);
+                    }
+                }
+                Err(_) => {
+                    // Try again with the next batch; the slots stay out of the pool.
+                    self.stats.io_errors += 1;
+                    self.to_free.extend(slots);
+                }
+            },
         }
         if let Some(ri) = done_req {
             self.req_mut(ri).pending -= 1;
@@ -1355,6 +1542,7 @@ impl Engine {
         }
         self.drain_stalls(now);
         self.start_destages();
+        self.emit_frees();
         Ok(())
     }
 

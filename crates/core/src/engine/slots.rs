@@ -31,6 +31,10 @@ const STATE_MASK: u8 = 0x07;
 pub const FLAG_DESTAGING: u8 = 0x10;
 /// A filling slot becomes clean, not dirty, when its write completes.
 pub const FLAG_FILL_CLEAN: u8 = 0x20;
+/// A stale slot counted among its page's old versions (see `Engine::old_versions`).
+pub const FLAG_OLD: u8 = 0x40;
+/// A stale slot whose free record is being written (persistent caches).
+pub const FLAG_FREEING: u8 = 0x80;
 
 pub struct Slots {
     key: Vec<u64>,
@@ -128,6 +132,20 @@ impl Slots {
         debug_assert_eq!(removed, Some(slot.0));
     }
 
+    /// Recovery: the slots in `used` are not free (the pool holds the rest).
+    pub fn exclude_from_pool(&mut self, used: &[SlotIndex]) {
+        let mut taken = vec![false; self.key.len()];
+        for s in used {
+            taken[s.0 as usize] = true;
+        }
+        self.free.retain(|&s| !taken[s as usize]);
+    }
+
+    /// Recovery: the page a stale slot's record still names.
+    pub fn set_key(&mut self, slot: SlotIndex, key: PageKey) {
+        self.key[slot.0 as usize] = key.0;
+    }
+
     /// Take a free slot, if any (never evicts).
     pub fn pop_free(&mut self) -> Option<SlotIndex> {
         let slot = SlotIndex(self.free.pop()?);
@@ -167,7 +185,7 @@ impl Slots {
                 self.evictable += 1;
                 false
             }
-            SlotState::Stale => !self.has(slot, FLAG_DESTAGING),
+            SlotState::Stale => !self.has(slot, FLAG_DESTAGING) && !self.has(slot, FLAG_FREEING),
             _ => false,
         }
     }
