@@ -2,4 +2,5 @@
 
 pub mod destage_order;
 pub mod destage_rate;
+pub(crate) mod links;
 pub mod replacement;

@@ -1,57 +1,21 @@
 //! LRW: destage the least-recently written group (temporal locality only).
-//! An intrusive doubly linked list over group ids: O(1) everything.
+//! A linked list over group ids (the policies' shared `Links`): O(1) everything.
 
 use super::{DestageOrder, GroupHit, GroupId};
+use crate::policy::links::{Links, List};
 
-const NIL: u32 = u32::MAX;
-
-#[derive(Default)]
 pub struct Lrw {
-    prev: Vec<u32>,
-    next: Vec<u32>,
-    /// Least recently written.
-    head: u32,
-    /// Most recently written.
-    tail: u32,
-    len: usize,
+    links: Links,
+    /// Head: most recently written; tail: least recently written.
+    order: List,
 }
 
-impl Lrw {
-    fn ensure(&mut self, id: u32) {
-        if self.prev.is_empty() {
-            self.head = NIL;
-            self.tail = NIL;
+impl Default for Lrw {
+    fn default() -> Self {
+        Lrw {
+            links: Links::new(0),
+            order: List::new(),
         }
-        let need = id as usize + 1;
-        if self.prev.len() < need {
-            self.prev.resize(need, NIL);
-            self.next.resize(need, NIL);
-        }
-    }
-    fn push_tail(&mut self, id: u32) {
-        self.prev[id as usize] = self.tail;
-        self.next[id as usize] = NIL;
-        if self.tail == NIL {
-            self.head = id;
-        } else {
-            self.next[self.tail as usize] = id;
-        }
-        self.tail = id;
-        self.len += 1;
-    }
-    fn unlink(&mut self, id: u32) {
-        let (p, n) = (self.prev[id as usize], self.next[id as usize]);
-        if p == NIL {
-            self.head = n;
-        } else {
-            self.next[p as usize] = n;
-        }
-        if n == NIL {
-            self.tail = p;
-        } else {
-            self.prev[n as usize] = p;
-        }
-        self.len -= 1;
     }
 }
 
@@ -60,31 +24,25 @@ impl DestageOrder for Lrw {
         "lrw"
     }
     fn insert(&mut self, group: GroupId, _key: u64) {
-        self.ensure(group.0);
-        self.push_tail(group.0);
+        self.links.grow_to(group.0 as usize + 1);
+        self.links.push_head(&mut self.order, group.0);
     }
     fn hit(&mut self, group: GroupId, _key: u64, _hit: GroupHit) {
-        self.unlink(group.0);
-        self.push_tail(group.0);
+        self.links.move_to_head(&mut self.order, group.0);
     }
     fn remove(&mut self, group: GroupId, _key: u64) {
-        self.unlink(group.0);
+        self.links.unlink(&mut self.order, group.0);
     }
     fn pick(&mut self) -> Option<GroupId> {
-        if self.len == 0 {
-            return None;
-        }
-        let id = self.head;
-        self.unlink(id);
-        Some(GroupId(id))
+        self.links.pop_tail(&mut self.order).map(GroupId)
     }
     fn peek(&self) -> Option<GroupId> {
-        (self.len > 0).then_some(GroupId(self.head))
+        self.order.tail().map(GroupId)
     }
     fn len(&self) -> usize {
-        self.len
+        self.order.len()
     }
     fn metadata_bytes(&self) -> usize {
-        (self.prev.capacity() + self.next.capacity()) * 4
+        self.links.heap_bytes()
     }
 }

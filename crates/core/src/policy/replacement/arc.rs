@@ -27,8 +27,8 @@
 //! semantics equal libCacheSim's ARC exactly (checked by
 //! `tests/oracle_libcachesim.rs`).
 
-use super::links::{Bits, Links, List, NIL};
 use super::Replacement;
+use crate::policy::links::{Bits, Links, List, NIL};
 use crate::types::{PageKey, SlotIndex};
 
 pub struct Arc {

@@ -13,8 +13,8 @@
 //! hit since it was last passed, so it passes at most `len()` pages per call
 //! and, over time, no more pages than there were hits. Nothing allocates.
 
-use super::links::{Bits, Links, List};
 use super::Replacement;
+use crate::policy::links::{Bits, Links, List};
 use crate::types::{PageKey, SlotIndex};
 
 pub struct Clock {

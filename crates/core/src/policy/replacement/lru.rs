@@ -4,8 +4,8 @@
 //! threaded through `u32` links indexed by slot; every call is O(1) and none
 //! allocates. It keeps no history and never looks at page keys.
 
-use super::links::{Bits, Links, List};
 use super::Replacement;
+use crate::policy::links::{Bits, Links, List};
 use crate::types::{PageKey, SlotIndex};
 
 pub struct Lru {

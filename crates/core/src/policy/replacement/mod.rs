@@ -10,7 +10,7 @@
 
 mod arc;
 mod clock;
-mod links;
+
 mod lru;
 
 pub use arc::Arc;

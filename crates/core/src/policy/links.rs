@@ -1,8 +1,9 @@
-//! Index-linked lists and bit sets shared by the replacement policies.
+//! Index-linked lists and bit sets shared by the policies.
 //!
-//! Exists so that LRU, CLOCK and ARC keep their per-entry state in flat arrays
-//! of `u32` links and bits sized once at construction, instead of pointers or
-//! per-call allocation. It must never allocate after construction.
+//! Exists so that LRU, CLOCK, ARC and LRW keep their per-entry state in flat
+//! arrays of `u32` links and bits instead of pointers or per-call allocation.
+//! It never allocates after construction, except when an owner whose ids
+//! grow (LRW's write groups) asks for more room with `grow_to`.
 
 /// "No entry": the end of a list, or an unused link.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -55,6 +56,20 @@ impl Links {
 
     pub(crate) fn capacity(&self) -> usize {
         self.prev.len()
+    }
+
+    /// Make room for indices below `capacity` (amortized: doubles).
+    pub(crate) fn grow_to(&mut self, capacity: usize) {
+        if capacity <= self.prev.len() {
+            return;
+        }
+        assert!(
+            capacity < NIL as usize,
+            "capacity must fit u32 indices below NIL"
+        );
+        let capacity = capacity.max(self.prev.len() * 2);
+        self.prev.resize(capacity, NIL);
+        self.next.resize(capacity, NIL);
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
