@@ -29,8 +29,9 @@ use crate::policy::replacement::{build_replacement, Replacement};
 use crate::time::Nanos;
 use crate::types::*;
 use groups::{Groups, GFLAG_CANDIDATE, GFLAG_SEQUENTIAL};
+use rustc_hash::FxHashMap as HashMap;
 use slots::{SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN, FLAG_FREEING, FLAG_OLD};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use thiserror::Error;
 
 /// Volumes per engine (the page key keeps 16 bits for the volume).
@@ -238,8 +239,8 @@ impl Engine {
             reqs_free: Vec::new(),
             reqs_live: 0,
             stalled: VecDeque::with_capacity(requests_max),
-            deferred: HashMap::new(),
-            old_versions: HashMap::new(),
+            deferred: HashMap::default(),
+            old_versions: HashMap::default(),
             to_free: Vec::new(),
             next_seq: 1,
             ios: Vec::new(),
@@ -700,6 +701,9 @@ impl Engine {
 
     /// Run the pieces that waited for `slot` to be written, in arrival order.
     fn release_waiters(&mut self, slot: SlotIndex) {
+        if self.deferred.is_empty() {
+            return;
+        }
         let Some(mut waiters) = self.deferred.remove(&slot.0) else {
             return;
         };

@@ -9,7 +9,7 @@
 
 use crate::index::KeyIndex;
 use crate::types::{PageKey, SlotIndex};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// State of a slot (low bits of the state byte).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +55,7 @@ impl Slots {
             index: KeyIndex::fixed(slots as usize),
             // Pop order: slot 0 first.
             free: (0..slots).rev().collect(),
-            pins: HashMap::with_capacity(pins_hint),
+            pins: HashMap::with_capacity_and_hasher(pins_hint, Default::default()),
             evictable: 0,
         }
     }
