@@ -37,12 +37,13 @@ use std::time::{Duration, Instant};
 
 use wcache_core::time::Nanos;
 use wcache_core::{
-    ConfigError, Engine, EngineConfig, EngineError, IoCommand, IoError, PageBase, Request,
-    RequestFlags, RequestKind, Source, Stats, SubmitError,
+    ConfigError, Engine, EngineConfig, EngineError, IoCommand, IoError, PageBase, RecoveredSlot,
+    RecoveryError, Request, RequestFlags, RequestKind, Source, Stats, SubmitError,
 };
 
 use crate::device::{AlignedBuf, BlockDevice, DeviceError};
-use wcache_core::types::{RequestId, VolumeId};
+use crate::store::CacheStore;
+use wcache_core::types::{RequestId, SlotIndex, VolumeId};
 
 /// Tunables of the driver.
 #[derive(Clone, Debug)]
@@ -63,6 +64,16 @@ pub enum DriverError {
     Config(#[from] ConfigError),
     #[error("engine: {0}")]
     Engine(#[from] EngineError),
+    #[error("recovery: {0}")]
+    Recovery(#[from] RecoveryError),
+    #[error(
+        "engine configuration {field} = {config} differs from the cache device's format ({format})"
+    )]
+    FormatMismatch {
+        field: &'static str,
+        config: u64,
+        format: u64,
+    },
     #[error("request refused: {0}")]
     Submit(#[from] SubmitError),
     #[error("request failed: {0}")]
@@ -306,6 +317,10 @@ struct Shared {
     pool: Mutex<Pool>,
     pool_ready: Condvar,
     cache: Device,
+    /// The on-device format (persistent caches): records beside the pages.
+    store: Option<Arc<CacheStore>>,
+    /// Where slot 0's page lies on the cache device (0 without a store).
+    data_offset_bytes: u64,
     backings: Vec<Device>,
     page_size_bytes: u64,
     origin: Instant,
@@ -321,15 +336,67 @@ pub struct Driver {
 
 impl Driver {
     /// Starts an engine over `cache` with one volume per backing device
-    /// (volume `i` is `backings[i]`, sized as the device).
+    /// (volume `i` is `backings[i]`, sized as the device). The cache keeps no
+    /// records: nothing survives the process (`persistent` must be false).
     pub fn new(
         engine_config: EngineConfig,
         cache: Arc<dyn BlockDevice>,
         backings: Vec<Arc<dyn BlockDevice>>,
         config: DriverConfig,
     ) -> Result<Driver, DriverError> {
+        assert!(
+            !engine_config.persistent,
+            "a persistent engine needs a CacheStore (Driver::recover)"
+        );
+        Driver::start(engine_config, cache, None, Vec::new(), backings, config)
+    }
+
+    /// Starts a persistent engine over a formatted cache device: `found` are
+    /// the verified records of `store.scan(true)` (empty for a new device),
+    /// handed to `Engine::recover`, whose first commands free the versions it
+    /// does not keep. Sets `persistent`, and takes page size and slot count
+    /// from the format (a different value in `engine_config` is an error).
+    pub fn recover(
+        mut engine_config: EngineConfig,
+        store: Arc<CacheStore>,
+        found: Vec<RecoveredSlot>,
+        backings: Vec<Arc<dyn BlockDevice>>,
+        config: DriverConfig,
+    ) -> Result<Driver, DriverError> {
+        let layout = store.layout();
+        if engine_config.page_size_bytes != layout.page_size_bytes {
+            return Err(DriverError::FormatMismatch {
+                field: "page_size_bytes",
+                config: engine_config.page_size_bytes,
+                format: layout.page_size_bytes,
+            });
+        }
+        if engine_config.cache_slots != layout.slot_count {
+            return Err(DriverError::FormatMismatch {
+                field: "cache_slots",
+                config: engine_config.cache_slots,
+                format: layout.slot_count,
+            });
+        }
+        engine_config.persistent = true;
+        let cache = store.device().clone();
+        Driver::start(engine_config, cache, Some(store), found, backings, config)
+    }
+
+    fn start(
+        engine_config: EngineConfig,
+        cache: Arc<dyn BlockDevice>,
+        store: Option<Arc<CacheStore>>,
+        found: Vec<RecoveredSlot>,
+        backings: Vec<Arc<dyn BlockDevice>>,
+        config: DriverConfig,
+    ) -> Result<Driver, DriverError> {
         let page = engine_config.page_size_bytes;
-        let need_bytes = engine_config.cache_slots.saturating_mul(page);
+        let data_offset_bytes = store.as_ref().map_or(0, |s| s.layout().data_offset_bytes);
+        let need_bytes = engine_config
+            .cache_slots
+            .saturating_mul(page)
+            .saturating_add(data_offset_bytes);
         if cache.len_bytes() < need_bytes {
             return Err(DriverError::CacheTooSmall {
                 device: cache.name(),
@@ -349,10 +416,16 @@ impl Driver {
                 });
             }
         }
-        let mut engine = Engine::new(engine_config.clone())?;
-        for b in &backings {
-            engine.add_volume(b.len_bytes())?;
-        }
+        let engine = if store.is_some() {
+            let sizes: Vec<u64> = backings.iter().map(|b| b.len_bytes()).collect();
+            Engine::recover(engine_config.clone(), &sizes, found)?
+        } else {
+            let mut engine = Engine::new(engine_config.clone())?;
+            for b in &backings {
+                engine.add_volume(b.len_bytes())?;
+            }
+            engine
+        };
         let shared = Arc::new(Shared {
             core: Mutex::new(Core {
                 engine,
@@ -371,6 +444,8 @@ impl Driver {
                 dev: cache,
                 gate: FlushGate::default(),
             },
+            store,
+            data_offset_bytes,
             backings: backings
                 .into_iter()
                 .map(|dev| Device {
@@ -401,10 +476,29 @@ impl Driver {
                 .spawn(move || s.timer_thread())
                 .map_err(|e| DriverError::Io(io_error_of_spawn(e)))?,
         );
+        // Recovery's first commands (FreeSlots of the versions not kept).
+        let mut jobs = VecDeque::new();
+        {
+            let mut core = shared.lock_core();
+            shared.pump(&mut core, &mut jobs);
+        }
+        shared.to_pool(jobs.into_iter());
         Ok(Driver {
             shared,
             threads: Mutex::new(threads),
         })
+    }
+
+    /// The on-device format, for a persistent cache.
+    pub fn store(&self) -> Option<&Arc<CacheStore>> {
+        self.shared.store.as_ref()
+    }
+
+    /// True when no command is in flight and no page is dirty (everything
+    /// acknowledged is on the backings).
+    pub fn is_clean(&self) -> bool {
+        let core = self.shared.lock_core();
+        core.engine.dirty_pages() == 0 && core.engine.is_idle()
     }
 
     pub fn page_size_bytes(&self) -> u64 {
@@ -824,6 +918,10 @@ impl Shared {
         })
     }
 
+    fn slot_offset_bytes(&self, slot: SlotIndex) -> u64 {
+        self.data_offset_bytes + slot.0 as u64 * self.page_size_bytes
+    }
+
     fn backing(&self, volume: VolumeId) -> &Device {
         &self.backings[volume.0 as usize]
     }
@@ -855,17 +953,29 @@ impl Shared {
         let on_cache = |e| (e, Some(true));
         let on_backing = |e| (e, Some(false));
         match &job.cmd {
-            // Only persistent engines free slots through records; this driver
-            // does not keep records yet, so it runs engines with persistent = false.
-            IoCommand::FreeSlots { .. } => Ok(()),
+            // Only persistent engines emit it: zero the records, durably.
+            IoCommand::FreeSlots { slots, .. } => {
+                let store = self
+                    .store
+                    .as_ref()
+                    .expect("FreeSlots from a persistent engine, which has a store");
+                store.free_records(slots).map_err(on_cache)?;
+                self.make_durable(cache, true).map_err(on_cache)
+            }
             IoCommand::WritePage {
-                slot, base, patch, ..
+                slot,
+                base,
+                patch,
+                record,
+                ..
             } => {
-                let slot_offset = slot.0 as u64 * p;
+                let slot_offset = self.slot_offset_bytes(*slot);
                 let whole = patch.page_offset_bytes == 0 && patch.len_bytes as u64 == p;
+                let data_crc32c;
                 if let (true, Source::Request { offset_bytes, .. }) = (whole, patch.src) {
                     // SAFETY: the request is in flight (module header).
                     let data = unsafe { job.buf.slice(offset_bytes, p as usize) };
+                    data_crc32c = self.store.as_ref().map(|_| crc32c::crc32c(data));
                     write_aligned(cache.dev.as_ref(), data, slot_offset, &mut scratch.bounce)
                         .map_err(on_cache)?;
                 } else {
@@ -875,7 +985,7 @@ impl Shared {
                         PageBase::Slot(old) => {
                             cache
                                 .dev
-                                .read_at(page, old.0 as u64 * p)
+                                .read_at(page, self.slot_offset_bytes(old))
                                 .map_err(on_cache)?;
                         }
                         PageBase::Backing {
@@ -905,7 +1015,15 @@ impl Shared {
                             page[o..o + n].copy_from_slice(data);
                         }
                     }
+                    data_crc32c = self.store.as_ref().map(|_| crc32c::crc32c(page));
                     cache.dev.write_at(page, slot_offset).map_err(on_cache)?;
+                }
+                // Data first, then the record naming it: recovery trusts a
+                // record only if the data matches its checksum, so one flush
+                // after both suffices (a crash between them loses only this
+                // unacknowledged version).
+                if let (Some(store), Some(crc)) = (&self.store, data_crc32c) {
+                    store.write_record(*slot, record, crc).map_err(on_cache)?;
                 }
                 self.make_durable(cache, true).map_err(on_cache)
             }
@@ -918,7 +1036,7 @@ impl Shared {
             } => {
                 // SAFETY: in flight, and the engine gives each byte of a read to one command.
                 let dst = unsafe { job.buf.slice_mut(*req_offset_bytes, *len_bytes as usize) };
-                let offset = slot.0 as u64 * p + *page_offset_bytes as u64;
+                let offset = self.slot_offset_bytes(*slot) + *page_offset_bytes as u64;
                 read_aligned(cache.dev.as_ref(), dst, offset, &mut scratch.bounce).map_err(on_cache)
             }
             IoCommand::ReadBacking {
@@ -985,7 +1103,7 @@ impl Shared {
                     let dst = &mut run[i * p as usize..j * p as usize];
                     cache
                         .dev
-                        .read_at(dst, slots[i].0 as u64 * p)
+                        .read_at(dst, self.slot_offset_bytes(slots[i]))
                         .map_err(on_cache)?;
                     i = j;
                 }

@@ -5,11 +5,15 @@
 //! its durability contract) and its implementations (file or block device,
 //! memory, remote NBD export, a simulator model emulated in real time, a
 //! fault-injecting wrapper); `driver` runs one engine against a cache device
-//! and one backing device per volume on a pool of threads.
+//! and one backing device per volume on a pool of threads; `format` and
+//! `store` are the on-device format of a persistent cache (superblock, slot
+//! records) that makes write-back survive crashes.
 //! Nothing here makes a cache decision: that is the engine's job.
 
 pub mod device;
 pub mod driver;
+pub mod format;
+pub mod store;
 
 pub use device::emulated::EmulatedDevice;
 pub use device::faulty::{FaultPlan, FaultyDevice};
@@ -18,3 +22,4 @@ pub use device::mem::MemDevice;
 pub use device::nbd::{NbdAddress, NbdDevice};
 pub use device::{BlockDevice, DeviceError};
 pub use driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
+pub use store::{CacheStore, Scan, StoreError};

@@ -1,0 +1,570 @@
+//! `CacheStore`: the on-device format (`format.rs`) on a real cache device —
+//! format a new device, open and verify an existing one, scan every record
+//! (with its data checksum) for recovery, and write records while serving.
+//!
+//! Records are written in whole 4 KiB blocks from an in-memory copy, each
+//! block under its own lock held across the device write, so that direct
+//! I/O works and two record writes to one block never clobber each other
+//! (the later write always carries both). Durability is the caller's:
+//! record writes here are plain writes; the driver makes them durable with
+//! its group-committed flush, as for page data. Administrative writes
+//! (format, superblock, scrub) flush before returning.
+//! This module must never decide what a page's current version is: recovery
+//! hands every verified record to the engine, which decides.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use wcache_core::types::{PageKey, SlotIndex};
+use wcache_core::{RecoveredSlot, SlotRecord};
+
+use crate::device::{AlignedBuf, BlockDevice, DeviceError};
+use crate::format::{
+    decode_record, encode_record, new_uuid, FormatError, Layout, RecordError, RecordState,
+    Superblock, VolumeEntry, RECORDS_PER_BLOCK, RECORD_BLOCK_BYTES, RECORD_BYTES, SUPERBLOCK_BYTES,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cache device {device}: {source}")]
+    Format { device: String, source: FormatError },
+    #[error("cache device: {0}")]
+    Device(#[from] DeviceError),
+    #[error("cache device {device} holds {size_bytes} bytes, but its superblock describes {need_bytes} (truncated or wrong device?)")]
+    Truncated {
+        device: String,
+        size_bytes: u64,
+        need_bytes: u64,
+    },
+}
+
+/// A record that failed verification during a scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BadSlot {
+    /// The 32 record bytes do not decode (corrupt metadata).
+    Record { slot: u32, error: RecordError },
+    /// The record is sound but the page data does not match its checksum:
+    /// a write in flight at a power loss, or corrupt data.
+    Data {
+        slot: u32,
+        key: PageKey,
+        seq: u64,
+        stored_crc32c: u32,
+        computed_crc32c: u32,
+    },
+}
+
+impl std::fmt::Display for BadSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadSlot::Record { slot, error } => write!(f, "slot {slot}: {error}"),
+            BadSlot::Data {
+                slot,
+                key,
+                seq,
+                stored_crc32c,
+                computed_crc32c,
+            } => write!(
+                f,
+                "slot {slot} (volume {} page {} seq {seq}): data checksum {computed_crc32c:#010x} does not match the record's {stored_crc32c:#010x}",
+                key.volume().0,
+                key.page().0
+            ),
+        }
+    }
+}
+
+/// Every record of the device, verified.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Records whose record and data checksums are good.
+    pub found: Vec<RecoveredSlot>,
+    pub bad: Vec<BadSlot>,
+    pub free_slots: u64,
+}
+
+impl Scan {
+    /// Per volume index: (dirty, clean) pages counting only the newest
+    /// version of each page (what recovery keeps), and older versions.
+    pub fn page_counts(&self) -> (std::collections::BTreeMap<u16, (u64, u64)>, u64) {
+        let mut newest: std::collections::HashMap<u64, SlotRecord> = Default::default();
+        let mut old = 0u64;
+        for f in &self.found {
+            let r = f.record;
+            match newest.get(&r.key.0) {
+                Some(n) if n.seq >= r.seq => old += 1,
+                Some(_) => {
+                    old += 1;
+                    newest.insert(r.key.0, r);
+                }
+                None => {
+                    newest.insert(r.key.0, r);
+                }
+            }
+        }
+        let mut per: std::collections::BTreeMap<u16, (u64, u64)> = Default::default();
+        for r in newest.values() {
+            let e = per.entry(r.key.volume().0).or_default();
+            if r.dirty {
+                e.0 += 1;
+            } else {
+                e.1 += 1;
+            }
+        }
+        (per, old)
+    }
+
+    /// Pages recovery would destage (newest versions whose record is dirty).
+    pub fn dirty_pages(&self) -> u64 {
+        self.page_counts().0.values().map(|c| c.0).sum()
+    }
+}
+
+pub struct CacheStore {
+    dev: Arc<dyn BlockDevice>,
+    layout: Layout,
+    superblock: Mutex<Superblock>,
+    /// In-memory copy of the record area, one aligned buffer per 4 KiB block.
+    blocks: Vec<Mutex<AlignedBuf>>,
+    record_writes: AtomicU64,
+}
+
+impl CacheStore {
+    /// True when the device's first 4 KiB are all zeros (a new device).
+    pub fn is_blank(dev: &dyn BlockDevice) -> Result<bool, DeviceError> {
+        let mut buf = AlignedBuf::new();
+        let b = buf.get(SUPERBLOCK_BYTES as usize);
+        dev.read_at(b, 0)?;
+        Ok(b.iter().all(|&c| c == 0))
+    }
+
+    /// Reads and verifies the superblock only.
+    pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock, StoreError> {
+        let mut buf = AlignedBuf::new();
+        let b = buf.get(SUPERBLOCK_BYTES as usize);
+        dev.read_at(b, 0)?;
+        let sb = Superblock::decode(b).map_err(|source| StoreError::Format {
+            device: dev.name(),
+            source,
+        })?;
+        let need_bytes = sb.layout.end_bytes();
+        if dev.len_bytes() < need_bytes {
+            return Err(StoreError::Truncated {
+                device: dev.name(),
+                size_bytes: dev.len_bytes(),
+                need_bytes,
+            });
+        }
+        Ok(sb)
+    }
+
+    /// Formats `dev`: every record free, a new UUID, `volumes` in the
+    /// superblock. The old superblock is invalidated first, so that a crash
+    /// in the middle leaves a device that is recognisably unformatted.
+    pub fn format(
+        dev: Arc<dyn BlockDevice>,
+        page_size_bytes: u64,
+        volumes: Vec<VolumeEntry>,
+    ) -> Result<CacheStore, StoreError> {
+        let fmt_err = |source| StoreError::Format {
+            device: dev.name(),
+            source,
+        };
+        let layout = Layout::for_device(dev.len_bytes(), page_size_bytes).map_err(fmt_err)?;
+        let sb = Superblock {
+            uuid: new_uuid(),
+            layout,
+            clean: true,
+            open_count: 0,
+            volumes,
+        };
+        let encoded = sb.encode().map_err(fmt_err)?;
+        let mut buf = AlignedBuf::new();
+        const ZERO_CHUNK_BYTES: u64 = 1 << 20;
+        let zeros = buf.get(ZERO_CHUNK_BYTES as usize);
+        zeros.fill(0);
+        dev.write_at(&zeros[..SUPERBLOCK_BYTES as usize], 0)?;
+        sync(dev.as_ref())?;
+        let mut at = layout.record_offset_bytes;
+        let end = layout.record_offset_bytes + layout.record_area_bytes;
+        while at < end {
+            let n = (end - at).min(ZERO_CHUNK_BYTES);
+            dev.write_at(&zeros[..n as usize], at)?;
+            at += n;
+        }
+        sync(dev.as_ref())?;
+        let sb_buf = buf.get(SUPERBLOCK_BYTES as usize);
+        sb_buf.copy_from_slice(&encoded);
+        dev.write_at(sb_buf, 0)?;
+        sync(dev.as_ref())?;
+        Ok(CacheStore::with_blocks(dev, sb, None))
+    }
+
+    /// Opens a formatted device: verifies the superblock and loads the record area.
+    pub fn open(dev: Arc<dyn BlockDevice>) -> Result<CacheStore, StoreError> {
+        let sb = CacheStore::read_superblock(dev.as_ref())?;
+        let mut buf = AlignedBuf::new();
+        let area = buf.get(sb.layout.record_area_bytes as usize);
+        dev.read_at(area, sb.layout.record_offset_bytes)?;
+        Ok(CacheStore::with_blocks(dev, sb, Some(area)))
+    }
+
+    fn with_blocks(dev: Arc<dyn BlockDevice>, sb: Superblock, area: Option<&[u8]>) -> CacheStore {
+        let layout = sb.layout;
+        let blocks = (0..layout.record_blocks() as usize)
+            .map(|i| {
+                let mut b = AlignedBuf::new();
+                let block = b.get(RECORD_BLOCK_BYTES as usize);
+                match area {
+                    Some(a) => {
+                        let at = i * RECORD_BLOCK_BYTES as usize;
+                        block.copy_from_slice(&a[at..at + RECORD_BLOCK_BYTES as usize]);
+                    }
+                    None => block.fill(0),
+                }
+                Mutex::new(b)
+            })
+            .collect();
+        CacheStore {
+            dev,
+            layout,
+            superblock: Mutex::new(sb),
+            blocks,
+            record_writes: AtomicU64::new(0),
+        }
+    }
+
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.dev
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    pub fn superblock(&self) -> Superblock {
+        self.lock_sb().clone()
+    }
+
+    /// Record blocks written so far (counter for stats).
+    pub fn record_writes(&self) -> u64 {
+        self.record_writes.load(Ordering::Relaxed)
+    }
+
+    fn lock_sb(&self) -> MutexGuard<'_, Superblock> {
+        self.superblock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_block(&self, block: usize) -> MutexGuard<'_, AlignedBuf> {
+        self.blocks[block].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn block_of(slot: u32) -> (usize, usize) {
+        let block = (slot as u64 / RECORDS_PER_BLOCK) as usize;
+        let at = (slot as u64 % RECORDS_PER_BLOCK * RECORD_BYTES) as usize;
+        (block, at)
+    }
+
+    fn write_block(&self, block: usize, bytes: &[u8]) -> Result<(), DeviceError> {
+        let offset = self.layout.record_offset_bytes + block as u64 * RECORD_BLOCK_BYTES;
+        self.record_writes.fetch_add(1, Ordering::Relaxed);
+        self.dev.write_at(bytes, offset)
+    }
+
+    /// Writes slot `slot`'s record (not yet durable: the caller flushes).
+    pub fn write_record(
+        &self,
+        slot: SlotIndex,
+        record: &SlotRecord,
+        data_crc32c: u32,
+    ) -> Result<(), DeviceError> {
+        assert!(
+            (slot.0 as u64) < self.layout.slot_count,
+            "slot beyond the cache"
+        );
+        let (block, at) = CacheStore::block_of(slot.0);
+        let mut guard = self.lock_block(block);
+        let bytes = guard.get(RECORD_BLOCK_BYTES as usize);
+        encode_record(
+            &mut bytes[at..at + RECORD_BYTES as usize],
+            slot.0,
+            record,
+            data_crc32c,
+        );
+        self.write_block(block, bytes)
+    }
+
+    /// Zeroes the records of `slots` (free), one write per block touched
+    /// (not yet durable: the caller flushes).
+    pub fn free_records(&self, slots: &[SlotIndex]) -> Result<(), DeviceError> {
+        let mut sorted: Vec<u32> = slots.iter().map(|s| s.0).collect();
+        sorted.sort_unstable();
+        let mut i = 0;
+        while i < sorted.len() {
+            let (block, _) = CacheStore::block_of(sorted[i]);
+            let mut guard = self.lock_block(block);
+            let bytes = guard.get(RECORD_BLOCK_BYTES as usize);
+            while i < sorted.len() && CacheStore::block_of(sorted[i]).0 == block {
+                assert!(
+                    (sorted[i] as u64) < self.layout.slot_count,
+                    "slot beyond the cache"
+                );
+                let (_, at) = CacheStore::block_of(sorted[i]);
+                bytes[at..at + RECORD_BYTES as usize].fill(0);
+                i += 1;
+            }
+            self.write_block(block, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Frees the records of `slots` durably (scrub after recovery, offline tools).
+    pub fn free_records_durably(&self, slots: &[SlotIndex]) -> Result<(), DeviceError> {
+        self.free_records(slots)?;
+        sync(self.dev.as_ref())
+    }
+
+    /// Frees every record durably (after a complete drain: the backings hold everything).
+    pub fn free_all_records(&self) -> Result<(), DeviceError> {
+        for block in 0..self.blocks.len() {
+            let mut guard = self.lock_block(block);
+            let bytes = guard.get(RECORD_BLOCK_BYTES as usize);
+            if bytes.iter().any(|&c| c != 0) {
+                bytes.fill(0);
+                self.write_block(block, bytes)?;
+            }
+        }
+        sync(self.dev.as_ref())
+    }
+
+    /// Verifies every record, and (with `verify_data`) each used slot's data
+    /// against its checksum. Reads the device's data area; records come from
+    /// the in-memory copy loaded by `open`.
+    pub fn scan(&self, verify_data: bool) -> Result<Scan, DeviceError> {
+        let mut scan = Scan::default();
+        let page = self.layout.page_size_bytes as usize;
+        let mut buf = AlignedBuf::new();
+        for block in 0..self.blocks.len() {
+            let mut guard = self.lock_block(block);
+            let bytes = guard.get(RECORD_BLOCK_BYTES as usize);
+            for i in 0..RECORDS_PER_BLOCK {
+                let slot = block as u64 * RECORDS_PER_BLOCK + i;
+                if slot >= self.layout.slot_count {
+                    break;
+                }
+                let slot = slot as u32;
+                let at = (i * RECORD_BYTES) as usize;
+                match decode_record(&bytes[at..at + RECORD_BYTES as usize], slot) {
+                    Ok(RecordState::Free) => scan.free_slots += 1,
+                    Ok(RecordState::Used {
+                        record,
+                        data_crc32c,
+                    }) => {
+                        if verify_data {
+                            let data = buf.get(page);
+                            self.dev
+                                .read_at(data, self.layout.slot_offset_bytes(slot))?;
+                            let computed = crc32c::crc32c(data);
+                            if computed != data_crc32c {
+                                scan.bad.push(BadSlot::Data {
+                                    slot,
+                                    key: record.key,
+                                    seq: record.seq,
+                                    stored_crc32c: data_crc32c,
+                                    computed_crc32c: computed,
+                                });
+                                continue;
+                            }
+                        }
+                        scan.found.push(RecoveredSlot {
+                            slot: SlotIndex(slot),
+                            record,
+                        });
+                    }
+                    Err(error) => scan.bad.push(BadSlot::Record { slot, error }),
+                }
+            }
+        }
+        Ok(scan)
+    }
+
+    /// Writes the superblock with `clean` (and, when opening for service, a
+    /// bumped open count) and makes it durable.
+    pub fn set_clean(&self, clean: bool, opening: bool) -> Result<(), StoreError> {
+        let mut sb = self.lock_sb();
+        sb.clean = clean;
+        if opening {
+            sb.open_count += 1;
+        }
+        self.write_superblock(&sb)
+    }
+
+    /// Replaces the volume table (same geometry), durably.
+    pub fn set_volumes(&self, volumes: Vec<VolumeEntry>) -> Result<(), StoreError> {
+        let mut sb = self.lock_sb();
+        sb.volumes = volumes;
+        self.write_superblock(&sb)
+    }
+
+    fn write_superblock(&self, sb: &Superblock) -> Result<(), StoreError> {
+        let encoded = sb.encode().map_err(|source| StoreError::Format {
+            device: self.dev.name(),
+            source,
+        })?;
+        let mut buf = AlignedBuf::new();
+        let b = buf.get(SUPERBLOCK_BYTES as usize);
+        b.copy_from_slice(&encoded);
+        self.dev.write_at(b, 0)?;
+        sync(self.dev.as_ref())?;
+        Ok(())
+    }
+}
+
+fn sync(dev: &dyn BlockDevice) -> Result<(), DeviceError> {
+    if dev.writes_durable() {
+        Ok(())
+    } else {
+        dev.flush()
+    }
+}
+
+/// How `open_or_format` found the cache device.
+#[derive(Debug)]
+pub struct OpenReport {
+    /// A new (blank) device was formatted.
+    pub formatted: bool,
+    /// The device held another configuration (or, with force, an unreadable
+    /// superblock) and was formatted anew; what was discarded, in words.
+    pub reformatted: Option<String>,
+    /// The superblock said the last shutdown was clean.
+    pub was_clean: bool,
+    /// Records that failed verification and were freed (an in-flight write
+    /// at a power loss shows as a data checksum mismatch).
+    pub discarded: Vec<BadSlot>,
+    /// Dirty pages handed to recovery (newest versions).
+    pub dirty_pages: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("cache device {device} is not empty and has no valid wcache superblock ({source}); refusing to format over it without --force")]
+    NotACache { device: String, source: StoreError },
+    #[error("cache device {device} holds {dirty_pages} dirty pages of another configuration ({differences}); refusing to start, which would lose them. Drain them first (wcache flush with the old exports), or --force to discard them")]
+    OtherConfiguration {
+        device: String,
+        dirty_pages: u64,
+        differences: String,
+    },
+}
+
+impl CacheStore {
+    /// Opens `dev` for service with `page_size_bytes` and `volumes`:
+    /// formats a blank device; otherwise verifies the superblock, scans and
+    /// verifies every record, frees the bad ones durably, and returns the
+    /// verified records for `Driver::recover`. A device whose superblock
+    /// names another page size or other volumes is formatted anew only when
+    /// it holds no dirty page, or with `force` (the report says what was
+    /// discarded). Does not touch the clean flag (the caller clears it once
+    /// it serves).
+    pub fn open_or_format(
+        dev: Arc<dyn BlockDevice>,
+        page_size_bytes: u64,
+        volumes: Vec<VolumeEntry>,
+        force: bool,
+    ) -> Result<(CacheStore, Vec<RecoveredSlot>, OpenReport), OpenError> {
+        let mut report = OpenReport {
+            formatted: false,
+            reformatted: None,
+            was_clean: true,
+            discarded: Vec::new(),
+            dirty_pages: 0,
+        };
+        if CacheStore::is_blank(dev.as_ref()).map_err(StoreError::from)? {
+            report.formatted = true;
+            let store = CacheStore::format(dev, page_size_bytes, volumes)?;
+            return Ok((store, Vec::new(), report));
+        }
+        let store = match CacheStore::open(dev.clone()) {
+            Ok(store) => store,
+            Err(source) if force => {
+                report.reformatted = Some(format!(
+                    "an unreadable cache device ({source}) and whatever it held"
+                ));
+                let store = CacheStore::format(dev, page_size_bytes, volumes)?;
+                return Ok((store, Vec::new(), report));
+            }
+            Err(source) => {
+                return Err(OpenError::NotACache {
+                    device: dev.name(),
+                    source,
+                })
+            }
+        };
+        let sb = store.superblock();
+        report.was_clean = sb.clean;
+        let mut differences = Vec::new();
+        if sb.layout.page_size_bytes != page_size_bytes {
+            differences.push(format!(
+                "page size {} bytes, now {page_size_bytes}",
+                sb.layout.page_size_bytes
+            ));
+        }
+        let fits = Layout::for_device(dev.len_bytes(), page_size_bytes)
+            .map(|l| l.slot_count)
+            .unwrap_or(0);
+        if sb.layout.page_size_bytes == page_size_bytes && fits != sb.layout.slot_count {
+            differences.push(format!(
+                "{} slots, the device now fits {fits}",
+                sb.layout.slot_count
+            ));
+        }
+        if sb.volumes != volumes {
+            let show = |v: &[VolumeEntry]| {
+                v.iter()
+                    .map(|e| format!("{}={} ({} bytes)", e.name, e.identity, e.size_bytes))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            differences.push(format!(
+                "volumes [{}], now [{}]",
+                show(&sb.volumes),
+                show(&volumes)
+            ));
+        }
+        let scan = store.scan(true).map_err(StoreError::from)?;
+        if !differences.is_empty() {
+            let dirty_pages = scan.dirty_pages();
+            if dirty_pages > 0 && !force {
+                return Err(OpenError::OtherConfiguration {
+                    device: dev.name(),
+                    dirty_pages,
+                    differences: differences.join("; "),
+                });
+            }
+            report.reformatted = Some(format!(
+                "{dirty_pages} dirty pages of the previous configuration ({})",
+                differences.join("; ")
+            ));
+            drop(store);
+            let store = CacheStore::format(dev, page_size_bytes, volumes)?;
+            return Ok((store, Vec::new(), report));
+        }
+        let bad_slots: Vec<SlotIndex> = scan
+            .bad
+            .iter()
+            .map(|b| match b {
+                BadSlot::Record { slot, .. } | BadSlot::Data { slot, .. } => SlotIndex(*slot),
+            })
+            .collect();
+        if !bad_slots.is_empty() {
+            store
+                .free_records_durably(&bad_slots)
+                .map_err(StoreError::from)?;
+        }
+        report.dirty_pages = scan.dirty_pages();
+        report.discarded = scan.bad;
+        Ok((store, scan.found, report))
+    }
+}
