@@ -1,7 +1,11 @@
 //! The `wcache` binary: one command line for every part of wcache.
 //! `wcache sim` runs the simulator: one configuration, or a named experiment.
 
+mod check;
+mod flush;
+mod inspect;
 mod serve;
+mod tools;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -34,6 +38,12 @@ enum Command {
     Sim(SimArgs),
     /// Serve cached volumes over NBD (no arguments: a demo in ./wcache-data).
     Serve(serve::ServeArgs),
+    /// Show a cache device: superblock, state, dirty/clean pages per volume.
+    Inspect(inspect::InspectArgs),
+    /// Verify every checksum of a cache device (non-zero exit if corrupt).
+    Check(check::CheckArgs),
+    /// Destage a cache device's dirty pages offline, then mark it clean.
+    Flush(flush::FlushArgs),
 }
 
 #[derive(Args)]
@@ -135,6 +145,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Inspect(args) => inspect::inspect(args),
+        Command::Check(args) => check::check(args),
+        Command::Flush(args) => flush::flush(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

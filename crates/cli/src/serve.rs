@@ -4,24 +4,30 @@
 //! one `Driver` (one engine, one cache device) with a volume per `--export`,
 //! and the NBD server with an `Export` per volume that forwards to the driver
 //! — and to refuse configurations that would break the durability promise.
-//! Without on-disk metadata and crash recovery (not built yet), a write-back
-//! cache would lose acknowledged writes on a crash, so write-back is refused
-//! unless the cache is volatile memory and the user explicitly asks for a
-//! benchmark-only mode. It must never make cache decisions (the engine does)
-//! or move bytes itself (the driver does).
+//! A cache file or block device is persistent (`wcache_io::store`): it is
+//! formatted, or opened and recovered (every acknowledged dirty page comes
+//! back after a kill or power loss), and a cache holding another
+//! configuration's dirty pages is refused without `--force`. Write-back is
+//! the default there. A cache in process memory (`--cache mem`) keeps nothing,
+//! so write-back on it needs the loud benchmark-only flag. It must never make
+//! cache decisions (the engine does) or move bytes itself (the driver does).
 
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
 use wcache_core::types::VolumeId;
 use wcache_core::{EngineConfig, IoError, RequestFlags, RequestKind, SubmitError, WritePolicy};
 use wcache_io::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMode};
 use wcache_io::device::parse_size_bytes;
+use wcache_io::format::VolumeEntry;
 use wcache_io::{
-    BlockDevice, Driver, DriverConfig, DriverError, EmulatedDevice, MemDevice, NbdDevice, Payload,
+    BlockDevice, CacheStore, Driver, DriverConfig, DriverError, EmulatedDevice, MemDevice,
+    NbdDevice, Payload,
 };
 use wcache_nbd::{Export, ExportError, Server, ServerConfig};
 
@@ -68,10 +74,16 @@ pub struct ServeArgs {
     /// How backing file writes become durable: fdatasync, dsync, nvram.
     #[arg(long, default_value = "fdatasync")]
     backing_sync: String,
-    /// write-through (default) or write-around. write-back is refused until
-    /// crash recovery exists (see --volatile-write-back-for-benchmarks).
+    /// write-back (default with a cache file or device: acknowledged once
+    /// data and record are durable on the cache; recovered after a crash),
+    /// write-through (default with --cache mem), or write-around.
     #[arg(long)]
     write_policy: Option<String>,
+    /// Start even over a cache device holding dirty pages of another
+    /// configuration (other exports, sizes, backings or page size) or an
+    /// unreadable superblock: those pages are DISCARDED (the message says which).
+    #[arg(long)]
+    force: bool,
     /// Destage order: lrw, cscan, wow.
     #[arg(long, default_value = "wow")]
     order: String,
@@ -92,9 +104,9 @@ pub struct ServeArgs {
     /// Driver I/O threads (destages, extra commands of large requests).
     #[arg(long, default_value_t = 4)]
     io_threads: usize,
-    /// BENCHMARKS ONLY: allow write-back with a cache in volatile memory
-    /// (`--cache mem` or a file on tmpfs). Acknowledged writes are lost when
-    /// the process exits before they are destaged, and on any crash.
+    /// BENCHMARKS ONLY: allow write-back with a cache in process memory
+    /// (`--cache mem`). Acknowledged writes are lost when the process exits
+    /// before they are destaged, and on any crash.
     #[arg(long)]
     volatile_write_back_for_benchmarks: bool,
 }
@@ -102,15 +114,16 @@ pub struct ServeArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(
-        "write-back is refused: it acknowledges writes that only the cache holds, and without \
-         on-disk metadata and crash recovery (not built yet) a crash or restart would lose them. \
-         Use --write-policy write-through (the default). For benchmarks only, \
-         --volatile-write-back-for-benchmarks allows it with a cache in volatile memory."
+        "write-back is refused with --cache mem: it acknowledges writes that only the cache \
+         holds, and process memory loses them on any exit or crash. Use a cache file or device \
+         (persistent, recovered after a crash), --write-policy write-through, or for benchmarks \
+         only --volatile-write-back-for-benchmarks."
     )]
     WriteBackNeedsRecovery,
     #[error(
-        "--volatile-write-back-for-benchmarks needs the cache in volatile memory (--cache mem, or \
-         a file on tmpfs such as /dev/shm), so nobody mistakes it for a durable cache; {cache} is not"
+        "--volatile-write-back-for-benchmarks needs the cache in process memory (--cache mem), so \
+         nobody mistakes it for a durable cache; {cache} is a file (persistent: write-back \
+         needs no flag there)"
     )]
     WriteBackCacheNotVolatile { cache: String },
     #[error("--volatile-write-back-for-benchmarks means write-back, but --write-policy is {0}")]
@@ -240,8 +253,13 @@ fn sync_arg(option: &'static str, text: &str) -> Result<SyncMode, ServeError> {
     })
 }
 
-/// Opens a backing from its spec (see `--backing`).
-fn open_backing(spec: &str, args: &ServeArgs) -> Result<Arc<dyn BlockDevice>, AnyError> {
+/// Opens a backing from its spec (see `--backing`); a missing file is
+/// created sparse when `create_size_bytes` is given.
+pub(crate) fn open_backing(
+    spec: &str,
+    sync: SyncMode,
+    create_size_bytes: Option<u64>,
+) -> Result<Arc<dyn BlockDevice>, AnyError> {
     if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") {
         return Ok(Arc::new(NbdDevice::connect(spec, 4)?));
     }
@@ -260,14 +278,13 @@ fn open_backing(spec: &str, args: &ServeArgs) -> Result<Arc<dyn BlockDevice>, An
             }
             .into());
         }
-        let store = open_backing(inner, args)?;
+        let store = open_backing(inner, sync, create_size_bytes)?;
         return Ok(Arc::new(EmulatedDevice::with_model_name(model, store)?));
     }
     let options = FileOptions {
-        sync: sync_arg("backing-sync", &args.backing_sync)?,
+        sync,
         direct: false,
-        create_size_bytes: Some(size_arg("backing-size", &args.backing_size)?)
-            .filter(|_| !Path::new(spec).exists()),
+        create_size_bytes: create_size_bytes.filter(|_| !Path::new(spec).exists()),
     };
     Ok(Arc::new(FileDevice::open(Path::new(spec), options)?))
 }
@@ -304,9 +321,14 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     let signals = block_stop_signals();
 
     // Policy first: refuse before touching any file.
+    let cache_spec = args
+        .cache
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("cache.img").display().to_string());
+    let cache_in_memory = cache_spec == "mem";
     let policy = match (&args.write_policy, args.volatile_write_back_for_benchmarks) {
-        (None, false) => WritePolicy::WriteThrough,
-        (None, true) => WritePolicy::WriteBack,
+        (None, false) if cache_in_memory => WritePolicy::WriteThrough,
+        (None, _) => WritePolicy::WriteBack,
         (Some(name), flag) => {
             let p = WritePolicy::from_name(name)?;
             if flag && p != WritePolicy::WriteBack {
@@ -316,17 +338,12 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         }
     };
     let cache_size_bytes = size_arg("cache-size", &args.cache_size)?;
-    let cache_spec = args
-        .cache
-        .clone()
-        .unwrap_or_else(|| args.data_dir.join("cache.img").display().to_string());
-    let cache_in_memory = cache_spec == "mem";
-    if policy == WritePolicy::WriteBack {
+    if args.volatile_write_back_for_benchmarks && !cache_in_memory {
+        return Err(ServeError::WriteBackCacheNotVolatile { cache: cache_spec }.into());
+    }
+    if policy == WritePolicy::WriteBack && cache_in_memory {
         if !args.volatile_write_back_for_benchmarks {
             return Err(ServeError::WriteBackNeedsRecovery.into());
-        }
-        if !cache_in_memory && !is_on_volatile_memory(Path::new(&cache_spec)) {
-            return Err(ServeError::WriteBackCacheNotVolatile { cache: cache_spec }.into());
         }
         eprintln!("{}", "!".repeat(78));
         eprintln!("!! WARNING: volatile write-back FOR BENCHMARKS ONLY.");
@@ -372,9 +389,11 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
             format!("emulated-hdd:{}", file.display()),
         ));
     }
+    let backing_sync = sync_arg("backing-sync", &args.backing_sync)?;
+    let backing_size_bytes = size_arg("backing-size", &args.backing_size)?;
     let mut backings = Vec::new();
     for (_, spec) in &named {
-        backings.push(open_backing(spec, &args)?);
+        backings.push(open_backing(spec, backing_sync, Some(backing_size_bytes))?);
     }
 
     let page = args.page_size;
@@ -386,7 +405,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         }
         .into());
     }
-    let config = EngineConfig {
+    let mut config = EngineConfig {
         page_size_bytes: page,
         group_size_bytes: args.group_size,
         cache_slots: cache.len_bytes() / page.max(1),
@@ -396,14 +415,65 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         ..EngineConfig::default()
     };
     let cache_name = cache.name();
-    let driver = Arc::new(Driver::new(
-        config,
-        cache.clone(),
-        backings.clone(),
-        DriverConfig {
-            io_threads: args.io_threads.max(1),
-        },
-    )?);
+    let driver_config = DriverConfig {
+        io_threads: args.io_threads.max(1),
+    };
+    let driver = if cache_in_memory {
+        Arc::new(Driver::new(
+            config,
+            cache.clone(),
+            backings.clone(),
+            driver_config,
+        )?)
+    } else {
+        let mut entries = Vec::new();
+        for (i, (name, spec)) in named.iter().enumerate() {
+            entries.push(VolumeEntry::new(
+                name,
+                backings[i].len_bytes(),
+                &backing_identity(spec),
+            )?);
+        }
+        let (store, found, report) =
+            CacheStore::open_or_format(cache.clone(), page, entries, args.force)?;
+        if report.formatted {
+            println!("wcache: formatted a new cache device {cache_name}");
+        }
+        if let Some(what) = &report.reformatted {
+            eprintln!("wcache: --force: formatted {cache_name} anew, DISCARDING {what}");
+        } else if !report.formatted {
+            println!(
+                "wcache: opened cache device {cache_name} (last shutdown {}); recovering {} dirty pages",
+                if report.was_clean { "clean" } else { "NOT clean: crash or power loss" },
+                report.dirty_pages
+            );
+        }
+        for bad in &report.discarded {
+            eprintln!("wcache: discarded a damaged record: {bad}");
+        }
+        if is_on_volatile_memory(Path::new(&cache_spec)) {
+            eprintln!(
+                "wcache: note: the cache file is on tmpfs: it survives a crash of this process, \
+                 not a reboot or power loss (a stand-in for NV-DRAM)"
+            );
+        }
+        store.set_clean(false, true)?;
+        config.cache_slots = store.layout().slot_count;
+        Arc::new(Driver::recover(
+            config,
+            Arc::new(store),
+            found,
+            backings.clone(),
+            driver_config,
+        )?)
+    };
+    let reporter_stop = Arc::new(AtomicBool::new(false));
+    let reporter = {
+        let (driver, stop) = (driver.clone(), reporter_stop.clone());
+        std::thread::Builder::new()
+            .name("wcache-errors".into())
+            .spawn(move || report_errors(&driver, &stop))?
+    };
 
     let mut builder = Server::builder();
     for (i, (name, _)) in named.iter().enumerate() {
@@ -496,14 +566,28 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     let signal = wait_for_stop_signal(&signals);
     eprintln!("wcache: signal {signal}: stopping (no new connections; in-flight requests finish)");
     server.stop();
-    let dirty = driver.dirty_pages();
-    if dirty > 0 {
-        eprintln!(
-            "wcache: {dirty} dirty pages were never destaged (volatile write-back): they are lost"
-        );
-    }
+    reporter_stop.store(true, Ordering::Relaxed);
+    let _ = reporter.join();
     let stats = driver.stats();
     driver.shutdown();
+    let dirty = driver.dirty_pages();
+    match driver.store() {
+        None if dirty > 0 => eprintln!(
+            "wcache: {dirty} dirty pages were never destaged (volatile write-back): they are lost"
+        ),
+        None => {}
+        Some(store) => {
+            if driver.is_clean() {
+                // Everything acknowledged is on the backings: no record is needed.
+                store.free_all_records()?;
+            }
+            store.set_clean(true, false)?;
+            eprintln!(
+                "wcache: clean shutdown recorded; {dirty} dirty pages stay in the cache and are \
+                 destaged after the next start (or by wcache flush)"
+            );
+        }
+    }
     if let Some(path) = &socket {
         let _ = std::fs::remove_file(path);
     }
@@ -518,6 +602,43 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
             .unwrap_or_default()
     );
     Ok(())
+}
+
+/// What a backing is, for the superblock: the same name must mean the same
+/// backing at the next start (paths are made absolute).
+pub fn backing_identity(spec: &str) -> String {
+    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") || spec.starts_with("mem:") {
+        return spec.to_string();
+    }
+    if let Some(rest) = spec.strip_prefix("emulated-") {
+        if let Some((model, inner)) = rest.split_once(':') {
+            return format!("emulated-{model}:{}", backing_identity(inner));
+        }
+    }
+    std::fs::canonicalize(spec)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| spec.to_string())
+}
+
+/// Logs backing and cache errors as they happen (the driver counts them;
+/// the engine keeps failed destages dirty and retries them).
+fn report_errors(driver: &Driver, stop: &AtomicBool) {
+    let mut seen = (0, 0);
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+        let s = driver.stats();
+        if (s.backing_errors, s.cache_errors) != seen {
+            eprintln!(
+                "wcache: I/O errors so far: {} backing, {} cache (last: {}); failed destages are \
+                 retried, their pages stay dirty and readable; {} dirty pages",
+                s.backing_errors,
+                s.cache_errors,
+                s.last_error.as_deref().unwrap_or("?"),
+                driver.dirty_pages()
+            );
+            seen = (s.backing_errors, s.cache_errors);
+        }
+    }
 }
 
 fn policy_name(p: WritePolicy) -> &'static str {

@@ -1,0 +1,57 @@
+//! `wcache inspect --cache FILE`: what a cache device holds — superblock,
+//! state, and per volume the dirty and clean pages recovery would find.
+//! Read-only: it must never write to the device.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use wcache_io::device::file::SyncMode;
+use wcache_io::CacheStore;
+
+use crate::tools::{describe, open_cache, AnyError};
+
+/// Show a cache device's superblock, state, and pages per volume.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The cache file or block device.
+    #[arg(long)]
+    cache: PathBuf,
+}
+
+pub fn inspect(args: InspectArgs) -> Result<(), AnyError> {
+    let dev = open_cache(&args.cache, SyncMode::Fdatasync)?;
+    let store = CacheStore::open(dev)?;
+    let sb = store.superblock();
+    let scan = store.scan(true)?;
+    let (per_volume, old_versions) = scan.page_counts();
+    println!("cache:   {}", args.cache.display());
+    print!("{}", describe(&sb));
+    println!("volumes:");
+    for (i, v) in sb.volumes.iter().enumerate() {
+        let (dirty, clean) = per_volume.get(&(i as u16)).copied().unwrap_or((0, 0));
+        println!(
+            "  {i} {}: {} bytes, backing {}: {dirty} dirty pages, {clean} clean pages",
+            v.name, v.size_bytes, v.identity
+        );
+    }
+    for (&vol, &(dirty, clean)) in &per_volume {
+        if vol as usize >= sb.volumes.len() {
+            println!("  {vol} (not in the volume table!): {dirty} dirty, {clean} clean pages");
+        }
+    }
+    let dirty: u64 = per_volume.values().map(|c| c.0).sum();
+    let clean: u64 = per_volume.values().map(|c| c.1).sum();
+    println!(
+        "slots:   {dirty} dirty, {clean} clean, {old_versions} older versions (freed at the next start), {} free, {} damaged",
+        scan.free_slots,
+        scan.bad.len()
+    );
+    println!("note:    a destaged page keeps its dirty record until it is rewritten or freed, so \"dirty\" counts pages the next start would destage (again)");
+    if !scan.bad.is_empty() {
+        println!(
+            "damaged: run `wcache check --cache {}` for details",
+            args.cache.display()
+        );
+    }
+    Ok(())
+}
