@@ -2,6 +2,12 @@
 //! superblock, every slot record, and every used slot's data — and the
 //! records' consistency (volumes and pages in range, no version twice).
 //! Exits non-zero naming what is corrupt. Read-only: it must never repair.
+//!
+//! A record whose data does not match is what a write in flight at a crash
+//! leaves (the driver writes the data, then the record; a slot may also be
+//! reused for a new version while an old record still names it): recovery
+//! discards it. So after an unclean stop it is reported as a warning; after
+//! a clean shutdown (nothing was in flight), or with `--strict`, it is corruption.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,6 +25,9 @@ pub struct CheckArgs {
     /// The cache file or block device.
     #[arg(long)]
     cache: PathBuf,
+    /// Treat every data checksum mismatch as corruption, even after a crash.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -37,14 +46,23 @@ pub fn check(args: CheckArgs) -> Result<(), AnyError> {
     let layout = store.layout();
     let scan = store.scan(true)?;
     let mut problems: Vec<String> = Vec::new();
+    let mut in_flight = 0u64;
     for bad in &scan.bad {
-        let what = match bad {
-            BadSlot::Record { .. } => "corrupt record",
+        match bad {
+            BadSlot::Record { .. } => problems.push(format!("corrupt record: {bad}")),
+            BadSlot::Data { .. } if sb.clean || args.strict => problems.push(format!(
+                "data does not match its record{}: {bad}",
+                if sb.clean {
+                    " after a clean shutdown"
+                } else {
+                    ""
+                }
+            )),
             BadSlot::Data { .. } => {
-                "data does not match its record (a write in flight at a power loss, or corrupt data)"
+                in_flight += 1;
+                println!("WARN write in flight at the crash (recovery discards it): {bad}");
             }
-        };
-        problems.push(format!("{what}: {bad}"));
+        }
     }
     let mut versions: HashMap<(u64, u64), u32> = HashMap::new();
     for f in &scan.found {
@@ -87,7 +105,7 @@ pub fn check(args: CheckArgs) -> Result<(), AnyError> {
     }
     print!("{}", describe(&sb));
     println!(
-        "OK: superblock, {} records and their data verified ({} used, {} free, {} dirty pages)",
+        "OK: superblock, {} records and their data verified ({} used, {} free, {} dirty pages, {in_flight} writes in flight at a crash)",
         layout.slot_count,
         scan.found.len(),
         scan.free_slots,
