@@ -154,6 +154,8 @@ fn serve_write_through_fio_verify_survives_restart_and_sigterm_exits_zero() {
         backing.to_str().expect("utf8"),
         "--backing-size",
         "64M",
+        "--write-policy",
+        "write-through",
     ];
     let served = Served::start(&args, &socket);
     // Random writes of 512 B..64 KiB (a 16 MiB cache under 24 MiB of data:
@@ -169,7 +171,7 @@ fn serve_write_through_fio_verify_survives_restart_and_sigterm_exits_zero() {
     assert!(String::from_utf8_lossy(&stopped.stderr).contains("stopped after"));
 
     // Write-through: everything acknowledged is on the backing, so a new
-    // server (empty cache: there is no metadata to recover yet) serves it.
+    // server (which recovers no dirty page: write-through records are clean) serves it.
     let served = Served::start(&args, &socket);
     let out = fio(
         &served.uri("disk"),
@@ -229,7 +231,7 @@ fn serve_two_exports_share_one_cache_and_nbdinfo_sees_them() {
 }
 
 #[test]
-fn serve_refuses_write_back_without_recovery() {
+fn serve_refuses_write_back_on_a_memory_cache() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = Command::new(WCACHE)
         .current_dir(dir.path())
@@ -247,13 +249,13 @@ fn serve_refuses_write_back_without_recovery() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("write-back is refused") && err.contains("crash recovery"),
+        err.contains("write-back is refused with --cache mem") && err.contains("persistent"),
         "{err}"
     );
 
-    // The benchmark flag is refused for a cache that is not in memory.
+    // The benchmark flag is refused for a cache file (persistent: write-back
+    // needs no flag there).
     let cache = dir.path().join("cache.img");
-    let on_tmpfs = wcache_io::device::file::is_on_volatile_memory(dir.path());
     let out = Command::new(WCACHE)
         .current_dir(dir.path())
         .args([
@@ -267,13 +269,11 @@ fn serve_refuses_write_back_without_recovery() {
         .args(["--socket", "x.sock"])
         .output()
         .expect("run");
-    if !on_tmpfs {
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("needs the cache in volatile memory"), "{err}");
-    }
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs the cache in process memory"), "{err}");
     assert!(
-        !dir.path().join("wcache-data").exists() || on_tmpfs,
+        !dir.path().join("wcache-data").exists() && !cache.exists(),
         "a refusal creates no files"
     );
 }

@@ -1,0 +1,314 @@
+//! Write-back on a persistent cache with real tools: fio's nbd engine with
+//! crc32c verify across a restart; nbdkit's error filter as a failing
+//! backing (destages fail, are retried and reported, the server keeps
+//! serving the dirty data, and once the errors stop the data reaches the
+//! backing); refusal to start over another configuration's dirty cache
+//! without --force. A missing tool prints SKIP with the reason, unless
+//! WCACHE_REQUIRE_TOOLS=1. Install: apt-get install -y fio nbdkit.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{have, wcache, Nbd, Served};
+
+const PAGE_BYTES: usize = 4096;
+
+fn image(page: u64, round: u8) -> Vec<u8> {
+    (0..PAGE_BYTES)
+        .map(|i| (page as usize * 31 + i * 7 + round as usize * 101) as u8 ^ 0x5a)
+        .collect()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn fio(uri: &str, extra: &[&str], dir: &Path) -> std::process::Output {
+    Command::new("fio")
+        .current_dir(dir)
+        .args([
+            "--name=wb",
+            "--ioengine=nbd",
+            "--bsrange=512-64k",
+            "--size=24M",
+            "--iodepth=16",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+            "--randseed=77",
+        ])
+        .arg(format!("--uri={uri}"))
+        .args(extra)
+        .output()
+        .expect("run fio")
+}
+
+#[test]
+fn fio_verify_in_write_back_survives_a_kill_and_a_restart() {
+    if !have("fio", "fio") {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let socket = dir.path().join("w.sock");
+    let cache = dir.path().join("cache.img");
+    let backing = dir.path().join("backing.img");
+    let args = [
+        "--cache",
+        cache.to_str().expect("utf8"),
+        "--cache-size",
+        "16M",
+        "--backing",
+        backing.to_str().expect("utf8"),
+        "--backing-size",
+        "32M",
+    ];
+    let served = Served::start(&args, &socket);
+    assert!(
+        served.log_text().contains("write policy write-back"),
+        "default policy"
+    );
+    let out = fio(&served.uri("disk"), &["--rw=randwrite"], dir.path());
+    assert!(
+        out.status.success(),
+        "fio randwrite+verify: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    served.kill9();
+    let (ok, out, err) = wcache(&["check", "--cache", cache.to_str().expect("utf8")]);
+    assert!(ok, "check after kill: {out}{err}");
+    // The dirty pages come back from the cache file.
+    let served = Served::start(&args, &socket);
+    let log = served.log_text();
+    assert!(
+        log.contains("NOT clean") && log.contains("recovering"),
+        "{log}"
+    );
+    let out = fio(
+        &served.uri("disk"),
+        &["--rw=randwrite", "--verify_only"],
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "fio verify_only after kill -9 and restart: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, log) = served.stop();
+    assert!(ok && log.contains("clean shutdown recorded"), "{log}");
+}
+
+struct Nbdkit(Child);
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn failing_backing_keeps_dirty_data_serves_it_and_destages_after_recovery() {
+    if !have("nbdkit", "nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let kit_socket = dir.path().join("kit.sock");
+    let errors_on = dir.path().join("errors-on");
+    std::fs::write(&errors_on, b"").expect("error switch");
+    let kit = Nbdkit(
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&kit_socket)
+            .args([
+                "--filter=error",
+                "memory",
+                "8M",
+                "error-pwrite=EIO",
+                "error-pwrite-rate=100%",
+            ])
+            .arg(format!("error-pwrite-file={}", errors_on.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nbdkit"),
+    );
+    wait_for("nbdkit's socket", Duration::from_secs(10), || {
+        kit_socket.exists()
+    });
+    let backing_uri = format!("nbd+unix:///?socket={}", kit_socket.display());
+    let socket = dir.path().join("w.sock");
+    let cache = dir.path().join("cache.img");
+    let cache_s = cache.to_str().expect("utf8").to_string();
+    let args = [
+        "--cache",
+        &cache_s,
+        "--cache-size",
+        "1M",
+        "--group-size",
+        "4096",
+        "--backing",
+        &backing_uri,
+    ];
+    let mut served = Served::start(&args, &socket);
+    // ~250 slots: 230 dirty pages are past the destage thresholds.
+    const PAGES: u64 = 230;
+    let mut nbd = Nbd::connect_retry(&socket, "disk").expect("connect");
+    for page in 0..PAGES {
+        nbd.write(page * PAGE_BYTES as u64, &image(page, 1), page % 8 == 0)
+            .expect("write-back acknowledges from the cache");
+    }
+    nbd.flush().expect("flush");
+    wait_for("destage errors in the log", Duration::from_secs(15), || {
+        served.log_text().contains("I/O errors so far")
+    });
+    std::thread::sleep(Duration::from_millis(300)); // retries keep failing
+    assert!(
+        served.is_running(),
+        "the server stays up: {}",
+        served.log_text()
+    );
+    let mut buf = vec![0u8; PAGE_BYTES];
+    for page in 0..PAGES {
+        nbd.read(page * PAGE_BYTES as u64, &mut buf).expect("read");
+        assert!(
+            buf == image(page, 1),
+            "dirty page {page} readable during errors"
+        );
+    }
+    // New writes are still accepted while the backing fails.
+    nbd.write(0, &image(0, 2), true)
+        .expect("write during errors");
+    let mut kit_direct = Nbd::connect_retry(&kit_socket, "").expect("nbdkit");
+    kit_direct.read(0, &mut buf).expect("read nbdkit");
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "nothing reached the backing yet"
+    );
+
+    // Errors stop: the retried destages succeed.
+    std::fs::remove_file(&errors_on).expect("errors off");
+    wait_for("a destage to reach nbdkit", Duration::from_secs(20), || {
+        (0..PAGES).any(|page| {
+            kit_direct.read(page * PAGE_BYTES as u64, &mut buf).is_ok()
+                && buf.iter().any(|&b| b != 0)
+        })
+    });
+    drop(nbd);
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+    let errors_line = log
+        .lines()
+        .find(|l| l.contains("I/O errors so far"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(errors_line.contains("backing"), "{errors_line}");
+    // What is still dirty, the offline flush drains.
+    let (ok, out, err) = wcache(&[
+        "flush",
+        "--cache",
+        &cache_s,
+        "--export",
+        &format!("disk={backing_uri}"),
+    ]);
+    assert!(ok, "flush: {out}{err}");
+    for page in 0..PAGES {
+        kit_direct
+            .read(page * PAGE_BYTES as u64, &mut buf)
+            .expect("read nbdkit");
+        let round = if page == 0 { 2 } else { 1 };
+        assert!(
+            buf == image(page, round),
+            "backing page {page} after errors stopped"
+        );
+    }
+    eprintln!("backing errors: {errors_line}");
+    drop(kit);
+}
+
+#[test]
+fn another_configurations_dirty_cache_is_refused_without_force() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let socket = dir.path().join("w.sock");
+    let cache = dir.path().join("cache.img");
+    let cache_s = cache.to_str().expect("utf8").to_string();
+    let b1 = dir.path().join("b1.img");
+    let b2 = dir.path().join("b2.img");
+    let served = Served::start(
+        &[
+            "--cache",
+            &cache_s,
+            "--cache-size",
+            "2M",
+            "--export",
+            &format!("one={}", b1.display()),
+            "--backing-size",
+            "4M",
+        ],
+        &socket,
+    );
+    let mut nbd = Nbd::connect_retry(&socket, "one").expect("connect");
+    for page in 0..10u64 {
+        nbd.write(page * PAGE_BYTES as u64, &image(page, 1), true)
+            .expect("write");
+    }
+    drop(nbd);
+    served.kill9();
+    let other = [
+        "--cache",
+        &cache_s,
+        "--export",
+        &format!("two={}", b2.display()),
+        "--backing-size",
+        "4M",
+    ];
+    let err = Served::try_start(&other, &socket)
+        .err()
+        .expect("another configuration over dirty pages is refused");
+    assert!(
+        err.contains("holds 10 dirty pages of another configuration")
+            && err.contains("one=")
+            && err.contains("--force"),
+        "{err}"
+    );
+    let (ok, out, _) = wcache(&["inspect", "--cache", &cache_s]);
+    assert!(
+        ok && out.contains("10 dirty pages"),
+        "the refusal kept them: {out}"
+    );
+    // The same export with another size is another configuration too.
+    let resized = ["--cache", &cache_s, "--export", &format!("one=mem:8M")];
+    let err = Served::try_start(&resized, &socket).err().expect("refused");
+    assert!(err.contains("refusing"), "{err}");
+    // --force discards them, and says so.
+    let forced: Vec<&str> = other.iter().copied().chain(["--force"]).collect();
+    let served = Served::start(&forced, &socket);
+    let log = served.log_text();
+    assert!(log.contains("DISCARDING 10 dirty pages"), "{log}");
+    assert!(served.stop().0);
+    // A file that is not a cache device is not formatted over.
+    let junk = dir.path().join("junk.img");
+    std::fs::write(&junk, vec![0xabu8; 1 << 20]).expect("junk");
+    let err = Served::try_start(
+        &[
+            "--cache",
+            junk.to_str().expect("utf8"),
+            "--backing",
+            "mem:4M",
+        ],
+        &socket,
+    )
+    .err()
+    .expect("refused");
+    assert!(err.contains("no valid wcache superblock"), "{err}");
+    let (ok, _, err) = wcache(&["check", "--cache", junk.to_str().expect("utf8")]);
+    assert!(!ok && err.contains("no wcache superblock"), "{err}");
+}
