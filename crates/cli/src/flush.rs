@@ -111,7 +111,7 @@ pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
     println!(
         "wcache flush: {} dirty pages ({} MiB) to destage",
         total,
-        total * page >> 20
+        (total * page) >> 20
     );
     let bar = ProgressBar::new(total);
     bar.set_style(

@@ -285,7 +285,7 @@ fn another_configurations_dirty_cache_is_refused_without_force() {
         "the refusal kept them: {out}"
     );
     // The same export with another size is another configuration too.
-    let resized = ["--cache", &cache_s, "--export", &format!("one=mem:8M")];
+    let resized = ["--cache", &cache_s, "--export", "one=mem:8M"];
     let err = Served::try_start(&resized, &socket).err().expect("refused");
     assert!(err.contains("refusing"), "{err}");
     // --force discards them, and says so.

@@ -36,8 +36,11 @@ const SUPERBLOCK_CRC_OFFSET_BYTES: usize = SUPERBLOCK_BYTES as usize - 4;
 
 pub const SUPERBLOCK_FLAG_CLEAN: u32 = 1;
 
-const _: () = assert!(RECORD_BLOCK_BYTES % RECORD_BYTES == 0);
-const _: () = assert!(512 % RECORD_BYTES == 0, "a record never crosses a sector");
+const _: () = assert!(RECORD_BLOCK_BYTES.is_multiple_of(RECORD_BYTES));
+const _: () = assert!(
+    512u64.is_multiple_of(RECORD_BYTES),
+    "a record never crosses a sector"
+);
 const _: () = assert!(
     VOLUME_TABLE_OFFSET_BYTES + VOLUMES_MAX * VOLUME_ENTRY_BYTES <= SUPERBLOCK_CRC_OFFSET_BYTES
 );

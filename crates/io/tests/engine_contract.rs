@@ -57,7 +57,7 @@ fn persistent_engine_frees_an_evicted_clean_slot_before_reusing_it() {
     engine.add_volume(1 << 20).expect("volume");
     let (mut freed, mut live) = (HashSet::new(), HashSet::new());
     let mut violations = Vec::new();
-    let mut write = |engine: &mut Engine, id: u64, page: u64| {
+    let write = |engine: &mut Engine, id: u64, page: u64| {
         let req = Request {
             id: RequestId(id),
             volume: VolumeId(0),
