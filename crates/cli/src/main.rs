@@ -252,6 +252,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         read_insert: o.read_cache,
         keep_clean: o.read_cache,
         requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
+        persistent: false,
     };
     let footprint = o.footprint.unwrap_or(backing.capacity_bytes()) / 4096 * 4096;
     let arrivals = match o.target_iops {

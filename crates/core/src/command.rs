@@ -136,6 +136,9 @@ pub enum IoCommand {
     },
     /// Persistent caches: durably mark these slots free (their records no
     /// longer name any page); the engine reuses them only after this completes.
+    /// Every slot whose record is dirty leaves through here before reuse; only
+    /// clean copies (read-miss inserts, recorded clean, ignored by recovery)
+    /// are evicted and rewritten directly.
     FreeSlots { io: IoId, slots: Vec<SlotIndex> },
     /// Copy part of a cached page into the request's buffer.
     ReadPage {

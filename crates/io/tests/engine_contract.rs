@@ -1,10 +1,6 @@
 //! The engine's persistence contract as the driver relies on it, checked on
-//! the engine alone: "slots are reused only after FreeSlots has durably
-//! freed them" (EngineConfig::persistent). Ignored while it fails: see the
-//! report of the persistence work. The driver stays safe regardless, because
-//! recovery trusts a record only when the slot's data matches its checksum;
-//! the visible effect is a data-checksum mismatch after a crash (`wcache
-//! check` reports it as a write in flight).
+//! the engine alone: a slot whose record is dirty is reused only after
+//! FreeSlots has durably freed it (EngineConfig::persistent).
 
 use std::collections::HashSet;
 
@@ -42,7 +38,6 @@ fn run(engine: &mut Engine, freed: &mut HashSet<u32>, live: &mut HashSet<u32>) -
 }
 
 #[test]
-#[ignore = "engine issue: a clean slot evicted for a new version is reused without FreeSlots"]
 fn persistent_engine_frees_an_evicted_clean_slot_before_reusing_it() {
     let config = EngineConfig {
         page_size_bytes: 4096,

@@ -30,7 +30,9 @@ use crate::time::Nanos;
 use crate::types::*;
 use groups::{Groups, GFLAG_CANDIDATE, GFLAG_SEQUENTIAL};
 use rustc_hash::FxHashMap as HashMap;
-use slots::{SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN, FLAG_FREEING, FLAG_OLD};
+use slots::{
+    SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN, FLAG_FREEING, FLAG_FREE_SENT, FLAG_OLD,
+};
 use std::collections::VecDeque;
 use thiserror::Error;
 
@@ -187,7 +189,10 @@ pub struct Engine {
     /// version waits to be destaged, so two destages of one page never race
     /// at the backing, and a page's newest record is never reused while an
     /// older one could be found by recovery.
-    old_versions: HashMap<u64, u32>,
+    /// Each such page's old versions, oldest first: they retire in version
+    /// order, and (persistent caches) their records are freed in that order,
+    /// one at a time, so a crash never leaves an older record as the newest.
+    old_versions: HashMap<u64, VecDeque<SlotIndex>>,
     /// Stale slots waiting for a `FreeSlots` command (persistent caches).
     to_free: Vec<SlotIndex>,
     /// Version number for the next page version (`SlotRecord::seq`).
@@ -311,27 +316,23 @@ impl Engine {
         }
         let used: Vec<SlotIndex> = found.iter().map(|f| f.slot).collect();
         engine.slots.exclude_from_pool(&used);
-        // Newest version of each page first.
-        found.sort_by_key(|f| (f.record.key, std::cmp::Reverse(f.record.seq)));
-        let mut last_key = None;
-        for f in found {
+        // Each page's versions, oldest first.
+        found.sort_by_key(|f| (f.record.key, f.record.seq));
+        for (i, f) in found.iter().enumerate() {
             engine.next_seq = engine.next_seq.max(f.record.seq + 1);
             let (slot, key) = (f.slot, f.record.key);
-            let newest = last_key != Some(key);
-            last_key = Some(key);
+            let newest = found.get(i + 1).is_none_or(|n| n.record.key != key);
             engine.slots.set_key(slot, key);
             if newest && f.record.dirty {
                 engine.slots.map(slot, key);
                 engine.slots.set_state(slot, SlotState::Dirty);
                 engine.mark_dirty(key);
             } else {
-                // An older version, or a clean copy: free it for good. Clean
-                // copies are not trusted after a crash: one dropped just before
-                // (a write-around, say) could otherwise come back.
+                // An older version, or a clean copy: free it for good, oldest
+                // first. Clean copies are not trusted after a crash: one
+                // dropped just before (a write-around, say) could come back.
                 engine.slots.set_state(slot, SlotState::Stale);
-                if !newest {
-                    engine.count_old(slot);
-                }
+                engine.push_old(slot);
                 engine.free_slot(slot);
             }
         }
@@ -639,14 +640,32 @@ impl Engine {
     }
 
     /// A stale slot nothing uses any more: back to the pool, or (persistent
-    /// caches) first through a `FreeSlots` command.
+    /// caches) first through a `FreeSlots` command, in version order among
+    /// its page's old versions.
     fn free_slot(&mut self, slot: SlotIndex) {
         debug_assert!(self.slots.freeable(slot));
-        if self.config.persistent {
-            self.slots.set_flag(slot, FLAG_FREEING, true);
-            self.to_free.push(slot);
-        } else {
+        if !self.config.persistent {
             self.slots.push_free(slot);
+            return;
+        }
+        self.slots.set_flag(slot, FLAG_FREEING, true);
+        if self.slots.has(slot, FLAG_OLD) {
+            self.send_oldest_free(self.slots.key(slot).0);
+        } else {
+            self.slots.set_flag(slot, FLAG_FREE_SENT, true);
+            self.to_free.push(slot);
+        }
+    }
+
+    /// Issue the free of a page's oldest old version, once it is freeable and
+    /// not already sent.
+    fn send_oldest_free(&mut self, key: u64) {
+        let Some(&front) = self.old_versions.get(&key).and_then(|q| q.front()) else {
+            return;
+        };
+        if self.slots.has(front, FLAG_FREEING) && !self.slots.has(front, FLAG_FREE_SENT) {
+            self.slots.set_flag(front, FLAG_FREE_SENT, true);
+            self.to_free.push(front);
         }
     }
 
@@ -662,23 +681,28 @@ impl Engine {
         self.commands.push_back(IoCommand::FreeSlots { io, slots });
     }
 
-    fn count_old(&mut self, slot: SlotIndex) {
+    /// Append `slot` to its page's old versions (it is the newest of them).
+    fn push_old(&mut self, slot: SlotIndex) {
         self.slots.set_flag(slot, FLAG_OLD, true);
-        *self.old_versions.entry(self.slots.key(slot).0).or_insert(0) += 1;
+        self.old_versions
+            .entry(self.slots.key(slot).0)
+            .or_default()
+            .push_back(slot);
     }
 
-    fn uncount_old(&mut self, slot: SlotIndex) {
+    /// Take `slot` out of its page's old versions, if it is there.
+    fn remove_old(&mut self, slot: SlotIndex) {
         if !self.slots.has(slot, FLAG_OLD) {
             return;
         }
         self.slots.set_flag(slot, FLAG_OLD, false);
         let key = self.slots.key(slot).0;
-        let n = self
+        let queue = self
             .old_versions
             .get_mut(&key)
-            .expect("old version was counted");
-        *n -= 1;
-        if *n == 0 {
+            .expect("old version was queued");
+        queue.retain(|&s| s != slot);
+        if queue.is_empty() {
             self.old_versions.remove(&key);
         }
     }
@@ -689,7 +713,7 @@ impl Engine {
             self.replacement.remove(slot);
         }
         if self.config.persistent || self.slots.has(slot, FLAG_DESTAGING) {
-            self.count_old(slot);
+            self.push_old(slot);
         }
         self.slots.unmap(slot);
         self.slots.set_state(slot, SlotState::Stale);
@@ -1162,6 +1186,15 @@ impl Engine {
             let key = self.slots.key(slot);
             self.mark_dirty(key);
         }
+        if self.config.persistent && self.slots.has(slot, FLAG_FILL_CLEAN) {
+            // Its record says dirty (see `record`): a persistent cache keeps no
+            // clean copy under a dirty record; the version leaves through FreeSlots.
+            self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
+            self.retire(slot);
+            self.release_slot_if_free(slot);
+            self.release_waiters(slot);
+            return;
+        }
         self.finish_fill(slot);
     }
 
@@ -1189,7 +1222,7 @@ impl Engine {
         let group = self.groups.lookup(gkey);
         if let Some((o, state)) = old {
             // The previous version becomes current again.
-            self.uncount_old(o);
+            self.remove_old(o);
             self.slots.map(o, key);
             self.slots.set_state(
                 o,
@@ -1392,12 +1425,15 @@ impl Engine {
                     if result.is_ok() {
                         self.groups.clear_dirty(g, pos);
                         self.dirty_pages -= 1;
-                        if self.config.keep_clean {
+                        // A persistent cache keeps no clean copy under a dirty
+                        // record: evicting it later would reuse the slot while
+                        // recovery could still find the old page there.
+                        if self.config.keep_clean && !self.config.persistent {
                             self.slots.set_state(slot, SlotState::Clean);
                             self.replacement.insert(slot, key);
                         } else {
-                            self.slots.unmap(slot);
-                            self.slots.set_state(slot, SlotState::Stale);
+                            // Counted as an old version until its record is freed.
+                            self.retire(slot);
                             self.release_slot_if_free(slot);
                         }
                     } else {
@@ -1408,7 +1444,7 @@ impl Engine {
                 SlotState::Stale => {
                     // Persistent caches count the old version until its free record is durable.
                     if !self.config.persistent {
-                        self.uncount_old(slot);
+                        self.remove_old(slot);
                     }
                     self.release_slot_if_free(slot);
                 }
@@ -1529,8 +1565,14 @@ impl Engine {
                 Ok(()) => {
                     for slot in slots {
                         self.slots.set_flag(slot, FLAG_FREEING, false);
-                        self.uncount_old(slot);
+                        self.slots.set_flag(slot, FLAG_FREE_SENT, false);
+                        let key = self.slots.key(slot).0;
+                        let was_old = self.slots.has(slot, FLAG_OLD);
+                        self.remove_old(slot);
                         self.slots.push_free(slot);
+                        if was_old {
+                            self.send_oldest_free(key);
+                        }
                     }
                 }
                 Err(_) => {

@@ -31,10 +31,12 @@ const STATE_MASK: u8 = 0x07;
 pub const FLAG_DESTAGING: u8 = 0x10;
 /// A filling slot becomes clean, not dirty, when its write completes.
 pub const FLAG_FILL_CLEAN: u8 = 0x20;
-/// A stale slot counted among its page's old versions (see `Engine::old_versions`).
+/// A stale slot in its page's queue of old versions (see `Engine::old_versions`).
 pub const FLAG_OLD: u8 = 0x40;
-/// A stale slot whose free record is being written (persistent caches).
+/// A stale slot nothing uses any more, waiting for (or in) its `FreeSlots`.
 pub const FLAG_FREEING: u8 = 0x80;
+/// Its `FreeSlots` has been issued.
+pub const FLAG_FREE_SENT: u8 = 0x08;
 
 pub struct Slots {
     key: Vec<u64>,
