@@ -3,14 +3,13 @@
 # at QD1 and QD32, against `wcache serve` and nbdkit's memory plugin in the
 # same run (side by side: the machine is shared and noisy; read the ratios).
 #
-# wcache runs write-through (the only durable policy until crash recovery
-# exists) with the cache AND the backing as files on /dev/shm (sync mode
-# nvram: tmpfs stands in for NV-DRAM), so both sides serve from memory.
-# A second wcache row runs the volatile write-back benchmark mode
-# (--volatile-write-back-for-benchmarks, cache in process memory) for context.
+# wcache runs write-back with a persistent cache (slot records, crash
+# recovery) and, in a second row, write-through; the cache AND the backing are
+# files on /dev/shm (sync mode nvram: tmpfs stands in for NV-DRAM), so every
+# side serves from memory.
 #
 # Usage: scripts/bench-nbd.sh            (RUNTIME=5 SIZE=256M by default)
-# Last line: the QD32 random-write IOPS ratio wcache(write-through)/nbdkit.
+# Last line: the QD32 random-write IOPS ratio wcache(write-back)/nbdkit.
 set -euo pipefail
 
 RUNTIME=${RUNTIME:-5}
@@ -34,12 +33,13 @@ trap cleanup EXIT
 
 wait_socket() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; done; echo "no socket $1"; exit 1; }
 
+"$WCACHE" serve --socket "$WORK/wb.sock" --cache "$WORK/wb-cache.img" --cache-size "$SIZE" \
+    --cache-sync nvram --backing "$WORK/wb-backing.img" --backing-size "$SIZE" --backing-sync nvram \
+    --write-policy write-back >"$WORK/wb.log" 2>&1 &
+PIDS+=($!)
 "$WCACHE" serve --socket "$WORK/wt.sock" --cache "$WORK/wt-cache.img" --cache-size "$SIZE" \
     --cache-sync nvram --backing "$WORK/wt-backing.img" --backing-size "$SIZE" --backing-sync nvram \
-    >"$WORK/wt.log" 2>&1 &
-PIDS+=($!)
-"$WCACHE" serve --socket "$WORK/wb.sock" --cache mem --cache-size "$SIZE" --backing "mem:$SIZE" \
-    --volatile-write-back-for-benchmarks >"$WORK/wb.log" 2>&1 &
+    --write-policy write-through >"$WORK/wt.log" 2>&1 &
 PIDS+=($!)
 nbdkit -f -U "$WORK/kit.sock" --exportname=disk memory "$SIZE" >"$WORK/kit.log" 2>&1 &
 PIDS+=($!)
@@ -74,9 +74,9 @@ def get(t, rw, qd):
     side = j["write" if rw == "randwrite" else "read"]
     pct = side["lat_ns"].get("percentile", {})
     return side["iops"], pct.get("50.000000", 0) / 1000, pct.get("99.000000", 0) / 1000
-names = {"kit": "nbdkit memory", "wt": "wcache write-through (/dev/shm)", "wb": "wcache volatile write-back"}
+names = {"kit": "nbdkit memory", "wb": "wcache write-back (persistent, /dev/shm)", "wt": "wcache write-through (/dev/shm)"}
 print(f"\nfio nbd engine, 4 KiB, {runtime} s per job, {size} export, Unix sockets")
-print(f"{'workload':<15}{'target':<34}{'IOPS':>10}{'p50 us':>9}{'p99 us':>9}{'IOPS/nbdkit':>13}{'p50/nbdkit':>12}")
+print(f"{'workload':<15}{'target':<42}{'IOPS':>10}{'p50 us':>9}{'p99 us':>9}{'IOPS/nbdkit':>13}{'p50/nbdkit':>12}")
 ratio_line = None
 for rw in ("randwrite", "randread"):
     for qd in (1, 32):
@@ -85,8 +85,8 @@ for rw in ("randwrite", "randread"):
             iops, p50, p99 = get(t, rw, qd)
             r_iops = iops / kit[0] if kit[0] else float("nan")
             r_p50 = p50 / kit[1] if kit[1] else float("nan")
-            print(f"{rw + ' QD' + str(qd):<15}{names[t]:<34}{iops:>10.0f}{p50:>9.1f}{p99:>9.1f}{r_iops:>13.2f}{r_p50:>12.2f}")
-            if rw == "randwrite" and qd == 32 and t == "wt":
+            print(f"{rw + ' QD' + str(qd):<15}{names[t]:<42}{iops:>10.0f}{p50:>9.1f}{p99:>9.1f}{r_iops:>13.2f}{r_p50:>12.2f}")
+            if rw == "randwrite" and qd == 32 and t == "wb":
                 ratio_line = r_iops
-print(f"QD32 randwrite IOPS ratio wcache(write-through)/nbdkit: {ratio_line:.2f}")
+print(f"QD32 randwrite IOPS ratio wcache(write-back)/nbdkit: {ratio_line:.2f}")
 PY
