@@ -13,10 +13,10 @@
 //! accepts it with a durable file cache (it is refused until crash recovery
 //! exists), and the test says which.
 //!
-//! Needs root, /dev/fuse, loop devices and the tools (apt-get install -y
-//! nbdfuse fuse3 e2fsprogs util-linux mount). Where one is missing the test
-//! prints `SKIP: <reason>` and passes, unless WCACHE_REQUIRE_TOOLS=1, in which
-//! case it fails. Every mount, loop device, FUSE mount and process it starts is
+//! Needs root, /dev/fuse and loop devices (where one is missing it prints
+//! `SKIP: <reason>` and passes), and the tools (apt-get install -y libnbd-bin
+//! fuse3 e2fsprogs util-linux mount; a missing tool skips too, unless
+//! WCACHE_REQUIRE_TOOLS=1, in which case it fails). Every mount, loop device, FUSE mount and process it starts is
 //! undone by guards on every path, failures included.
 
 use std::fs::File;
@@ -57,18 +57,25 @@ struct Tools {
     umount: PathBuf,
 }
 
-/// Why this machine cannot run the test, if it cannot.
-fn tools() -> Result<Tools, String> {
+/// Why this machine cannot run the test at all (no root, FUSE or loop
+/// devices): a property of the machine, so always a skip.
+fn machine_lacks() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err("not root (mount and losetup need root)".into());
+        return Some("not root (mount and losetup need root)".into());
     }
     if !Path::new("/dev/fuse").exists() {
-        return Err("no /dev/fuse (FUSE unavailable)".into());
+        return Some("no /dev/fuse (FUSE unavailable)".into());
     }
     if !Path::new("/dev/loop-control").exists() && !Path::new("/dev/loop0").exists() {
-        return Err("no loop devices (/dev/loop-control, /dev/loop0)".into());
+        return Some("no loop devices (/dev/loop-control, /dev/loop0)".into());
     }
+    None
+}
+
+/// The tools the test runs, or which one is missing (installable: fails
+/// under WCACHE_REQUIRE_TOOLS=1).
+fn tools() -> Result<Tools, String> {
     let get = |tool: &str, package: &str| {
         find_tool(tool)
             .ok_or_else(|| format!("{tool} not installed (apt-get install -y {package})"))
@@ -511,6 +518,10 @@ fn path_arg(p: &Path) -> String {
 
 #[test]
 fn ext4_on_nbdfuse_loop_survives_remount_and_restart() {
+    if let Some(reason) = machine_lacks() {
+        eprintln!("SKIP: {reason}");
+        return;
+    }
     let tools = match tools() {
         Ok(t) => t,
         Err(reason) => {
