@@ -104,6 +104,22 @@ impl KeyIndex {
         self.len += 1;
     }
 
+    /// Point `key`'s entry, which holds `old_id`, at `new_id` instead: the
+    /// same key keeps its bucket, so nothing moves and no key is read.
+    pub fn replace(&mut self, key: u64, old_id: u32, new_id: u32) {
+        assert!(new_id != EMPTY);
+        let mut i = self.home(key);
+        loop {
+            let id = self.table[i];
+            assert!(id != EMPTY, "replace of an id that is not in the index");
+            if id == old_id {
+                self.table[i] = new_id;
+                return;
+            }
+            i = self.next(i);
+        }
+    }
+
     /// Remove the entry for `key`; returns its id.
     pub fn remove(&mut self, key: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
         let mut i = self.home(key);
@@ -165,9 +181,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn matches_hashmap(ops in proptest::collection::vec((0u8..3, 0u64..64), 1..400), growable: bool) {
-            // ids 0..64 carry key = id * 7919 (so keys collide in small tables).
-            let key_of = |id: u32| id as u64 * 7919;
+        fn matches_hashmap(ops in proptest::collection::vec((0u8..4, 0u64..64), 1..400), growable: bool) {
+            // ids 0..128 carry key = (id % 64) * 7919 (so keys collide in small tables).
+            let key_of = |id: u32| (id % 64) as u64 * 7919;
             let mut idx = if growable { KeyIndex::growable(4) } else { KeyIndex::fixed(64) };
             let mut model: HashMap<u64, u32> = HashMap::new();
             for (op, id) in ops {
@@ -175,6 +191,14 @@ mod tests {
                 let key = key_of(id);
                 match op {
                     0 => { model.entry(key).or_insert_with(|| { idx.insert(id, key_of); id }); }
+                    3 => {
+                        // Replace an id by another of the same key (ids id and id + 64 share keys here).
+                        if let Some(&old) = model.get(&key) {
+                            let new = if old < 64 { old + 64 } else { old - 64 };
+                            idx.replace(key, old, new);
+                            model.insert(key, new);
+                        }
+                    }
                     1 => prop_assert_eq!(idx.remove(key, key_of), model.remove(&key)),
                     _ => prop_assert_eq!(idx.get(key, key_of), model.get(&key).copied()),
                 }

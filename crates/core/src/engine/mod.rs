@@ -709,13 +709,24 @@ impl Engine {
 
     /// Make the current version of a page not current any more.
     fn retire(&mut self, slot: SlotIndex) {
+        self.retire_version(slot);
+        self.slots.unmap(slot);
+    }
+
+    /// Retire `old` in favour of a new version in `new` (an overwrite).
+    fn supersede(&mut self, old: SlotIndex, new: SlotIndex) {
+        self.retire_version(old);
+        self.slots.remap(old, new);
+    }
+
+    /// What retiring a version means, apart from the directory entry.
+    fn retire_version(&mut self, slot: SlotIndex) {
         if self.slots.state(slot) == SlotState::Clean {
             self.replacement.remove(slot);
         }
         if self.config.persistent || self.slots.has(slot, FLAG_DESTAGING) {
             self.push_old(slot);
         }
-        self.slots.unmap(slot);
         self.slots.set_state(slot, SlotState::Stale);
     }
 
@@ -1114,12 +1125,14 @@ impl Engine {
         let old = cur.map(|c| {
             let state = self.slots.state(c);
             self.slots.pin(c);
-            self.retire(c);
+            self.supersede(c, slot);
             (c, state)
         });
+        if old.is_none() {
+            self.slots.map(slot, key);
+        }
         self.slots.set_state(slot, SlotState::Filling);
         self.slots.set_flag(slot, FLAG_FILL_CLEAN, clean);
-        self.slots.map(slot, key);
         let src = if kind == RequestKind::WriteZeroes {
             Source::Zero
         } else {

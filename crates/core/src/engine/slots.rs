@@ -126,6 +126,14 @@ impl Slots {
         self.index.insert(slot.0, |id| keys[id as usize]);
     }
 
+    /// Make `new` the current slot of `old`'s page in `old`'s place (an
+    /// overwrite): the index entry is repointed, nothing moves.
+    pub fn remap(&mut self, old: SlotIndex, new: SlotIndex) {
+        let key = self.key[old.0 as usize];
+        self.key[new.0 as usize] = key;
+        self.index.replace(key, old.0, new.0);
+    }
+
     /// Forget the current slot of `slot`'s page.
     pub fn unmap(&mut self, slot: SlotIndex) {
         let key = self.key[slot.0 as usize];
