@@ -2,8 +2,9 @@
 //! format a new device, open and verify an existing one, scan every record
 //! (with its data checksum) for recovery, and write records while serving.
 //!
-//! Records are written in whole 4 KiB blocks from an in-memory copy, each
-//! block under its own lock held across the device write, so that direct
+//! Records are kept in whole 4 KiB blocks in memory, each block under its
+//! own lock held across the device write, and written by whole sectors (512
+//! bytes, or the device's alignment: 4 KiB with O_DIRECT) so that direct
 //! I/O works and two record writes to one block never clobber each other
 //! (the later write always carries both). Durability is the caller's:
 //! record writes here are plain writes; the driver makes them durable with
@@ -126,8 +127,13 @@ pub struct CacheStore {
     superblock: Mutex<Superblock>,
     /// In-memory copy of the record area, one aligned buffer per 4 KiB block.
     blocks: Vec<Mutex<AlignedBuf>>,
+    /// Unit of a record write: the sector (512 bytes) or the device's alignment.
+    sector_bytes: usize,
     record_writes: AtomicU64,
 }
+
+/// A record never crosses one of these (`docs/on-disk-format.md`, torn writes).
+const SECTOR_BYTES: usize = 512;
 
 impl CacheStore {
     /// True when the device's first 4 KiB are all zeros (a new device).
@@ -225,9 +231,15 @@ impl CacheStore {
                 Mutex::new(b)
             })
             .collect();
+        // Records are written by whole sectors (512 bytes, or the device's
+        // alignment: 4 KiB with O_DIRECT).
+        let sector_bytes = dev
+            .alignment_bytes()
+            .clamp(SECTOR_BYTES, RECORD_BLOCK_BYTES as usize);
         CacheStore {
             dev,
             layout,
+            sector_bytes,
             superblock: Mutex::new(sb),
             blocks,
             record_writes: AtomicU64::new(0),
@@ -266,9 +278,26 @@ impl CacheStore {
     }
 
     fn write_block(&self, block: usize, bytes: &[u8]) -> Result<(), DeviceError> {
+        self.write_block_range(block, bytes, 0, RECORD_BLOCK_BYTES as usize)
+    }
+
+    /// Writes the sectors of `block` that hold bytes `from..to` (a sector is
+    /// 512 bytes, or the device's alignment if larger): a record never crosses
+    /// a sector, and the rest of each sector is as already on the device, so
+    /// this is the whole-block write minus sectors that did not change.
+    fn write_block_range(
+        &self,
+        block: usize,
+        bytes: &[u8],
+        from: usize,
+        to: usize,
+    ) -> Result<(), DeviceError> {
+        let sector = self.sector_bytes;
+        let start = from / sector * sector;
+        let end = to.next_multiple_of(sector).min(bytes.len());
         let offset = self.layout.record_offset_bytes + block as u64 * RECORD_BLOCK_BYTES;
         self.record_writes.fetch_add(1, Ordering::Relaxed);
-        self.dev.write_at(bytes, offset)
+        self.dev.write_at(&bytes[start..end], offset + start as u64)
     }
 
     /// Writes slot `slot`'s record (not yet durable: the caller flushes).
@@ -291,7 +320,7 @@ impl CacheStore {
             record,
             data_crc32c,
         );
-        self.write_block(block, bytes)
+        self.write_block_range(block, bytes, at, at + RECORD_BYTES as usize)
     }
 
     /// Zeroes the records of `slots` (free), one write per block touched
@@ -304,6 +333,7 @@ impl CacheStore {
             let (block, _) = CacheStore::block_of(sorted[i]);
             let mut guard = self.lock_block(block);
             let bytes = guard.get(RECORD_BLOCK_BYTES as usize);
+            let (mut from, mut to) = (usize::MAX, 0);
             while i < sorted.len() && CacheStore::block_of(sorted[i]).0 == block {
                 assert!(
                     (sorted[i] as u64) < self.layout.slot_count,
@@ -311,9 +341,11 @@ impl CacheStore {
                 );
                 let (_, at) = CacheStore::block_of(sorted[i]);
                 bytes[at..at + RECORD_BYTES as usize].fill(0);
+                from = from.min(at);
+                to = to.max(at + RECORD_BYTES as usize);
                 i += 1;
             }
-            self.write_block(block, bytes)?;
+            self.write_block_range(block, bytes, from, to)?;
         }
         Ok(())
     }
