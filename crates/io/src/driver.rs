@@ -177,38 +177,50 @@ struct Job {
 
 /// One client thread's place to be woken with its response.
 struct Waiter {
-    result: Mutex<Option<Result<(), IoError>>>,
+    state: Mutex<WaiterState>,
     ready: Condvar,
 }
 
+#[derive(Default)]
+struct WaiterState {
+    result: Option<Result<(), IoError>>,
+    /// The owner is blocked in `wait`: only then does `set` need a wake-up
+    /// (a futex syscall). Most responses are set by the owner itself.
+    sleeping: bool,
+}
+
 impl Waiter {
+    fn lock(&self) -> MutexGuard<'_, WaiterState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
     fn set(&self, result: Result<(), IoError>) {
-        let mut r = self.result.lock().unwrap_or_else(|p| p.into_inner());
-        *r = Some(result);
-        self.ready.notify_one();
+        let mut st = self.lock();
+        st.result = Some(result);
+        if st.sleeping {
+            self.ready.notify_one();
+        }
     }
     fn take(&self) -> Option<Result<(), IoError>> {
-        self.result.lock().unwrap_or_else(|p| p.into_inner()).take()
+        self.lock().result.take()
     }
     fn wait(&self) -> Result<(), IoError> {
-        let mut r = self.result.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.lock();
         loop {
-            if let Some(result) = r.take() {
+            if let Some(result) = st.result.take() {
+                st.sleeping = false;
                 return result;
             }
-            r = self.ready.wait(r).unwrap_or_else(|p| p.into_inner());
+            st.sleeping = true;
+            st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner());
         }
     }
     fn is_set(&self) -> bool {
-        self.result
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+        self.lock().result.is_some()
     }
 }
 
 thread_local! {
-    static WAITER: Arc<Waiter> = Arc::new(Waiter { result: Mutex::new(None), ready: Condvar::new() });
+    static WAITER: Arc<Waiter> = Arc::new(Waiter { state: Mutex::new(WaiterState::default()), ready: Condvar::new() });
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
@@ -839,8 +851,25 @@ impl Shared {
         while !jobs.is_empty() {
             if let Some(w) = own {
                 if w.is_set() {
-                    self.to_pool(jobs.drain(..));
-                    return;
+                    // Record frees after the response (the old version of an
+                    // overwritten page) are one small write on a device that
+                    // needs no flush: cheaper here than a pool thread's wake-up.
+                    let is_cheap = |j: &Job| {
+                        matches!(j.cmd, IoCommand::FreeSlots { .. })
+                            && self.cache.dev.writes_durable()
+                    };
+                    if !jobs.iter().any(is_cheap) {
+                        self.to_pool(jobs.drain(..));
+                        return;
+                    }
+                    let (cheap, rest): (VecDeque<Job>, VecDeque<Job>) =
+                        jobs.drain(..).partition(|j| is_cheap(j));
+                    self.to_pool(rest.into_iter());
+                    *jobs = cheap;
+                    if let Some(job) = jobs.pop_front() {
+                        self.execute_and_complete(job, jobs);
+                    }
+                    continue;
                 }
                 // Destages always, and commands beyond the first few, go to the pool.
                 let mut kept = 0;
