@@ -565,10 +565,12 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
 
     let signal = wait_for_stop_signal(&signals);
     eprintln!("wcache: signal {signal}: stopping (no new connections; in-flight requests finish)");
+    let served = server.stats();
     server.stop();
     reporter_stop.store(true, Ordering::Relaxed);
     let _ = reporter.join();
     let stats = driver.stats();
+    let engine = driver.engine_stats();
     driver.shutdown();
     let dirty = driver.dirty_pages();
     match driver.store() {
@@ -600,6 +602,23 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
             .last_error
             .map(|e| format!("; last: {e}"))
             .unwrap_or_default()
+    );
+    eprintln!(
+        "wcache: NBD: {} requests served, {} run on their connection's reader thread",
+        served.requests_served, served.requests_inline
+    );
+    eprintln!(
+        "wcache: {} writes ({} stalled for room, {} ms in all), {} reads ({} hits), {} destages \
+         of {} pages, {} cache flushes, {} backing flushes",
+        engine.writes,
+        engine.stalls,
+        engine.stall_ns_total / 1_000_000,
+        engine.reads,
+        engine.read_hits,
+        engine.destages,
+        engine.destaged_pages,
+        stats.cache_flushes,
+        stats.backing_flushes
     );
     Ok(())
 }

@@ -17,7 +17,7 @@
 //! errors on its own socket only, and replies time out after `reply_timeout`.
 
 use std::collections::VecDeque;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::export::Export;
 use crate::proto::{
@@ -54,6 +54,12 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// A client that does not take a reply within this is dropped.
     pub reply_timeout: Duration,
+    /// Requests run on the connection's reader thread itself (no handoff to
+    /// a worker, replies batched) while at most 1 in 20 recent ones took
+    /// longer than this; otherwise they go to the workers, so that slow
+    /// devices see the client's queue depth. `Duration::ZERO`: always hand
+    /// over to the workers.
+    pub inline_service_max: Duration,
 }
 
 impl Default for ServerConfig {
@@ -65,6 +71,7 @@ impl Default for ServerConfig {
             in_flight_bytes_per_connection_max: 2 * u64::from(PAYLOAD_MAX_BYTES),
             handshake_timeout: Duration::from_secs(30),
             reply_timeout: Duration::from_secs(60),
+            inline_service_max: Duration::from_micros(100),
         }
     }
 }
@@ -98,6 +105,9 @@ pub struct ServerStats {
     pub handshakes_failed: u64,
     pub requests_served: u64,
     pub requests_refused: u64,
+    /// Requests run on their connection's reader thread (the rest went to
+    /// the workers).
+    pub requests_inline: u64,
 }
 
 #[derive(Default)]
@@ -106,6 +116,7 @@ struct Counters {
     handshakes_failed: AtomicU64,
     requests_served: AtomicU64,
     requests_refused: AtomicU64,
+    requests_inline: AtomicU64,
 }
 
 struct ExportEntry {
@@ -282,6 +293,7 @@ impl Server {
             handshakes_failed: c.handshakes_failed.load(Ordering::Relaxed),
             requests_served: c.requests_served.load(Ordering::Relaxed),
             requests_refused: c.requests_refused.load(Ordering::Relaxed),
+            requests_inline: c.requests_inline.load(Ordering::Relaxed),
         }
     }
 
@@ -419,6 +431,13 @@ impl Write for Socket {
         }
     }
 
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write_vectored(bufs),
+            Socket::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -522,7 +541,10 @@ fn serve_connection_inner(shared: &Arc<Shared>, socket: Socket) {
     };
     let entry = &shared.exports[export_index];
     let connection = Arc::new(Connection {
-        writer: Mutex::new(writer),
+        writer: Mutex::new(Writer {
+            socket: writer,
+            pending: Vec::new(),
+        }),
         control,
         export: Arc::clone(&entry.export),
         in_flight: Mutex::new(InFlight::default()),
@@ -534,6 +556,7 @@ fn serve_connection_inner(shared: &Arc<Shared>, socket: Socket) {
     });
     let info = export_info(entry);
     transmission(shared, &connection, &mut reader, info);
+    connection.flush_replies();
     connection.wait_idle();
     let _ = connection.control.shutdown(Shutdown::Both);
 }
@@ -577,6 +600,54 @@ fn handshake(
     }
 }
 
+/// Requests handed to the workers, while too many inline requests were
+/// slow, between two run inline to measure again.
+const INLINE_PROBE_EVERY: u32 = 16;
+/// Hand over while more than 1 in this many recent inline requests were slow.
+const INLINE_SLOW_ONE_IN: u64 = 20;
+/// Replies batched by the reader are sent once they reach this many bytes
+/// (and whenever the reader is about to wait for the client).
+const REPLY_BATCH_MAX_BYTES: usize = 64 * 1024;
+
+/// Chooses, per request, between running it on the reader thread and
+/// handing it to the workers, from the share of recent inline requests that
+/// took longer than `inline_service_max` (a moving average, weight 1/32 per
+/// request, in parts per 2^20). A share, not a mean time: one preemption of
+/// the reader must not send a fast export's requests to the workers, but a
+/// cache that misses to a disk one time in ten must.
+struct InlinePolicy {
+    max_ns: u64,
+    slow_share: u64,
+    handed_over: u32,
+}
+
+impl InlinePolicy {
+    const ONE: u64 = 1 << 20;
+
+    fn run_inline(&mut self) -> bool {
+        if self.max_ns == 0 {
+            return false;
+        }
+        if self.slow_share <= Self::ONE / INLINE_SLOW_ONE_IN {
+            return true;
+        }
+        // Slow lately: hand over, but measure again now and then, so a
+        // passing stall does not keep a fast export off the fast path.
+        self.handed_over += 1;
+        if self.handed_over >= INLINE_PROBE_EVERY {
+            self.handed_over = 0;
+            return true;
+        }
+        false
+    }
+
+    fn note(&mut self, elapsed: Duration) {
+        let slow = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX) > self.max_ns;
+        let sample = if slow { Self::ONE } else { 0 };
+        self.slow_share = self.slow_share - self.slow_share / 32 + sample / 32;
+    }
+}
+
 fn transmission(
     shared: &Shared,
     connection: &Arc<Connection>,
@@ -585,9 +656,20 @@ fn transmission(
 ) {
     let geometry = info.geometry();
     let mut header_bytes = [0u8; REQUEST_HEADER_LEN];
+    let mut policy = InlinePolicy {
+        max_ns: u64::try_from(shared.config.inline_service_max.as_nanos()).unwrap_or(u64::MAX),
+        slow_share: 0,
+        handed_over: 0,
+    };
+    // The buffer of requests run on this thread, reused.
+    let mut inline_buffer: Vec<u8> = Vec::new();
     loop {
         if connection.broken.load(Ordering::SeqCst) {
             return;
+        }
+        if reader.buffer().len() < REQUEST_HEADER_LEN {
+            // About to wait for the client: send the replies batched so far.
+            connection.flush_replies();
         }
         if reader.read_exact(&mut header_bytes).is_err() {
             return; // Client gone, or server stopping (read side shut down).
@@ -607,13 +689,14 @@ fn transmission(
                 if let Payload::Discard(length) = decision.payload {
                     // Refused WRITE: skip its payload (io::copy uses a fixed-size
                     // buffer) so the next header is found.
+                    connection.flush_replies();
                     let mut payload = reader.by_ref().take(u64::from(length));
                     match io::copy(&mut payload, &mut io::sink()) {
                         Ok(copied) if copied == u64::from(length) => {}
                         _ => return,
                     }
                 }
-                connection.send(&encode_simple_reply(Some(errno), decision.cookie));
+                connection.queue_reply(&encode_simple_reply(Some(errno), decision.cookie));
                 continue;
             }
         };
@@ -624,10 +707,44 @@ fn transmission(
             Command::Write { length, .. } => (length as usize, u64::from(length)),
             _ => (0, 0),
         };
+        if policy.run_inline() {
+            // Run to completion here: no wake-up of a worker, and the reply
+            // leaves with the others of this batch.
+            if inline_buffer.len() < buffer_len {
+                inline_buffer.resize(buffer_len, 0);
+            }
+            if let Payload::Receive(length) = decision.payload {
+                if !receive(connection, reader, &mut inline_buffer[..length as usize]) {
+                    return; // Client vanished mid-payload.
+                }
+            }
+            shared
+                .counters
+                .requests_inline
+                .fetch_add(1, Ordering::Relaxed);
+            let started = Instant::now();
+            let error = run_export(&*connection.export, command, &mut inline_buffer);
+            policy.note(started.elapsed());
+            reply(
+                shared,
+                connection,
+                decision.cookie,
+                command,
+                error,
+                &mut inline_buffer,
+                true,
+            );
+            if inline_buffer.capacity() > POOLED_BUFFER_MAX_BYTES {
+                inline_buffer = Vec::new();
+            }
+            continue;
+        }
+        // admit() may wait for workers: nothing batched may wait with it.
+        connection.flush_replies();
         connection.admit(charge_bytes);
         let mut buffer = connection.take_buffer(buffer_len);
         if let Payload::Receive(length) = decision.payload {
-            if reader.read_exact(&mut buffer[..length as usize]).is_err() {
+            if !receive(connection, reader, &mut buffer[..length as usize]) {
                 connection.release(charge_bytes);
                 return; // Client vanished mid-payload.
             }
@@ -646,6 +763,14 @@ fn transmission(
     }
 }
 
+/// Reads a WRITE payload; the batched replies go first if the read may wait.
+fn receive(connection: &Connection, reader: &mut BufReader<Socket>, buffer: &mut [u8]) -> bool {
+    if reader.buffer().len() < buffer.len() {
+        connection.flush_replies();
+    }
+    reader.read_exact(buffer).is_ok()
+}
+
 // ---------------------------------------------------------------------------
 // Per-connection state shared by its reader and the workers.
 
@@ -655,8 +780,39 @@ struct InFlight {
     bytes: u64,
 }
 
+/// The sending side of a connection: the socket and replies not sent yet.
+struct Writer {
+    socket: Socket,
+    /// Replies of requests run on the reader thread, sent together.
+    pending: Vec<u8>,
+}
+
+impl Writer {
+    /// Sends the pending replies and then `tail`, with one `writev` when the
+    /// socket takes it all.
+    fn write_out(&mut self, tail: &[u8]) -> io::Result<()> {
+        let Writer { socket, pending } = self;
+        if pending.is_empty() {
+            return socket.write_all(tail);
+        }
+        let mut slices = [IoSlice::new(pending), IoSlice::new(tail)];
+        let mut bufs = &mut slices[..];
+        IoSlice::advance_slices(&mut bufs, 0);
+        while !bufs.is_empty() {
+            match socket.write_vectored(bufs) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        pending.clear();
+        Ok(())
+    }
+}
+
 struct Connection {
-    writer: Mutex<Socket>,
+    writer: Mutex<Writer>,
     /// A clone for shutting the socket down without taking the writer lock.
     control: Socket,
     export: Arc<dyn Export>,
@@ -733,14 +889,39 @@ impl Connection {
         }
     }
 
-    /// Send one whole reply with one `write_all`; on failure the connection
-    /// is marked broken and shut down so its reader stops too.
+    /// Send one whole reply (after any batched ones) with one `writev`; on
+    /// failure the connection is marked broken and shut down so its reader
+    /// stops too.
     fn send(&self, bytes: &[u8]) {
         let mut writer = lock(&self.writer);
+        self.write_out(&mut writer, bytes);
+    }
+
+    /// Add a reply to the batch, sending the batch once it is large.
+    fn queue_reply(&self, bytes: &[u8]) {
+        let mut writer = lock(&self.writer);
+        if writer.pending.len() + bytes.len() > REPLY_BATCH_MAX_BYTES {
+            self.write_out(&mut writer, bytes);
+        } else if !self.broken.load(Ordering::SeqCst) {
+            writer.pending.extend_from_slice(bytes);
+        }
+    }
+
+    /// Send the batched replies.
+    fn flush_replies(&self) {
+        let mut writer = lock(&self.writer);
+        if !writer.pending.is_empty() {
+            self.write_out(&mut writer, &[]);
+        }
+    }
+
+    fn write_out(&self, writer: &mut Writer, bytes: &[u8]) {
         if self.broken.load(Ordering::SeqCst) {
+            writer.pending.clear();
             return;
         }
-        if writer.write_all(bytes).is_err() {
+        if writer.write_out(bytes).is_err() {
+            writer.pending.clear();
             self.broken.store(true, Ordering::SeqCst);
             let _ = self.control.shutdown(Shutdown::Both);
         }
@@ -773,37 +954,63 @@ fn run_job(shared: &Shared, job: Job) {
         charge_bytes,
     } = job;
     if !connection.broken.load(Ordering::SeqCst) {
-        let export = &*connection.export;
-        // A panicking export must not kill the worker or wedge the connection.
-        let outcome = catch_unwind(AssertUnwindSafe(|| execute(export, command, &mut buffer)));
-        let error = match outcome {
-            Ok(Ok(())) => None,
-            Ok(Err(errno)) => Some(errno),
-            Err(_) => Some(NbdErrno::Io),
-        };
-        match (command, error) {
-            (Command::Read { length, .. }, None) => {
-                let end = SIMPLE_REPLY_HEADER_LEN + length as usize;
-                buffer[..SIMPLE_REPLY_HEADER_LEN]
-                    .copy_from_slice(&encode_simple_reply(None, cookie));
-                connection.send(&buffer[..end]);
-            }
-            (_, error) => connection.send(&encode_simple_reply(error, cookie)),
-        }
-        if error.is_some() {
-            shared
-                .counters
-                .requests_refused
-                .fetch_add(1, Ordering::Relaxed);
-        } else {
-            shared
-                .counters
-                .requests_served
-                .fetch_add(1, Ordering::Relaxed);
-        }
+        let error = run_export(&*connection.export, command, &mut buffer);
+        reply(
+            shared,
+            &connection,
+            cookie,
+            command,
+            error,
+            &mut buffer,
+            false,
+        );
     }
     connection.recycle(buffer);
     connection.release(charge_bytes);
+}
+
+/// Calls the export; a panicking export must not kill the thread or wedge
+/// the connection (it is answered EIO).
+fn run_export(export: &dyn Export, command: Command, buffer: &mut [u8]) -> Option<NbdErrno> {
+    match catch_unwind(AssertUnwindSafe(|| execute(export, command, buffer))) {
+        Ok(Ok(())) => None,
+        Ok(Err(errno)) => Some(errno),
+        Err(_) => Some(NbdErrno::Io),
+    }
+}
+
+/// Sends (or, with `batch`, queues) the reply of a request that ran, and
+/// counts it.
+fn reply(
+    shared: &Shared,
+    connection: &Connection,
+    cookie: u64,
+    command: Command,
+    error: Option<NbdErrno>,
+    buffer: &mut [u8],
+    batch: bool,
+) {
+    let send = |bytes: &[u8]| {
+        if batch {
+            connection.queue_reply(bytes);
+        } else {
+            connection.send(bytes);
+        }
+    };
+    match (command, error) {
+        (Command::Read { length, .. }, None) => {
+            let end = SIMPLE_REPLY_HEADER_LEN + length as usize;
+            buffer[..SIMPLE_REPLY_HEADER_LEN].copy_from_slice(&encode_simple_reply(None, cookie));
+            send(&buffer[..end]);
+        }
+        (_, error) => send(&encode_simple_reply(error, cookie)),
+    }
+    let counter = if error.is_some() {
+        &shared.counters.requests_refused
+    } else {
+        &shared.counters.requests_served
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 fn execute(export: &dyn Export, command: Command, buffer: &mut [u8]) -> Result<(), NbdErrno> {
