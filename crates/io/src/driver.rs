@@ -241,6 +241,8 @@ struct Core {
     /// Threads waiting on `Shared::changed`.
     changed_waiters: u32,
     stopping: bool,
+    /// The deadline the timer thread sleeps until (None: no deadline, or awake).
+    timer_armed: Option<Nanos>,
 }
 
 /// Group commit: one device flush covers every write finished before it started.
@@ -443,6 +445,7 @@ impl Driver {
                 engine,
                 in_flight: HashMap::with_capacity(engine_config.requests_max as usize),
                 changed_waiters: 0,
+                timer_armed: None,
                 stopping: false,
             }),
             changed: Condvar::new(),
@@ -700,6 +703,16 @@ impl Driver {
     /// Requests still in flight may fail; callers stop submitting first.
     /// Dirty pages stay dirty (call `drain` first to destage them).
     pub fn shutdown(&self) {
+        // Slot frees the engine batches go out now, and complete before the
+        // threads stop.
+        {
+            let mut core = self.shared.lock_core();
+            core.engine.flush_frees();
+            let mut jobs = VecDeque::new();
+            self.shared.pump(&mut core, &mut jobs);
+            drop(core);
+            self.shared.run_jobs(&mut jobs, None);
+        }
         {
             let mut core = self.shared.lock_core();
             core.stopping = true;
@@ -818,8 +831,12 @@ impl Shared {
         if answered && core.changed_waiters > 0 {
             self.changed.notify_all();
         }
-        if core.engine.poll_timeout().is_some() {
-            self.timer.notify_one();
+        // Wake the timer only for a deadline earlier than the one it sleeps to.
+        if let Some(at) = core.engine.poll_timeout() {
+            if core.timer_armed.is_none_or(|armed| at < armed) {
+                core.timer_armed = Some(at);
+                self.timer.notify_one();
+            }
         }
     }
 
@@ -1178,6 +1195,7 @@ impl Shared {
             if core.stopping {
                 return;
             }
+            core.timer_armed = None;
             match core.engine.poll_timeout() {
                 Some(at) => {
                     let now = self.now();
@@ -1190,6 +1208,7 @@ impl Shared {
                         core = self.lock_core();
                     } else {
                         let wait = Duration::from_nanos(at.0 - now.0);
+                        core.timer_armed = Some(at);
                         core = self
                             .timer
                             .wait_timeout(core, wait)
@@ -1198,6 +1217,8 @@ impl Shared {
                     }
                 }
                 None => {
+                    // Armed at "never": any deadline is earlier and wakes us.
+                    core.timer_armed = Some(Nanos::MAX);
                     core = self.timer.wait(core).unwrap_or_else(|p| p.into_inner());
                 }
             }

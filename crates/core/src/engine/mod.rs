@@ -40,6 +40,10 @@ use thiserror::Error;
 pub const VOLUMES_MAX: usize = 1 << 16;
 /// Buckets of the recent-write filter that guards read-miss insertion.
 const WRITE_FILTER_BUCKETS: usize = 4096;
+/// Persistent caches free slot records in batches of this many...
+const FREE_BATCH_SLOTS: usize = 32;
+/// ...or at most this late.
+const FREE_DELAY_NS: u64 = 1_000_000;
 /// Destage pause after a backing error, doubling up to the max.
 const DESTAGE_RETRY_NS_MIN: u64 = 10_000_000;
 const DESTAGE_RETRY_NS_MAX: u64 = 5_000_000_000;
@@ -195,6 +199,8 @@ pub struct Engine {
     old_versions: HashMap<u64, VecDeque<SlotIndex>>,
     /// Stale slots waiting for a `FreeSlots` command (persistent caches).
     to_free: Vec<SlotIndex>,
+    /// When the oldest of `to_free` must go out.
+    frees_due: Option<Nanos>,
     /// Version number for the next page version (`SlotRecord::seq`).
     next_seq: u64,
 
@@ -247,6 +253,7 @@ impl Engine {
             deferred: HashMap::default(),
             old_versions: HashMap::default(),
             to_free: Vec::new(),
+            frees_due: None,
             next_seq: 1,
             ios: Vec::new(),
             io_gens: Vec::new(),
@@ -336,7 +343,7 @@ impl Engine {
                 engine.free_slot(slot);
             }
         }
-        engine.emit_frees();
+        engine.emit_frees(Nanos::MAX);
         Ok(engine)
     }
 
@@ -396,7 +403,12 @@ impl Engine {
     pub fn start_drain(&mut self) {
         self.draining = true;
         self.start_destages();
-        self.emit_frees();
+        self.emit_frees(Nanos::MAX);
+    }
+    /// Issue every slot free gathered so far now, batch or no batch (before a
+    /// shutdown, so the cache is left with no stale records it could avoid).
+    pub fn flush_frees(&mut self) {
+        self.emit_frees(Nanos::MAX);
     }
     pub fn stop_drain(&mut self) {
         self.draining = false;
@@ -419,16 +431,19 @@ impl Engine {
         self.responses.pop_front()
     }
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        self.destage_paused_until
+        match (self.destage_paused_until, self.frees_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
     pub fn handle_timeout(&mut self, now: Nanos) {
         if let Some(t) = self.destage_paused_until {
             if now >= t {
                 self.destage_paused_until = None;
                 self.start_destages();
-                self.emit_frees();
             }
         }
+        self.emit_frees(now);
     }
 
     // ----- requests -------------------------------------------------------
@@ -483,7 +498,7 @@ impl Engine {
         self.maybe_finish(ri);
         self.drain_stalls(now);
         self.start_destages();
-        self.emit_frees();
+        self.emit_frees(now);
         Ok(())
     }
 
@@ -669,11 +684,26 @@ impl Engine {
         }
     }
 
-    /// Emit the frees gathered during this call as one command.
-    fn emit_frees(&mut self) {
+    /// Emit the gathered frees as one command once there are enough of them,
+    /// once the oldest has waited `FREE_DELAY_NS`, or at once when room or a
+    /// drain waits for them (`now` = `Nanos::MAX` forces it). Freeing later is
+    /// always safe: a slot only stays out of the pool longer.
+    fn emit_frees(&mut self, now: Nanos) {
         if self.to_free.is_empty() {
+            self.frees_due = None;
             return;
         }
+        let due = *self
+            .frees_due
+            .get_or_insert(Nanos(now.0.saturating_add(FREE_DELAY_NS)));
+        let urgent = self.to_free.len() >= FREE_BATCH_SLOTS
+            || now >= due
+            || !self.stalled.is_empty()
+            || self.draining;
+        if !urgent {
+            return;
+        }
+        self.frees_due = None;
         let slots = std::mem::take(&mut self.to_free);
         let io = self.new_io(IoCtx::FreeSlots {
             slots: slots.clone(),
@@ -1601,7 +1631,7 @@ impl Engine {
         }
         self.drain_stalls(now);
         self.start_destages();
-        self.emit_frees();
+        self.emit_frees(now);
         Ok(())
     }
 
