@@ -48,7 +48,7 @@ impl Chart {
             x0 = 0.0;
             x1 = x0 + 1.0;
         }
-        let y1 = if y1 <= 0.0 { 1.0 } else { y1 };
+        let y1 = if y1 <= 0.0 { 1.0 } else { nice_ceiling(y1) };
         let px = |x: f64| LEFT + (fx(x) - x0) / (x1 - x0) * (W - LEFT - RIGHT);
         let py = |y: f64| H - BOTTOM - y / y1 * (H - TOP - BOTTOM);
         let mut s = String::new();
@@ -79,7 +79,7 @@ impl Chart {
             let y = y1 * i as f64 / 5.0;
             let _ = writeln!(
                 s,
-                r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+                r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
                 LEFT - 5.0,
                 py(y) + 4.0,
                 fmt_num(y)
@@ -92,7 +92,7 @@ impl Chart {
         for &x in xs.iter().step_by(step) {
             let _ = writeln!(
                 s,
-                r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+                r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
                 px(x),
                 H - BOTTOM + 16.0,
                 fmt_num(x)
@@ -152,7 +152,22 @@ impl Chart {
     }
 }
 
+/// The smallest 1, 2, 2.5 or 5 times a power of ten at or above `v`, so the
+/// five y ticks fall on round numbers.
+fn nice_ceiling(v: f64) -> f64 {
+    let magnitude = 10f64.powf(v.log10().floor());
+    for step in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if step * magnitude >= v {
+            return step * magnitude;
+        }
+    }
+    10.0 * magnitude
+}
+
 fn fmt_num(v: f64) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
     if v >= 10.0 {
         format!("{:.0}", v)
     } else {
