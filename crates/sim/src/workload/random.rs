@@ -107,6 +107,12 @@ impl PoissonClock {
     pub(crate) fn advance(&mut self, rng: &mut SmallRng) {
         self.next_ns_f64 += self.exp.sample(rng);
     }
+
+    /// The gate's view of the pending arrival: its time in open loop (a
+    /// clock), and a placeholder in closed loop (the generator never runs dry).
+    pub(crate) fn gate_time(clock: &Option<PoissonClock>) -> Option<Nanos> {
+        Some(clock.as_ref().map_or(Nanos::ZERO, PoissonClock::scheduled))
+    }
 }
 
 pub struct RandomWorkload {
@@ -145,13 +151,8 @@ impl RandomWorkload {
         })
     }
 
-    /// The gate's view of the pending arrival: its time in open loop, and a
-    /// placeholder in closed loop (the generator never runs dry).
     fn scheduled(&self) -> Option<Nanos> {
-        Some(match &self.clock {
-            Some(clock) => clock.scheduled(),
-            None => Nanos::ZERO,
-        })
+        PoissonClock::gate_time(&self.clock)
     }
 }
 

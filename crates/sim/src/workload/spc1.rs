@@ -534,10 +534,7 @@ impl Spc1Workload {
     }
 
     fn scheduled(&self) -> Option<Nanos> {
-        Some(match &self.clock {
-            Some(clock) => clock.scheduled(),
-            None => Nanos::ZERO,
-        })
+        PoissonClock::gate_time(&self.clock)
     }
 }
 
