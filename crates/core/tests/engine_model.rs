@@ -619,28 +619,42 @@ proptest! {
     }
 }
 
-#[test]
-fn a_long_mixed_run_checks_many_bytes() {
-    // A fixed, long sequence so that a run that checks nothing cannot pass.
-    let mut rng = 0x1234_5678u64;
-    let mut next = || {
+/// A fixed pseudo-random script of `count` ops over both volumes: for each,
+/// a volume, offset and length, then `pick(r, range, next)` with `r` uniform
+/// in `0..modulo` chooses the op.
+fn scripted_ops(
+    seed: u64,
+    count: usize,
+    modulo: u64,
+    pick: impl Fn(u64, (usize, usize, usize), &mut dyn FnMut() -> u64) -> Op,
+) -> Vec<Op> {
+    let mut rng = seed;
+    let mut next = move || {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
         rng
     };
-    let mut ops = Vec::new();
-    for _ in 0..3000 {
-        let v = (next() % 2) as usize;
-        let o = (next() % 39_000) as usize;
-        let l = 1 + (next() % 9000) as usize;
-        ops.push(match next() % 10 {
-            0..=3 => Op::Write(v, o, l, false),
-            4..=6 => Op::Read(v, o, l),
-            7 => Op::Trim(v, o, l),
-            _ => Op::CompleteMany(1 + (next() % 8) as usize),
-        });
-    }
+    (0..count)
+        .map(|_| {
+            let v = (next() % 2) as usize;
+            let o = (next() % 39_000) as usize;
+            let l = 1 + (next() % 9000) as usize;
+            let r = next() % modulo;
+            pick(r, (v, o, l), &mut next)
+        })
+        .collect()
+}
+
+#[test]
+fn a_long_mixed_run_checks_many_bytes() {
+    // A fixed, long sequence so that a run that checks nothing cannot pass.
+    let ops = scripted_ops(0x1234_5678, 3000, 10, |r, (v, o, l), next| match r {
+        0..=3 => Op::Write(v, o, l, false),
+        4..=6 => Op::Read(v, o, l),
+        7 => Op::Trim(v, o, l),
+        _ => Op::CompleteMany(1 + (next() % 8) as usize),
+    });
     let config = EngineConfig {
         page_size_bytes: 4096,
         group_size_bytes: 16384,
@@ -653,26 +667,13 @@ fn a_long_mixed_run_checks_many_bytes() {
 
 #[test]
 fn a_long_run_with_crashes_loses_no_acknowledged_write() {
-    let mut rng = 0x0bad_cafe_u64;
-    let mut next = || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
-    let mut ops = Vec::new();
-    for _ in 0..4000 {
-        let v = (next() % 2) as usize;
-        let o = (next() % 39_000) as usize;
-        let l = 1 + (next() % 9000) as usize;
-        ops.push(match next() % 40 {
-            0..=14 => Op::Write(v, o, l, false),
-            15..=24 => Op::Read(v, o, l),
-            25 => Op::Trim(v, o, l),
-            26 => Op::Crash,
-            _ => Op::CompleteMany(1 + (next() % 8) as usize),
-        });
-    }
+    let ops = scripted_ops(0x0bad_cafe, 4000, 40, |r, (v, o, l), next| match r {
+        0..=14 => Op::Write(v, o, l, false),
+        15..=24 => Op::Read(v, o, l),
+        25 => Op::Trim(v, o, l),
+        26 => Op::Crash,
+        _ => Op::CompleteMany(1 + (next() % 8) as usize),
+    });
     for policy in [
         WritePolicy::WriteBack,
         WritePolicy::WriteThrough,
