@@ -58,6 +58,16 @@ impl Links {
         self.prev.len()
     }
 
+    /// Assert that `index` fits these links (a slot beyond the policy's
+    /// capacity is a programmer error of the caller).
+    pub(crate) fn assert_index(&self, index: u32) {
+        assert!(
+            (index as usize) < self.capacity(),
+            "slot {index} beyond policy capacity {}",
+            self.capacity()
+        );
+    }
+
     /// Make room for indices below `capacity` (amortized: doubles).
     pub(crate) fn grow_to(&mut self, capacity: usize) {
         if capacity <= self.prev.len() {

@@ -101,15 +101,6 @@ impl Arc {
         (self.t1.len(), self.t2.len(), self.b1.len(), self.b2.len())
     }
 
-    fn check_slot(&self, slot: SlotIndex) {
-        assert!(
-            (slot.0 as usize) < self.slots_max,
-            "slot {} beyond policy capacity {}",
-            slot.0,
-            self.slots_max
-        );
-    }
-
     fn directory_len(&self) -> usize {
         self.t1.len() + self.t2.len() + self.b1.len() + self.b2.len()
     }
@@ -279,7 +270,7 @@ impl Replacement for Arc {
     }
 
     fn insert(&mut self, slot: SlotIndex, key: PageKey) {
-        self.check_slot(slot);
+        self.resident_links.assert_index(slot.0);
         assert!(!self.present.get(slot.0), "insert: slot already present");
         assert!(self.len() < self.slots_max, "insert: policy full");
         let to_t2 = if self.promote_next.take() == Some(key) {
@@ -305,7 +296,7 @@ impl Replacement for Arc {
     }
 
     fn hit(&mut self, slot: SlotIndex) {
-        self.check_slot(slot);
+        self.resident_links.assert_index(slot.0);
         assert!(self.present.get(slot.0), "hit: slot not present");
         if self.in_t2.get(slot.0) {
             self.resident_links.move_to_head(&mut self.t2, slot.0);
@@ -317,7 +308,7 @@ impl Replacement for Arc {
     }
 
     fn remove(&mut self, slot: SlotIndex) {
-        self.check_slot(slot);
+        self.resident_links.assert_index(slot.0);
         assert!(self.present.get(slot.0), "remove: slot not present");
         if self.in_t2.get(slot.0) {
             self.resident_links.unlink(&mut self.t2, slot.0);

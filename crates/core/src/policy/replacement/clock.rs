@@ -38,15 +38,6 @@ impl Clock {
             ring: List::new(),
         }
     }
-
-    fn check_slot(&self, slot: SlotIndex) {
-        assert!(
-            (slot.0 as usize) < self.links.capacity(),
-            "slot {} beyond policy capacity {}",
-            slot.0,
-            self.links.capacity()
-        );
-    }
 }
 
 impl Replacement for Clock {
@@ -55,7 +46,7 @@ impl Replacement for Clock {
     }
 
     fn insert(&mut self, slot: SlotIndex, _key: PageKey) {
-        self.check_slot(slot);
+        self.links.assert_index(slot.0);
         assert!(!self.present.get(slot.0), "insert: slot already present");
         self.present.set(slot.0, true);
         self.referenced.set(slot.0, false);
@@ -63,13 +54,13 @@ impl Replacement for Clock {
     }
 
     fn hit(&mut self, slot: SlotIndex) {
-        self.check_slot(slot);
+        self.links.assert_index(slot.0);
         assert!(self.present.get(slot.0), "hit: slot not present");
         self.referenced.set(slot.0, true);
     }
 
     fn remove(&mut self, slot: SlotIndex) {
-        self.check_slot(slot);
+        self.links.assert_index(slot.0);
         assert!(self.present.get(slot.0), "remove: slot not present");
         self.links.unlink(&mut self.ring, slot.0);
         self.present.set(slot.0, false);

@@ -26,15 +26,6 @@ impl Lru {
             queue: List::new(),
         }
     }
-
-    fn check_slot(&self, slot: SlotIndex) {
-        assert!(
-            (slot.0 as usize) < self.links.capacity(),
-            "slot {} beyond policy capacity {}",
-            slot.0,
-            self.links.capacity()
-        );
-    }
 }
 
 impl Replacement for Lru {
@@ -43,20 +34,20 @@ impl Replacement for Lru {
     }
 
     fn insert(&mut self, slot: SlotIndex, _key: PageKey) {
-        self.check_slot(slot);
+        self.links.assert_index(slot.0);
         assert!(!self.present.get(slot.0), "insert: slot already present");
         self.present.set(slot.0, true);
         self.links.push_head(&mut self.queue, slot.0);
     }
 
     fn hit(&mut self, slot: SlotIndex) {
-        self.check_slot(slot);
+        self.links.assert_index(slot.0);
         assert!(self.present.get(slot.0), "hit: slot not present");
         self.links.move_to_head(&mut self.queue, slot.0);
     }
 
     fn remove(&mut self, slot: SlotIndex) {
-        self.check_slot(slot);
+        self.links.assert_index(slot.0);
         assert!(self.present.get(slot.0), "remove: slot not present");
         self.links.unlink(&mut self.queue, slot.0);
         self.present.set(slot.0, false);
