@@ -29,6 +29,7 @@ pub fn open_cache(path: &Path, sync: SyncMode) -> Result<Arc<dyn BlockDevice>, A
         sync,
         direct: false,
         create_size_bytes: None,
+        map: false,
     };
     let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(path, options)?);
     if wcache_io::CacheStore::is_blank(dev.as_ref())? {

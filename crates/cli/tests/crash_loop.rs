@@ -1,5 +1,7 @@
 //! Crash loop: `wcache serve` in write-back on a cache file in /tmp
-//! (fdatasync) and a file backing; four writer connections write whole
+//! (fdatasync), and again on a cache file on /dev/shm (sync mode nvram, so
+//! the cache is mapped and written by memory copies), with a file backing;
+//! four writer connections write whole
 //! pages (some with FUA, with FLUSH now and then) and note what was
 //! acknowledged; the server is killed with SIGKILL at a random moment,
 //! `wcache check` must pass on the cache left behind, and a new server on the
@@ -154,9 +156,23 @@ fn verify(socket: &Path, state: &Mutex<Vec<PageState>>, iteration: u32) -> (u64,
 #[test]
 fn crash_loop_keeps_every_acknowledged_write() {
     let dir = tempfile::tempdir_in("/tmp").expect("tempdir in /tmp");
-    let cache = dir.path().join("cache.img");
-    let backing = dir.path().join("backing.img");
-    let socket = dir.path().join("w.sock");
+    crash_loop(dir.path(), "fdatasync");
+}
+
+#[test]
+fn crash_loop_keeps_every_acknowledged_write_on_a_mapped_tmpfs_cache() {
+    if !wcache_io::device::file::is_on_volatile_memory(Path::new("/dev/shm")) {
+        common::skip_or_fail("/dev/shm is not tmpfs here");
+        return;
+    }
+    let dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    crash_loop(dir.path(), "nvram");
+}
+
+fn crash_loop(dir: &Path, cache_sync: &str) {
+    let cache = dir.join("cache.img");
+    let backing = dir.join("backing.img");
+    let socket = dir.join("w.sock");
     let (cache_s, backing_s) = (
         cache.to_str().expect("utf8").to_string(),
         backing.to_str().expect("utf8").to_string(),
@@ -167,7 +183,7 @@ fn crash_loop_keeps_every_acknowledged_write() {
         "--cache-size",
         "2M",
         "--cache-sync",
-        "fdatasync",
+        cache_sync,
         "--backing",
         &backing_s,
         "--backing-size",
@@ -195,9 +211,12 @@ fn crash_loop_keeps_every_acknowledged_write() {
     let mut warned = 0;
     for iteration in 0..ITERATIONS {
         let served = Served::start(&args, &socket);
+        let log = served.log_text();
         if iteration > 0 {
-            let log = served.log_text();
             assert!(log.contains("NOT clean"), "a crash is reported: {log}");
+        }
+        if cache_sync == "nvram" {
+            assert!(log.contains("mapped"), "the tmpfs cache is mapped: {log}");
         }
         let stop = Arc::new(AtomicBool::new(false));
         let writers: Vec<_> = (0..WRITERS)
@@ -268,7 +287,7 @@ fn crash_loop_keeps_every_acknowledged_write() {
     let (ok, out, _) = wcache(&["inspect", "--cache", &cache_s]);
     assert!(ok && out.contains("0 dirty, 0 clean"), "{out}");
     eprintln!(
-        "crash loop: {ITERATIONS} kills (+{ITERATIONS} between verifications), {acked} writes acknowledged \
+        "crash loop ({cache_sync}): {ITERATIONS} kills (+{ITERATIONS} between verifications), {acked} writes acknowledged \
          ({fua} FUA, {flushes} FLUSH), in flight at a kill: {in_flight_new} found new, {in_flight_old} found old; \
          0 lost; wcache check warned of {warned} writes in flight; {:.1} s",
         started.elapsed().as_secs_f64()

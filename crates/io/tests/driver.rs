@@ -303,6 +303,7 @@ fn file_devices_with_fdatasync_and_dsync_round_trip_through_the_driver() {
                         sync,
                         direct: false,
                         create_size_bytes: Some(size),
+                        map: false,
                     },
                 )
                 .expect("open"),

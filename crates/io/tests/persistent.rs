@@ -27,6 +27,7 @@ fn open_file(path: &Path, size_bytes: u64, direct: bool) -> Arc<dyn BlockDevice>
                 sync: SyncMode::Fdatasync,
                 direct,
                 create_size_bytes: Some(size_bytes).filter(|_| !path.exists()),
+                map: false,
             },
         )
         .expect("open cache file"),

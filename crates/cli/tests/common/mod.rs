@@ -24,13 +24,20 @@ pub fn have(tool: &str, package: &str) -> bool {
         .status()
         .is_ok();
     if !found {
-        assert!(
-            std::env::var("WCACHE_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "{tool} is required (WCACHE_REQUIRE_TOOLS=1); apt-get install -y {package}"
-        );
-        eprintln!("SKIP: {tool} not installed (apt-get install -y {package})");
+        skip_or_fail(&format!(
+            "{tool} not installed (apt-get install -y {package})"
+        ));
     }
     found
+}
+
+/// Prints SKIP with `reason`, or fails under WCACHE_REQUIRE_TOOLS=1.
+pub fn skip_or_fail(reason: &str) {
+    assert!(
+        std::env::var("WCACHE_REQUIRE_TOOLS").as_deref() != Ok("1"),
+        "required by WCACHE_REQUIRE_TOOLS=1: {reason}"
+    );
+    eprintln!("SKIP: {reason}");
 }
 
 /// Runs `wcache ARGS`, returning (success, stdout, stderr).

@@ -5,7 +5,11 @@
 //! flush, `RWF_DSYNC` per write (`pwritev2`), or `nvram` (a tmpfs or pmem
 //! file: no syncs at all, and write order kept because every write is a
 //! synchronous `pwrite` that has reached the page cache when it returns).
-//! It must never claim durability that the sync mode does not give.
+//! A `nvram` file on tmpfs may also be mapped (`FileOptions::map`): then a
+//! read or write is a plain memory copy into the shared mapping, with no
+//! system call, and a process crash still finds every returned write in the
+//! page cache, in order. It must never claim durability that the sync mode
+//! does not give.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -49,6 +53,13 @@ pub struct FileOptions {
     /// Create a sparse regular file of this size if the path does not exist
     /// (an existing file shorter than this is extended).
     pub create_size_bytes: Option<u64>,
+    /// Map the file and copy bytes in and out of the mapping instead of
+    /// calling pread/pwrite — only where that keeps the promise of pwrite:
+    /// sync mode nvram, no O_DIRECT, a regular file on tmpfs or ramfs. Its
+    /// whole size is allocated first (no SIGBUS when tmpfs fills up later).
+    /// Elsewhere, or when allocation or mapping fails, the flag is ignored
+    /// (`FileDevice::is_mapped` tells).
+    pub map: bool,
 }
 
 impl Default for FileOptions {
@@ -57,6 +68,7 @@ impl Default for FileOptions {
             sync: SyncMode::Fdatasync,
             direct: false,
             create_size_bytes: None,
+            map: false,
         }
     }
 }
@@ -70,6 +82,60 @@ pub struct FileDevice {
     path: PathBuf,
     size_bytes: u64,
     options: FileOptions,
+    mapping: Option<Mapping>,
+}
+
+/// A shared read-write mapping of a whole file.
+struct Mapping {
+    ptr: *mut u8,
+    len_bytes: usize,
+}
+
+// SAFETY: the mapping is shared memory owned by this struct; callers of
+// `BlockDevice` never issue concurrent calls on overlapping ranges, so the
+// copies in and out of it never race.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Allocates the file's `len_bytes` (so that no later store faults for
+    /// want of space) and maps them.
+    fn new(file: &File, len_bytes: u64) -> io::Result<Mapping> {
+        let len = usize::try_from(len_bytes)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        let off_len = libc::off_t::try_from(len_bytes)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: plain syscalls on an open fd; the result is checked.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, off_len) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh shared mapping of an open fd, checked for failure.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: ptr.cast(),
+            len_bytes: len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped; no borrow outlives self.
+        unsafe { libc::munmap(self.ptr.cast(), self.len_bytes) };
+    }
 }
 
 impl FileDevice {
@@ -106,16 +172,32 @@ impl FileDevice {
         if size_bytes == 0 {
             return Err(open_err("size is 0 bytes".into()));
         }
+        let mapping = if options.map
+            && options.sync == SyncMode::Nvram
+            && !options.direct
+            && meta.is_file()
+            && is_on_volatile_memory(path)
+        {
+            Mapping::new(&file, size_bytes).ok()
+        } else {
+            None
+        };
         Ok(FileDevice {
             file,
             path: path.to_path_buf(),
             size_bytes,
             options,
+            mapping,
         })
     }
 
     pub fn sync_mode(&self) -> SyncMode {
         self.options.sync
+    }
+
+    /// True when reads and writes are memory copies into a mapping.
+    pub fn is_mapped(&self) -> bool {
+        self.mapping.is_some()
     }
 
     fn io_err(
@@ -206,6 +288,15 @@ impl BlockDevice for FileDevice {
             self.size_bytes,
         )?;
         self.check_aligned(buf.as_ptr() as usize, offset_bytes, buf.len())?;
+        if let Some(m) = &self.mapping {
+            // SAFETY: the range is inside the mapping (checked above) and no
+            // write to it runs concurrently (the trait's contract).
+            unsafe {
+                let src = m.ptr.add(offset_bytes as usize);
+                std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len());
+            }
+            return Ok(());
+        }
         self.file
             .read_exact_at(buf, offset_bytes)
             .map_err(|e| self.io_err("read", offset_bytes, buf.len() as u64, e))
@@ -219,6 +310,17 @@ impl BlockDevice for FileDevice {
             self.size_bytes,
         )?;
         self.check_aligned(data.as_ptr() as usize, offset_bytes, data.len())?;
+        if let Some(m) = &self.mapping {
+            // SAFETY: as in read_at.
+            unsafe {
+                let dst = m.ptr.add(offset_bytes as usize);
+                std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+            }
+            // The copy is done before anything after this call is stored:
+            // a crash never finds a later write (a record) without this one.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            return Ok(());
+        }
         let result = match self.options.sync {
             SyncMode::Dsync => self.write_dsync(data, offset_bytes),
             SyncMode::Fdatasync | SyncMode::Nvram => self.file.write_all_at(data, offset_bytes),
@@ -238,6 +340,11 @@ impl BlockDevice for FileDevice {
 
     fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
         check_range(&|| self.name(), offset_bytes, len_bytes, self.size_bytes)?;
+        if self.mapping.is_some() {
+            // A punched hole would be refilled by the next store to it, which
+            // could fault if tmpfs is full by then: keep the space.
+            return Ok(());
+        }
         let (Ok(offset), Ok(len)) = (
             libc::off_t::try_from(offset_bytes),
             libc::off_t::try_from(len_bytes),
@@ -313,6 +420,7 @@ mod tests {
                 sync,
                 direct: false,
                 create_size_bytes: Some(1 << 20),
+                map: false,
             },
         )
         .expect("open");
@@ -333,6 +441,73 @@ mod tests {
         round_trip(SyncMode::Fdatasync);
         round_trip(SyncMode::Dsync);
         round_trip(SyncMode::Nvram);
+    }
+
+    #[test]
+    fn mapped_tmpfs_file_shares_bytes_with_pread_and_pwrite() {
+        let shm = Path::new("/dev/shm");
+        if !is_on_volatile_memory(shm) {
+            eprintln!("SKIP: /dev/shm is not tmpfs here");
+            return;
+        }
+        let dir = tempfile::tempdir_in(shm).expect("tempdir");
+        let path = dir.path().join("dev");
+        let options = |map| FileOptions {
+            sync: SyncMode::Nvram,
+            direct: false,
+            create_size_bytes: Some(1 << 20),
+            map,
+        };
+        let mapped = FileDevice::open(&path, options(true)).expect("open mapped");
+        assert!(mapped.is_mapped());
+        assert!(mapped.writes_durable());
+        let plain = FileDevice::open(&path, options(false)).expect("open plain");
+        assert!(!plain.is_mapped());
+        // Odd offsets and lengths, both ways, and the end of the device.
+        mapped.write_at(&[5u8; 3000], 1001).expect("write");
+        let mut back = vec![0u8; 3002];
+        plain.read_at(&mut back, 1000).expect("read");
+        assert_eq!(back[0], 0);
+        assert!(back[1..3001].iter().all(|&b| b == 5));
+        assert_eq!(back[3001], 0);
+        plain.write_at(b"tail", (1 << 20) - 4).expect("write tail");
+        let mut tail = [0u8; 4];
+        mapped.read_at(&mut tail, (1 << 20) - 4).expect("read tail");
+        assert_eq!(&tail, b"tail");
+        assert!(mapped.write_at(&[1], 1 << 20).is_err());
+        assert!(mapped.read_at(&mut [0u8; 2], (1 << 20) - 1).is_err());
+        // The whole file was allocated up front: no hole for a store to fault on.
+        let blocks = std::fs::metadata(&path).expect("meta");
+        assert!(std::os::unix::fs::MetadataExt::blocks(&blocks) * 512 >= 1 << 20);
+    }
+
+    #[test]
+    fn map_is_ignored_where_it_would_weaken_the_promise() {
+        let dir = tempfile::tempdir_in(".").expect("tempdir");
+        let path = dir.path().join("dev");
+        let dev = FileDevice::open(
+            &path,
+            FileOptions {
+                sync: SyncMode::Fdatasync,
+                direct: false,
+                create_size_bytes: Some(8192),
+                map: true,
+            },
+        )
+        .expect("open");
+        assert!(!dev.is_mapped(), "fdatasync files are never mapped");
+        if !is_on_volatile_memory(dir.path()) {
+            let nvram = FileDevice::open(
+                &path,
+                FileOptions {
+                    sync: SyncMode::Nvram,
+                    map: true,
+                    ..FileOptions::default()
+                },
+            )
+            .expect("open nvram");
+            assert!(!nvram.is_mapped(), "only tmpfs files are mapped");
+        }
     }
 
     #[test]
