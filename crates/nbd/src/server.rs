@@ -694,11 +694,15 @@ const REPLY_BATCH_MAX_BYTES: usize = 64 * 1024;
 /// took longer than `inline_service_max` (a moving average, weight 1/32 per
 /// request, in parts per 2^20). A share, not a mean time: one preemption of
 /// the reader must not send a fast export's requests to the workers, but a
-/// cache that misses to a disk one time in ten must.
+/// cache that misses to a disk one time in ten must. A slow request during
+/// which the reader was preempted (its count of involuntary context
+/// switches moved) is not counted: on a busy host, the scheduler, not the
+/// export, made it slow.
 struct InlinePolicy {
     max_ns: u64,
     slow_share: u64,
     handed_over: u32,
+    preemptions: u64,
 }
 
 impl InlinePolicy {
@@ -722,10 +726,31 @@ impl InlinePolicy {
     }
 
     fn note(&mut self, elapsed: Duration) {
-        let slow = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX) > self.max_ns;
+        let mut slow = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX) > self.max_ns;
+        if slow {
+            // Only slow requests pay for the system call. The count also
+            // moves for a preemption since the last slow request, which at
+            // worst lets one slow request of a slow export go uncounted.
+            let preemptions = thread_preemptions();
+            if preemptions != self.preemptions {
+                self.preemptions = preemptions;
+                slow = false;
+            }
+        }
         let sample = if slow { Self::ONE } else { 0 };
         self.slow_share = self.slow_share - self.slow_share / 32 + sample / 32;
     }
+}
+
+/// Involuntary context switches of the calling thread so far.
+fn thread_preemptions() -> u64 {
+    // SAFETY: getrusage fills a zeroed struct we own.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    if rc != 0 {
+        return 0;
+    }
+    u64::try_from(usage.ru_nivcsw).unwrap_or(0)
 }
 
 fn transmission(
@@ -740,6 +765,7 @@ fn transmission(
         max_ns: u64::try_from(shared.config.inline_service_max.as_nanos()).unwrap_or(u64::MAX),
         slow_share: 0,
         handed_over: 0,
+        preemptions: thread_preemptions(),
     };
     // The buffer of requests run on this thread, reused.
     let mut inline_buffer: Vec<u8> = Vec::new();
@@ -1077,6 +1103,14 @@ fn reply(
             connection.send(bytes);
         }
     };
+    // Counted before the reply leaves, so that a client that has its reply
+    // finds it counted.
+    let counter = if error.is_some() {
+        &shared.counters.requests_refused
+    } else {
+        &shared.counters.requests_served
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
     match (command, error) {
         (Command::Read { length, .. }, None) => {
             let end = SIMPLE_REPLY_HEADER_LEN + length as usize;
@@ -1085,12 +1119,6 @@ fn reply(
         }
         (_, error) => send(&encode_simple_reply(error, cookie)),
     }
-    let counter = if error.is_some() {
-        &shared.counters.requests_refused
-    } else {
-        &shared.counters.requests_served
-    };
-    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 fn execute(export: &dyn Export, command: Command, buffer: &mut [u8]) -> Result<(), NbdErrno> {

@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -136,6 +136,36 @@ fn pipelined_requests_all_get_their_own_reply() {
         client.stream.read_exact(&mut data).expect("payload");
         assert_eq!(data, pattern(block, i as u8), "cookie {}", reply.cookie);
     }
+    client.disconnect();
+    server.stop();
+}
+
+#[test]
+fn a_slow_exports_pipelined_requests_go_to_the_workers_and_overlap() {
+    let dir = TempDir::new("slow-pipeline");
+    let export = Arc::new(SlowFailing::new(Duration::from_millis(2)));
+    let server = start_unix(&dir.socket(), vec![("disk", export.clone())]);
+    let mut client = connect(&dir.socket(), "disk");
+    const REQUESTS: u64 = 64;
+    for i in 0..REQUESTS {
+        client.send(CMD_WRITE, 0, i, i * 4096, 4096, &pattern(4096, i as u8));
+    }
+    for _ in 0..REQUESTS {
+        assert_eq!(client.reply_header().error, 0);
+    }
+    let stats = server.stats();
+    // The reader runs the first slow requests itself, then hands over, and
+    // runs only a probe now and then (1 in 16).
+    assert_eq!(stats.requests_served, REQUESTS);
+    assert!(
+        stats.requests_inline <= REQUESTS / 4,
+        "{} of {REQUESTS} slow requests ran on the reader thread",
+        stats.requests_inline
+    );
+    assert!(
+        export.running_max.load(Ordering::SeqCst) >= 2,
+        "handed-over requests of one connection run concurrently"
+    );
     client.disconnect();
     server.stop();
 }
@@ -275,10 +305,26 @@ fn client_vanishing_mid_request_does_not_hurt_another_client() {
     server.stop();
 }
 
-/// Export whose writes take a while and whose reads fail, to test stop and EIO.
+/// Export whose writes take a while and whose reads fail, to test stop and
+/// EIO; it counts how many writes run at once.
 struct SlowFailing {
     inner: MemExport,
     started: AtomicBool,
+    write_time: Duration,
+    running: AtomicUsize,
+    running_max: AtomicUsize,
+}
+
+impl SlowFailing {
+    fn new(write_time: Duration) -> Self {
+        SlowFailing {
+            inner: MemExport::new(MIB, 512),
+            started: AtomicBool::new(false),
+            write_time,
+            running: AtomicUsize::new(0),
+            running_max: AtomicUsize::new(0),
+        }
+    }
 }
 
 impl Export for SlowFailing {
@@ -296,7 +342,10 @@ impl Export for SlowFailing {
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
         self.started.store(true, Ordering::SeqCst);
-        std::thread::sleep(Duration::from_millis(300));
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.running_max.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(self.write_time);
+        self.running.fetch_sub(1, Ordering::SeqCst);
         self.inner.write(offset, data, fua)
     }
     fn flush(&self) -> Result<(), ExportError> {
@@ -319,10 +368,7 @@ impl Export for SlowFailing {
 #[test]
 fn export_errors_map_to_nbd_errors() {
     let dir = TempDir::new("eio");
-    let export = Arc::new(SlowFailing {
-        inner: MemExport::new(MIB, 512),
-        started: AtomicBool::new(false),
-    });
+    let export = Arc::new(SlowFailing::new(Duration::from_millis(300)));
     let server = start_unix(&dir.socket(), vec![("disk", export)]);
     let mut client = connect(&dir.socket(), "disk");
     assert_eq!(client.read(0, 4096), Err(EIO));
@@ -336,10 +382,7 @@ fn export_errors_map_to_nbd_errors() {
 #[test]
 fn stop_lets_in_flight_requests_finish() {
     let dir = TempDir::new("stop");
-    let export = Arc::new(SlowFailing {
-        inner: MemExport::new(MIB, 512),
-        started: AtomicBool::new(false),
-    });
+    let export = Arc::new(SlowFailing::new(Duration::from_millis(300)));
     let server = start_unix(&dir.socket(), vec![("disk", export.clone())]);
     let mut client = connect(&dir.socket(), "disk");
     client.send(CMD_WRITE, 0, 5, 0, 512, &[3u8; 512]);
