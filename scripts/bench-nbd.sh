@@ -5,8 +5,10 @@
 #
 # wcache runs write-back with a persistent cache (slot records, crash
 # recovery) and, in a second row, write-through; the cache AND the backing are
-# files on /dev/shm (sync mode nvram: tmpfs stands in for NV-DRAM), so every
-# side serves from memory.
+# files on /dev/shm (sync mode nvram: tmpfs stands in for NV-DRAM; the cache
+# file is mapped), so every side serves from memory. wcache polls a busy
+# connection's socket before sleeping (--poll-us, default 50); the last column,
+# each server's CPU time per request during the job, shows what that costs.
 #
 # Usage: scripts/bench-nbd.sh            (RUNTIME=5 SIZE=256M by default)
 # Last line: the QD32 random-write IOPS ratio wcache(write-back)/nbdkit.
@@ -47,11 +49,16 @@ for s in wt wb kit; do wait_socket "$WORK/$s.sock"; done
 
 uri() { echo "nbd+unix:///disk?socket=$WORK/$1.sock"; }
 
-run_fio() { # target rw qd -> json file
-    local out="$WORK/$1-$2-$3.json"
+declare -A PID_OF=([wb]=${PIDS[0]} [wt]=${PIDS[1]} [kit]=${PIDS[2]})
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # user + system, all threads
+
+run_fio() { # target rw qd -> json file, and the server's CPU ticks during the job
+    local out="$WORK/$1-$2-$3.json" before
+    before=$(cpu_ticks "${PID_OF[$1]}")
     fio --name=b --ioengine=nbd --uri="$(uri "$1")" --rw="$2" --bs=4k --size="$SIZE" \
         --iodepth="$3" --time_based --runtime="$RUNTIME" --randrepeat=0 --lat_percentiles=1 \
         --output-format=json --output="$out" >/dev/null
+    echo $(($(cpu_ticks "${PID_OF[$1]}") - before)) >"$WORK/$1-$2-$3.ticks"
 }
 
 echo "warm-up: sequential write of $SIZE to each target"
@@ -66,26 +73,28 @@ for rw in randwrite randread; do
     done
 done
 
-python3 - "$WORK" "$RUNTIME" "$SIZE" <<'PY'
+python3 - "$WORK" "$RUNTIME" "$SIZE" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
-work, runtime, size = sys.argv[1], sys.argv[2], sys.argv[3]
+work, runtime, size, tck = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 def get(t, rw, qd):
     j = json.load(open(f"{work}/{t}-{rw}-{qd}.json"))["jobs"][0]
     side = j["write" if rw == "randwrite" else "read"]
     pct = side["lat_ns"].get("percentile", {})
-    return side["iops"], pct.get("50.000000", 0) / 1000, pct.get("99.000000", 0) / 1000
+    ticks = int(open(f"{work}/{t}-{rw}-{qd}.ticks").read())
+    cpu_us = ticks * 1e6 / tck / side["total_ios"] if side["total_ios"] else float("nan")
+    return side["iops"], pct.get("50.000000", 0) / 1000, pct.get("99.000000", 0) / 1000, cpu_us
 names = {"kit": "nbdkit memory", "wb": "wcache write-back (persistent, /dev/shm)", "wt": "wcache write-through (/dev/shm)"}
 print(f"\nfio nbd engine, 4 KiB, {runtime} s per job, {size} export, Unix sockets")
-print(f"{'workload':<15}{'target':<42}{'IOPS':>10}{'p50 us':>9}{'p99 us':>9}{'IOPS/nbdkit':>13}{'p50/nbdkit':>12}")
+print(f"{'workload':<15}{'target':<42}{'IOPS':>10}{'p50 us':>9}{'p99 us':>9}{'IOPS/nbdkit':>13}{'p50/nbdkit':>12}{'server CPU us/op':>18}")
 ratio_line = None
 for rw in ("randwrite", "randread"):
     for qd in (1, 32):
         kit = get("kit", rw, qd)
         for t in ("kit", "wt", "wb"):
-            iops, p50, p99 = get(t, rw, qd)
+            iops, p50, p99, cpu = get(t, rw, qd)
             r_iops = iops / kit[0] if kit[0] else float("nan")
             r_p50 = p50 / kit[1] if kit[1] else float("nan")
-            print(f"{rw + ' QD' + str(qd):<15}{names[t]:<42}{iops:>10.0f}{p50:>9.1f}{p99:>9.1f}{r_iops:>13.2f}{r_p50:>12.2f}")
+            print(f"{rw + ' QD' + str(qd):<15}{names[t]:<42}{iops:>10.0f}{p50:>9.1f}{p99:>9.1f}{r_iops:>13.2f}{r_p50:>12.2f}{cpu:>18.1f}")
             if rw == "randwrite" and qd == 32 and t == "wb":
                 ratio_line = r_iops
 print(f"QD32 randwrite IOPS ratio wcache(write-back)/nbdkit: {ratio_line:.2f}")
