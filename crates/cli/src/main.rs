@@ -16,7 +16,7 @@ use wcache_core::{EngineConfig, WritePolicy};
 use wcache_sim::device::build_device;
 use wcache_sim::experiment::{self, wow};
 use wcache_sim::workload::{
-    Loop, RandomConfig, Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec,
+    HrrwModel, Loop, RandomConfig, Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec,
     OUTSTANDING_MAX_DEFAULT,
 };
 use wcache_sim::{RunLimits, Simulation};
@@ -121,6 +121,13 @@ struct OneRun {
     /// Fraction of reads (random).
     #[arg(long, default_value_t = 0.0)]
     read_fraction: f64,
+    /// HRRW model of the spc1 workload: reference, generator, shared-grid.
+    #[arg(long, default_value = "reference")]
+    hrrw: String,
+    /// BSUs of the spc1 workload, one HRRW walker each in the generator models
+    /// (default: target IOPS / 50 open loop, 60 closed loop).
+    #[arg(long)]
+    bsus: Option<u64>,
     /// Trace file (workload trace).
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -228,6 +235,14 @@ fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
 
 fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     let o = &args.one;
+    let hrrw = HrrwModel::from_name(&o.hrrw).ok_or_else(|| {
+        let valid: Vec<&str> = HrrwModel::ALL.iter().map(|m| m.name()).collect();
+        format!(
+            "unknown --hrrw value {:?}; valid: {}",
+            o.hrrw,
+            valid.join(", ")
+        )
+    })?;
     let backing = build_device(&o.backend)?;
     let cache = build_device(&o.cache_device)?;
     let group = o.group_size.unwrap_or(if o.backend == "raid5" {
@@ -264,6 +279,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
             outstanding: o.outstanding,
         },
     };
+    let mut workload_label = o.workload.clone();
     let spec = match o.workload.as_str() {
         "random" => {
             let mut c = RandomConfig::writes_closed(footprint, o.outstanding);
@@ -272,8 +288,18 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
             WorkloadSpec::Random(c)
         }
         "spc1" => {
-            let mut c = Spc1Config::closed(footprint, o.outstanding);
+            let mut c = match o.target_iops {
+                Some(rate_iops) => Spc1Config::open(footprint, rate_iops),
+                None => Spc1Config::closed(footprint, o.outstanding),
+            };
             c.arrivals = arrivals;
+            c.hrrw = hrrw;
+            if let Some(bsus) = o.bsus {
+                c.bsus = bsus;
+            }
+            if hrrw != HrrwModel::Reference {
+                workload_label = format!("spc1 (hrrw {}, {} BSUs)", hrrw.name(), c.bsus);
+            }
             WorkloadSpec::Spc1(c)
         }
         "trace" => {
@@ -308,7 +334,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     let r = sim.run(limits)?;
     println!(
         "workload            {} on {} ({} KiB footprint)",
-        o.workload,
+        workload_label,
         o.backend,
         footprint / 1024
     );

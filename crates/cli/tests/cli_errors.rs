@@ -50,6 +50,28 @@ fn unknown_policies_and_devices() {
 }
 
 #[test]
+fn unknown_hrrw_model_and_zero_bsus() {
+    for workload in ["spc1", "random"] {
+        fails_naming(
+            &["sim", "--workload", workload, "--hrrw", "walk"],
+            "unknown --hrrw value \"walk\"; valid: reference, generator, shared-grid",
+        );
+    }
+    fails_naming(
+        &[
+            "sim",
+            "--workload",
+            "spc1",
+            "--hrrw",
+            "generator",
+            "--bsus",
+            "0",
+        ],
+        "bsus is 0",
+    );
+}
+
+#[test]
 fn malformed_trace_line_is_named() {
     let dir = std::env::temp_dir().join(format!("wcache-cli-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -15,7 +15,7 @@ pub mod trace;
 
 pub use gate::OUTSTANDING_MAX_DEFAULT;
 pub use random::{RandomConfig, RandomWorkload};
-pub use spc1::{Spc1Config, Spc1Layout, Spc1Stream, Spc1Workload};
+pub use spc1::{HrrwModel, Spc1Config, Spc1Layout, Spc1Stream, Spc1Workload};
 pub use spec::{WorkloadSpec, WORKLOAD_NAMES};
 pub use trace::{
     BlkparseAction, MalformedPolicy, Replay, TraceConfig, TraceError, TraceFormat, TraceWorkload,

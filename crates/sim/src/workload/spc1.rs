@@ -6,6 +6,10 @@
 //! Every choice where the description is silent is listed in
 //! `docs/workloads.md`. Per request the generator does O(1) work with no
 //! allocation; it never looks at the cache.
+//!
+//! The HRRW comes in two models ([`HrrwModel`]): the reference doc's written
+//! description (the default, behind every golden test and published result)
+//! and the walk of the public NetApp generator (one walker per BSU).
 
 use rand::distributions::WeightedIndex;
 use rand::rngs::SmallRng;
@@ -29,6 +33,14 @@ pub const HRRW_CLIMB_PROBABILITY: f64 = 0.44;
 pub const HRRW_WRITE_RANDOM_PROBABILITY: f64 = 0.5;
 /// Fraction of HRRW writes rewritten to the same block by the stream's next request.
 pub const HRRW_REWRITE_PROBABILITY: f64 = 0.15;
+/// Generator models: a fresh write's leaf is rounded down to a multiple of
+/// this many leaves (relative to the walker's base), so writes touch only
+/// every 8th leaf of the tree.
+pub const HRRW_WRITE_LEAF_ALIGN: u64 = 8;
+/// Closed loop: 60 BSUs = the WOW paper's 3,000 IOPS RAID-5 target.
+pub const CLOSED_LOOP_BSUS_DEFAULT: u64 = 60;
+/// Walkers are allocated per BSU at construction; this bounds that memory.
+pub const BSUS_MAX: u64 = 100_000;
 /// Sequential transfer sizes in blocks (4/8/16/32/64 KiB) and their weights in percent.
 pub const SEQ_TRANSFER_BLOCKS: [u64; 5] = [1, 2, 4, 8, 16];
 pub const SEQ_TRANSFER_WEIGHTS_PCT: [u32; 5] = [40, 24, 20, 8, 8];
@@ -37,6 +49,53 @@ const _: () = {
     let w = SEQ_TRANSFER_WEIGHTS_PCT;
     assert!(w[0] + w[1] + w[2] + w[3] + w[4] == 100);
 };
+// Leaf read cursors are stored as u8.
+const _: () = assert!(HRRW_LEAF_BLOCKS <= 256);
+const _: () = assert!(HRRW_WRITE_LEAF_ALIGN > 0);
+
+/// Which hierarchical reuse random walk the HRRW streams follow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum HrrwModel {
+    /// The reference doc's description: one walker per stream that reads a
+    /// leaf's 8 blocks in order before moving; rewrites are extra requests.
+    /// Ignores `Spc1Config::bsus`.
+    #[default]
+    Reference,
+    /// The public generator's walk: one walker per BSU, each with its own base
+    /// offset into the region's slack; the walker moves on every request;
+    /// writes only on every 8th leaf; rewrites replace writes.
+    Generator,
+    /// As `Generator`, but every walker's base is the region start, so all
+    /// walkers share one leaf grid.
+    GeneratorSharedGrid,
+}
+
+impl HrrwModel {
+    pub const ALL: [HrrwModel; 3] = [
+        HrrwModel::Reference,
+        HrrwModel::Generator,
+        HrrwModel::GeneratorSharedGrid,
+    ];
+
+    /// Command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HrrwModel::Reference => "reference",
+            HrrwModel::Generator => "generator",
+            HrrwModel::GeneratorSharedGrid => "shared-grid",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<HrrwModel> {
+        HrrwModel::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+/// Open loop: BSUs of a target rate, round(target / 50), at least 1.
+pub fn bsus_for_iops(target_iops: f64) -> u64 {
+    // `as` saturates (NaN and negatives give 0).
+    ((target_iops / BSU_IOPS).round() as u64).max(1)
+}
 
 /// Application storage unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -253,6 +312,11 @@ pub struct Spc1Config {
     pub stop: Stop,
     /// Mark writes `sync` (the generator itself carries no criticality).
     pub sync_writes: bool,
+    /// HRRW model; `Reference` keeps the published results.
+    pub hrrw: HrrwModel,
+    /// Business Scaling Units: one HRRW walker per BSU in the generator models
+    /// (arrival rates come from `arrivals`, not from this). Must be positive.
+    pub bsus: u64,
 }
 
 impl Spc1Config {
@@ -265,6 +329,8 @@ impl Spc1Config {
             },
             stop: Stop::default(),
             sync_writes: false,
+            hrrw: HrrwModel::Reference,
+            bsus: bsus_for_iops(target_iops),
         }
     }
     pub fn closed(footprint_bytes: u64, outstanding: u64) -> Spc1Config {
@@ -273,6 +339,8 @@ impl Spc1Config {
             arrivals: Loop::Closed { outstanding },
             stop: Stop::default(),
             sync_writes: false,
+            hrrw: HrrwModel::Reference,
+            bsus: CLOSED_LOOP_BSUS_DEFAULT,
         }
     }
 }
@@ -339,6 +407,108 @@ impl Hrrw {
     }
 }
 
+/// The public generator's walk over one region: one walker per BSU, read
+/// cursors per tree leaf shared by all walkers.
+#[derive(Clone, Debug)]
+struct HrrwWalkers {
+    /// log2 of the tree's leaves: the largest power of two <= the region's leaves.
+    level_max: u32,
+    walkers: Vec<Walker>,
+    /// Next block to read of each tree leaf (indexed relative to the walker's
+    /// base), each < `HRRW_LEAF_BLOCKS`.
+    read_cursors: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Walker {
+    /// Absolute block of the walker's tree leaf 0.
+    base_block: u64,
+    /// Absolute block of the walker's last request.
+    position_block: u64,
+    /// Block the walker's next write repeats.
+    rewrite_block: Option<u64>,
+}
+
+impl HrrwWalkers {
+    /// `shared_grid`: every walker's base is `region_block`; else each draws
+    /// a whole number of leaves in [0, slack] once.
+    fn new(
+        region_block: u64,
+        leaves: u64,
+        bsus: u64,
+        shared_grid: bool,
+        rng: &mut SmallRng,
+    ) -> HrrwWalkers {
+        assert!(leaves > 0);
+        assert!(bsus > 0);
+        assert!(bsus <= BSUS_MAX);
+        let level_max = leaves.ilog2();
+        let tree_leaves = 1u64 << level_max;
+        let slack_leaves = leaves - tree_leaves;
+        let mut walkers = Vec::with_capacity(bsus as usize);
+        for _ in 0..bsus {
+            let base_leaves = if shared_grid {
+                0
+            } else {
+                rng.gen_range(0..=slack_leaves)
+            };
+            let base_block = region_block + base_leaves * HRRW_LEAF_BLOCKS;
+            let position_block = base_block + rng.gen_range(0..tree_leaves * HRRW_LEAF_BLOCKS);
+            walkers.push(Walker {
+                base_block,
+                position_block,
+                rewrite_block: None,
+            });
+        }
+        HrrwWalkers {
+            level_max,
+            walkers,
+            read_cursors: vec![0; tree_leaves as usize],
+        }
+    }
+
+    /// (walker index, absolute block) of the next request.
+    fn next(&mut self, is_read: bool, rng: &mut SmallRng) -> (usize, u64) {
+        let index = rng.gen_range(0..self.walkers.len());
+        let walker = &mut self.walkers[index];
+        if !is_read {
+            if let Some(block) = walker.rewrite_block.take() {
+                walker.position_block = block;
+                return (index, block);
+            }
+        }
+        let mut level = HRRW_LEVEL_START.min(self.level_max);
+        while level < self.level_max && rng.gen::<f64>() < HRRW_CLIMB_PROBABILITY {
+            level += 1;
+        }
+        debug_assert!(walker.position_block >= walker.base_block);
+        let leaf_now = (walker.position_block - walker.base_block) / HRRW_LEAF_BLOCKS;
+        debug_assert!(leaf_now < self.read_cursors.len() as u64);
+        let span = 1u64 << level;
+        let mut leaf = (leaf_now & !(span - 1)) + rng.gen_range(0..span);
+        if !is_read {
+            leaf -= leaf % HRRW_WRITE_LEAF_ALIGN;
+        }
+        let cursor = &mut self.read_cursors[leaf as usize];
+        let in_leaf = if is_read {
+            let pos = u64::from(*cursor);
+            *cursor = ((pos + 1) % HRRW_LEAF_BLOCKS) as u8;
+            pos
+        } else if rng.gen::<f64>() < HRRW_WRITE_RANDOM_PROBABILITY {
+            rng.gen_range(0..HRRW_LEAF_BLOCKS)
+        } else {
+            u64::from(*cursor)
+        };
+        debug_assert!(in_leaf < HRRW_LEAF_BLOCKS);
+        let block = walker.base_block + leaf * HRRW_LEAF_BLOCKS + in_leaf;
+        if !is_read && rng.gen::<f64>() < HRRW_REWRITE_PROBABILITY {
+            walker.rewrite_block = Some(block);
+        }
+        walker.position_block = block;
+        (index, block)
+    }
+}
+
 /// Sequential runs of variable-size transfers.
 #[derive(Clone, Debug)]
 struct Seq {
@@ -376,15 +546,18 @@ impl Seq {
 enum Pattern {
     Uniform { base_block: u64, blocks: u64 },
     Hrrw(Hrrw),
+    HrrwWalkers(HrrwWalkers),
     Seq(Seq),
 }
 
 #[derive(Clone, Debug)]
 struct StreamState {
     pattern: Pattern,
-    /// Read probability of a fresh (non-rewrite) request, raised above the
-    /// stated read fraction so that rewrites leave the stream's mix as stated.
+    /// Read probability of a fresh (non-rewrite) request; for the reference
+    /// HRRW raised above the stated read fraction so that rewrites leave the
+    /// stream's mix as stated (the generator models use it as stated).
     read_fraction_fresh: f64,
+    /// Reference HRRW only (the generator models keep one per walker).
     pending_rewrite_block: Option<u64>,
 }
 
@@ -419,6 +592,7 @@ impl StreamState {
                     (kind, block, 1)
                 }
             }
+            Pattern::HrrwWalkers(walkers) => (kind, walkers.next(is_read, rng).1, 1),
             Pattern::Seq(seq) => {
                 let (block, len_blocks) = seq.next(rng);
                 (kind, block, len_blocks)
@@ -433,6 +607,18 @@ impl StreamState {
 fn hrrw_fresh_read_fraction(r: f64) -> f64 {
     let q = HRRW_REWRITE_PROBABILITY;
     (1.0 + q) * r / (1.0 + q * r)
+}
+
+/// (first block, whole leaves) of an HRRW stream's region; (0, 0) for other streams.
+fn hrrw_region(layout: &Spc1Layout, stream: Spc1Stream) -> (u64, u64) {
+    let spec = stream.spec();
+    let PatternSpec::Hrrw { start_pm, len_pm } = spec.pattern else {
+        return (0, 0);
+    };
+    let (asu_offset_bytes, asu_len_bytes) = layout.asu_extent_bytes(spec.asu);
+    let asu_blocks = asu_len_bytes / BLOCK_BYTES;
+    let start_block = asu_offset_bytes / BLOCK_BYTES + asu_blocks * start_pm / 1000;
+    (start_block, asu_blocks * len_pm / 1000 / HRRW_LEAF_BLOCKS)
 }
 
 pub struct Spc1Workload {
@@ -456,6 +642,17 @@ impl Spc1Workload {
     pub fn new(config: Spc1Config, seed: u64) -> Result<Spc1Workload, WorkloadError> {
         let layout = Spc1Layout::new(config.footprint_bytes)?;
         let (pacing, exp) = loop_pacing(config.arrivals)?;
+        if config.bsus == 0 {
+            return Err(WorkloadError::InvalidConfig(
+                "SPC-1-like: bsus is 0; it must be at least 1".to_string(),
+            ));
+        }
+        if config.bsus > BSUS_MAX {
+            return Err(WorkloadError::InvalidConfig(format!(
+                "SPC-1-like: bsus {} exceeds the maximum of {BSUS_MAX}",
+                config.bsus
+            )));
+        }
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut streams = Vec::with_capacity(STREAM_SPECS.len());
         for stream in Spc1Stream::ALL {
@@ -475,17 +672,31 @@ impl Spc1Workload {
                     };
                     (pattern, spec.read_fraction)
                 }
-                PatternSpec::Hrrw { start_pm, len_pm } => {
-                    let start_block = asu_base_block + asu_blocks * start_pm / 1000;
-                    let leaves = asu_blocks * len_pm / 1000 / HRRW_LEAF_BLOCKS;
+                PatternSpec::Hrrw { .. } => {
+                    let (start_block, leaves) = hrrw_region(&layout, stream);
                     if leaves == 0 {
                         return Err(too_small(&name, config.footprint_bytes));
                     }
-                    let walk = Hrrw::new(start_block, leaves, &mut rng);
-                    (
-                        Pattern::Hrrw(walk),
-                        hrrw_fresh_read_fraction(spec.read_fraction),
-                    )
+                    match config.hrrw {
+                        HrrwModel::Reference => {
+                            let walk = Hrrw::new(start_block, leaves, &mut rng);
+                            (
+                                Pattern::Hrrw(walk),
+                                hrrw_fresh_read_fraction(spec.read_fraction),
+                            )
+                        }
+                        HrrwModel::Generator | HrrwModel::GeneratorSharedGrid => {
+                            let shared_grid = config.hrrw == HrrwModel::GeneratorSharedGrid;
+                            let walkers = HrrwWalkers::new(
+                                start_block,
+                                leaves,
+                                config.bsus,
+                                shared_grid,
+                                &mut rng,
+                            );
+                            (Pattern::HrrwWalkers(walkers), spec.read_fraction)
+                        }
+                    }
                 }
                 PatternSpec::Seq {
                     start_lo_pm,
@@ -594,8 +805,12 @@ impl Workload for Spc1Workload {
             }
             Loop::Closed { outstanding } => format!("closed {outstanding} outstanding"),
         };
+        let hrrw = match self.config.hrrw {
+            HrrwModel::Reference => String::new(),
+            model => format!(", hrrw {} with {} BSUs", model.name(), self.config.bsus),
+        };
         format!(
-            "spc1-like(footprint={} B, {arrivals})",
+            "spc1-like(footprint={} B, {arrivals}{hrrw})",
             self.config.footprint_bytes
         )
     }
@@ -640,6 +855,211 @@ mod tests {
             prev = Some(block);
             let w = walk.write(&mut rng);
             assert!((1000..1000 + 300 * HRRW_LEAF_BLOCKS).contains(&w));
+        }
+    }
+
+    const GENERATOR_MODELS: [HrrwModel; 2] = [HrrwModel::Generator, HrrwModel::GeneratorSharedGrid];
+
+    fn spc1_with(model: HrrwModel, bsus: u64) -> Spc1Config {
+        let mut config = Spc1Config::closed(1 << 30, 1);
+        config.hrrw = model;
+        config.bsus = bsus;
+        config
+    }
+
+    /// Runs `requests` requests one at a time; `on` sees each with the workload.
+    fn drive(w: &mut Spc1Workload, requests: u64, mut on: impl FnMut(&Spc1Workload, &IoRequest)) {
+        for i in 0..requests {
+            let now = Nanos::from_us(i);
+            let r = w
+                .poll(now)
+                .expect("closed loop of one issues after each completion");
+            on(w, &r);
+            w.complete(now, r.id);
+        }
+    }
+
+    fn walkers_of(w: &Spc1Workload, stream: Spc1Stream) -> &HrrwWalkers {
+        match &w.streams[stream.index()].pattern {
+            Pattern::HrrwWalkers(walkers) => walkers,
+            other => panic!("{stream:?} is not a generator walk: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bsus_defaults_and_limits() {
+        assert_eq!(
+            Spc1Config::closed(1 << 30, 1).bsus,
+            CLOSED_LOOP_BSUS_DEFAULT
+        );
+        assert_eq!(Spc1Config::open(1 << 30, 3000.0).bsus, 60);
+        assert_eq!(Spc1Config::open(1 << 30, 74.0).bsus, 1);
+        assert_eq!(Spc1Config::open(1 << 30, 76.0).bsus, 2);
+        assert_eq!(Spc1Config::open(1 << 30, 10.0).bsus, 1);
+        assert_eq!(Spc1Config::open(1 << 30, 3000.0).hrrw, HrrwModel::Reference);
+        for model in HrrwModel::ALL {
+            assert_eq!(HrrwModel::from_name(model.name()), Some(model));
+            for bsus in [0, BSUS_MAX + 1] {
+                let result = Spc1Workload::new(spc1_with(model, bsus), 1);
+                assert!(
+                    matches!(&result, Err(WorkloadError::InvalidConfig(m)) if m.contains("bsus")),
+                    "{model:?} with {bsus} BSUs"
+                );
+            }
+        }
+        assert_eq!(HrrwModel::from_name("walk"), None);
+        let w = Spc1Workload::new(spc1_with(HrrwModel::Generator, 7), 1).unwrap();
+        assert_eq!(walkers_of(&w, Spc1Stream::Asu1_2).walkers.len(), 7);
+    }
+
+    #[test]
+    fn generator_walks_stay_in_region_and_write_every_8th_leaf() {
+        for model in GENERATOR_MODELS {
+            let mut w = Spc1Workload::new(spc1_with(model, 60), 21).unwrap();
+            let layout = w.layout();
+            let mut hrrw_writes = 0u64;
+            drive(&mut w, 200_000, |w, r| {
+                let stream = Spc1Stream::from_issuer(r.issuer).unwrap();
+                if !matches!(stream.spec().pattern, PatternSpec::Hrrw { .. }) {
+                    return;
+                }
+                let (start_block, leaves) = hrrw_region(&layout, stream);
+                let block = r.offset_bytes / BLOCK_BYTES;
+                assert_eq!(r.len_bytes, BLOCK_BYTES);
+                assert!(block >= start_block, "{model:?} {stream:?} {block}");
+                assert!(
+                    block < start_block + leaves * HRRW_LEAF_BLOCKS,
+                    "{model:?} {stream:?} {block}"
+                );
+                if r.kind == ReqKind::Write {
+                    hrrw_writes += 1;
+                    let aligned = walkers_of(w, stream).walkers.iter().any(|walker| {
+                        block >= walker.base_block
+                            && ((block - walker.base_block) / HRRW_LEAF_BLOCKS)
+                                .is_multiple_of(HRRW_WRITE_LEAF_ALIGN)
+                    });
+                    assert!(
+                        aligned,
+                        "{model:?} {stream:?} write to {block} is off every walker's grid"
+                    );
+                }
+            });
+            assert!(hrrw_writes > 10_000, "{hrrw_writes}");
+            if model == HrrwModel::GeneratorSharedGrid {
+                let walkers = walkers_of(&w, Spc1Stream::Asu1_2);
+                assert!(walkers
+                    .walkers
+                    .iter()
+                    .all(|walker| walker.base_block == hrrw_region(&layout, Spc1Stream::Asu1_2).0));
+            }
+        }
+    }
+
+    #[test]
+    fn generator_walkers_draw_distinct_bases_in_the_slack() {
+        let w = Spc1Workload::new(spc1_with(HrrwModel::Generator, 60), 5).unwrap();
+        let (start_block, leaves) = hrrw_region(&w.layout(), Spc1Stream::Asu1_2);
+        let walkers = walkers_of(&w, Spc1Stream::Asu1_2);
+        let tree_leaves = 1u64 << walkers.level_max;
+        assert!(tree_leaves <= leaves && leaves < 2 * tree_leaves);
+        let slack_leaves = leaves - tree_leaves;
+        assert!(slack_leaves > 0, "the test needs a region with slack");
+        let mut bases = std::collections::HashSet::new();
+        for walker in &walkers.walkers {
+            let offset = walker.base_block - start_block;
+            assert_eq!(offset % HRRW_LEAF_BLOCKS, 0);
+            assert!(offset / HRRW_LEAF_BLOCKS <= slack_leaves);
+            bases.insert(walker.base_block);
+        }
+        assert!(bases.len() > 1);
+    }
+
+    #[test]
+    fn shared_grid_writes_touch_at_most_an_eighth_of_the_region() {
+        let mut w = Spc1Workload::new(spc1_with(HrrwModel::GeneratorSharedGrid, 60), 9).unwrap();
+        let layout = w.layout();
+        let mut written: [std::collections::HashSet<u64>; 8] = Default::default();
+        drive(&mut w, 100_000, |_, r| {
+            if r.kind == ReqKind::Write {
+                written[r.issuer as usize].insert(r.offset_bytes / BLOCK_BYTES);
+            }
+        });
+        for stream in Spc1Stream::ALL {
+            if !matches!(stream.spec().pattern, PatternSpec::Hrrw { .. }) {
+                continue;
+            }
+            let (_, leaves) = hrrw_region(&layout, stream);
+            let region_blocks = leaves * HRRW_LEAF_BLOCKS;
+            let distinct = written[stream.index()].len() as u64;
+            assert!(distinct > 0);
+            assert!(
+                distinct <= region_blocks / 8,
+                "{stream:?}: {distinct} of {region_blocks}"
+            );
+        }
+    }
+
+    #[test]
+    fn generator_rewrites_are_about_15_percent_of_writes() {
+        for shared_grid in [false, true] {
+            let mut rng = SmallRng::seed_from_u64(17);
+            let mut walk = HrrwWalkers::new(1000, 737, 60, shared_grid, &mut rng);
+            let (mut writes, mut rewrites) = (0u64, 0u64);
+            for _ in 0..200_000 {
+                let is_read = rng.gen::<f64>() < 0.5;
+                let pending: Vec<Option<u64>> =
+                    walk.walkers.iter().map(|w| w.rewrite_block).collect();
+                let (index, block) = walk.next(is_read, &mut rng);
+                assert_eq!(walk.walkers[index].position_block, block);
+                if is_read {
+                    // A read leaves the pending rewrite in place.
+                    assert_eq!(walk.walkers[index].rewrite_block, pending[index]);
+                    continue;
+                }
+                writes += 1;
+                if let Some(pending_block) = pending[index] {
+                    rewrites += 1;
+                    assert_eq!(block, pending_block);
+                    assert_eq!(walk.walkers[index].rewrite_block, None);
+                }
+            }
+            // Each fresh write sets a rewrite with p = 0.15 and each is
+            // consumed by one later write: 0.15 / 1.15 = 13 % of writes.
+            let share = rewrites as f64 / writes as f64;
+            assert!(
+                (0.10..0.20).contains(&share),
+                "shared_grid {shared_grid}: {share}"
+            );
+        }
+    }
+
+    #[test]
+    fn generator_reads_cycle_through_each_leaf_in_order() {
+        for shared_grid in [false, true] {
+            let mut rng = SmallRng::seed_from_u64(23);
+            let mut walk = HrrwWalkers::new(1000, 300, 60, shared_grid, &mut rng);
+            let tree_leaves = walk.read_cursors.len() as u64;
+            let mut next_in_leaf = vec![0u64; tree_leaves as usize];
+            let mut reads_of_leaf = vec![0u64; tree_leaves as usize];
+            for _ in 0..200_000 {
+                let is_read = rng.gen::<f64>() < 0.5;
+                let (index, block) = walk.next(is_read, &mut rng);
+                let base_block = walk.walkers[index].base_block;
+                let leaf = (block - base_block) / HRRW_LEAF_BLOCKS;
+                assert!(leaf < tree_leaves);
+                if is_read {
+                    let in_leaf = (block - base_block) % HRRW_LEAF_BLOCKS;
+                    assert_eq!(in_leaf, next_in_leaf[leaf as usize], "leaf {leaf}");
+                    next_in_leaf[leaf as usize] = (in_leaf + 1) % HRRW_LEAF_BLOCKS;
+                    reads_of_leaf[leaf as usize] += 1;
+                }
+            }
+            // Many leaves went round their 8 blocks more than once.
+            let wrapped = reads_of_leaf
+                .iter()
+                .filter(|&&n| n > HRRW_LEAF_BLOCKS)
+                .count();
+            assert!(wrapped > 100, "{wrapped}");
         }
     }
 }
