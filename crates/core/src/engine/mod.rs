@@ -197,7 +197,8 @@ pub struct Engine {
     /// order, and (persistent caches) their records are freed in that order,
     /// one at a time, so a crash never leaves an older record as the newest.
     old_versions: HashMap<u64, VecDeque<SlotIndex>>,
-    /// Stale slots waiting for a `FreeSlots` command (persistent caches).
+    /// Slots waiting for a `FreeSlots` command (persistent caches): stale
+    /// slots, and destaged clean copies whose dirty record is to be cleared.
     to_free: Vec<SlotIndex>,
     /// When the oldest of `to_free` must go out.
     frees_due: Option<Nanos>,
@@ -1468,12 +1469,25 @@ impl Engine {
                     if result.is_ok() {
                         self.groups.clear_dirty(g, pos);
                         self.dirty_pages -= 1;
-                        // A persistent cache keeps no clean copy under a dirty
-                        // record: evicting it later would reuse the slot while
-                        // recovery could still find the old page there.
                         if self.config.keep_clean && !self.config.persistent {
                             self.slots.set_state(slot, SlotState::Clean);
                             self.replacement.insert(slot, key);
+                        } else if self.config.keep_clean && !self.old_versions.contains_key(&key.0)
+                        {
+                            // A persistent cache keeps no clean copy under a
+                            // dirty record (evicting it would reuse the slot
+                            // while recovery could still find the old page
+                            // there): the record is cleared first, like a free,
+                            // while a pin keeps the copy from eviction; it
+                            // serves reads meanwhile and becomes evictable when
+                            // the clearing is durable (`FreeSlots` completion).
+                            // Only with no older version waiting for its own
+                            // free, so records still clear oldest first.
+                            self.slots.pin(slot);
+                            self.slots.set_state(slot, SlotState::Clean);
+                            self.replacement.insert(slot, key);
+                            self.slots.set_flag(slot, FLAG_FREE_SENT, true);
+                            self.to_free.push(slot);
                         } else {
                             // Counted as an old version until its record is freed.
                             self.retire(slot);
@@ -1607,6 +1621,16 @@ impl Engine {
             IoCtx::FreeSlots { slots } => match result {
                 Ok(()) => {
                     for slot in slots {
+                        if !self.slots.has(slot, FLAG_FREEING) {
+                            // A destaged page's record is clear: its clean copy
+                            // may be evicted now, or, if it was overwritten or
+                            // evicted meanwhile, freed the usual way.
+                            self.slots.set_flag(slot, FLAG_FREE_SENT, false);
+                            if self.slots.unpin(slot) {
+                                self.free_slot(slot);
+                            }
+                            continue;
+                        }
                         self.slots.set_flag(slot, FLAG_FREEING, false);
                         self.slots.set_flag(slot, FLAG_FREE_SENT, false);
                         let key = self.slots.key(slot).0;
