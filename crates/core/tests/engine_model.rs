@@ -605,8 +605,17 @@ fn run_counting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u6
     (h.checked_bytes, h.crashes)
 }
 
+/// Cases per property: 300, or `ENGINE_MODEL_CASES` for a longer soak (a
+/// rare write-through error case took about 20,000 to show up).
+fn cases() -> u32 {
+    std::env::var("ENGINE_MODEL_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     #[test]
     fn reads_return_acknowledged_data(config in config_strategy(), ops in proptest::collection::vec(op(40_000), 1..120)) {

@@ -137,6 +137,12 @@ enum Deferred {
 struct Undo {
     made_dirty: bool,
     undestaged_inc: bool,
+    /// A write-through version: its backing write goes out beside it, so if
+    /// this cache write fails the backing may still take the new bytes, and
+    /// the previous clean copy must not come back (it could be older than
+    /// the backing: a read would return it, and after its eviction the
+    /// backing's newer bytes).
+    through_clean: bool,
 }
 
 enum IoCtx {
@@ -1117,7 +1123,10 @@ impl Engine {
         }
         // Write-through keeps a page clean unless it holds newer data than the backing.
         let clean = through && !self.page_dirty(key);
-        let mut undo = Undo::default();
+        let mut undo = Undo {
+            through_clean: clean,
+            ..Undo::default()
+        };
         if !clean {
             let (gnum, pos) = self.geometry.group_of(piece.page);
             let g = self
@@ -1129,6 +1138,7 @@ impl Engine {
                 undo = Undo {
                     made_dirty: true,
                     undestaged_inc: true,
+                    through_clean: false,
                 };
             } else if cur.is_some_and(|c| self.slots.has(c, FLAG_DESTAGING)) {
                 // The version under destage stays; the new one is undestaged.
@@ -1264,7 +1274,7 @@ impl Engine {
         let (gnum, pos) = self.geometry.group_of(key.page());
         let gkey = PageKey::new(key.volume(), PageIndex(gnum)).0;
         let group = self.groups.lookup(gkey);
-        if let Some((o, state)) = old {
+        if let Some((o, state)) = old.filter(|_| !undo.through_clean) {
             // The previous version becomes current again.
             self.remove_old(o);
             self.slots.map(o, key);
