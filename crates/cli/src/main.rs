@@ -109,8 +109,9 @@ struct OneRun {
     /// Workload: random, spc1, trace.
     #[arg(long, default_value = "random")]
     workload: String,
-    /// Footprint in bytes (default: the whole backing device).
-    #[arg(long)]
+    /// Footprint in bytes, with an optional binary unit (K, M, G, T; e.g.
+    /// 3635200K) (default: the whole backing device).
+    #[arg(long, value_parser = parse_footprint)]
     footprint: Option<u64>,
     /// Closed loop with this many requests outstanding (random, spc1, trace replay).
     #[arg(long, default_value_t = 16)]
@@ -372,4 +373,10 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         );
     }
     Ok(())
+}
+
+/// `--footprint`: a byte count with an optional binary unit.
+fn parse_footprint(text: &str) -> Result<u64, String> {
+    wcache_io::device::parse_size_bytes(text)
+        .ok_or_else(|| format!("{text:?} is not a size (e.g. 4096, 64K, 3635200K, 8G)"))
 }

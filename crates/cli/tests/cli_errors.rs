@@ -100,6 +100,32 @@ fn malformed_trace_line_is_named() {
 }
 
 #[test]
+fn footprint_takes_units_and_names_a_bad_one() {
+    fails_naming(&["sim", "--footprint", "12Q"], "\"12Q\" is not a size");
+    let out = Command::new(env!("CARGO_BIN_EXE_wcache"))
+        .args([
+            "sim",
+            "--backend",
+            "raid10",
+            "--footprint",
+            "64M",
+            "--warmup",
+            "100",
+            "--requests",
+            "500",
+        ])
+        .output()
+        .expect("run wcache");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("(65536 KiB footprint)"), "{stdout}");
+}
+
+#[test]
 fn a_good_run_succeeds_and_reports() {
     let out = Command::new(env!("CARGO_BIN_EXE_wcache"))
         .args([
