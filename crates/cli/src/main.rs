@@ -354,7 +354,12 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         "response_ms_mean    {:.3} (reads {:.3}, writes {:.3})",
         r.response_ms_mean, r.read_response_ms_mean, r.write_response_ms_mean
     );
-    println!("write_hit_ratio     {:.4}", r.stats.write_hit_ratio());
+    println!(
+        "write_hit_ratio     {:.4} ({} of the {} hit pages were being destaged)",
+        r.stats.write_hit_ratio(),
+        r.stats.write_page_hits_destaging,
+        r.stats.write_page_hits
+    );
     println!(
         "destages            {} ({} pages), mean distance {:.0} sectors",
         r.stats.destages,

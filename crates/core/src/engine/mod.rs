@@ -1021,6 +1021,13 @@ impl Engine {
                 self.write_filter[Self::write_bucket(key)] = self.write_seq;
                 if self.page_dirty(key) {
                     self.stats.write_page_hits += 1;
+                    if self
+                        .slots
+                        .lookup(key)
+                        .is_some_and(|s| self.slots.has(s, FLAG_DESTAGING))
+                    {
+                        self.stats.write_page_hits_destaging += 1;
+                    }
                     page_hit = true;
                 }
                 self.issue_write_piece(ri, piece, through);

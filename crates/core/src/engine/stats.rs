@@ -13,6 +13,9 @@ pub struct Stats {
     pub write_pages: u64,
     /// Written pages whose latest version was already dirty in the cache.
     pub write_page_hits: u64,
+    /// Of those, pages whose dirty version was being destaged: the new
+    /// version needs a destage of its own, so the hit saves none.
+    pub write_page_hits_destaging: u64,
     /// (request, group) pairs that found the group already a destage candidate.
     pub write_group_hits: u64,
     pub trims: u64,
@@ -45,6 +48,8 @@ impl Stats {
             writes: self.writes - earlier.writes,
             write_pages: self.write_pages - earlier.write_pages,
             write_page_hits: self.write_page_hits - earlier.write_page_hits,
+            write_page_hits_destaging: self.write_page_hits_destaging
+                - earlier.write_page_hits_destaging,
             write_group_hits: self.write_group_hits - earlier.write_group_hits,
             trims: self.trims - earlier.trims,
             flushes: self.flushes - earlier.flushes,
@@ -86,6 +91,10 @@ impl Stats {
         f("writes", self.writes as f64);
         f("write_pages", self.write_pages as f64);
         f("write_page_hits", self.write_page_hits as f64);
+        f(
+            "write_page_hits_destaging",
+            self.write_page_hits_destaging as f64,
+        );
         f("write_group_hits", self.write_group_hits as f64);
         f("trims", self.trims as f64);
         f("flushes", self.flushes as f64);
