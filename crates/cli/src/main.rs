@@ -122,8 +122,10 @@ struct OneRun {
     /// Fraction of reads (random).
     #[arg(long, default_value_t = 0.0)]
     read_fraction: f64,
-    /// HRRW model of the spc1 workload: reference, generator, shared-grid.
-    #[arg(long, default_value = "reference")]
+    /// HRRW model of the spc1 workload: generator (the public SPC-1
+    /// generator's walk), reference (the reference doc's description),
+    /// shared-grid.
+    #[arg(long, default_value = "generator")]
     hrrw: String,
     /// BSUs of the spc1 workload, one HRRW walker each in the generator models
     /// (default: target IOPS / 50 open loop, 60 closed loop).
