@@ -206,6 +206,9 @@ pub struct Engine {
     /// Slots waiting for a `FreeSlots` command (persistent caches): stale
     /// slots, and destaged clean copies whose dirty record is to be cleared.
     to_free: Vec<SlotIndex>,
+    /// Failed write-through requests held until a slot's record is zeroed
+    /// (see the `Fill` error path).
+    free_waiters: HashMap<u32, Vec<u32>>,
     /// When the oldest of `to_free` must go out.
     frees_due: Option<Nanos>,
     /// Version number for the next page version (`SlotRecord::seq`).
@@ -260,6 +263,7 @@ impl Engine {
             deferred: HashMap::default(),
             old_versions: HashMap::default(),
             to_free: Vec::new(),
+            free_waiters: HashMap::default(),
             frees_due: None,
             next_seq: 1,
             ios: Vec::new(),
@@ -1572,6 +1576,21 @@ impl Engine {
                         if let Some((o, _)) = old {
                             self.unpin(o);
                         }
+                        // A write-through version that never reached the
+                        // cache leaves no record, but its backing write may
+                        // land; an older version whose dirty record is not
+                        // zeroed yet would come back over it after a crash.
+                        // The failed request is answered only once the
+                        // newest such record is zeroed (frees go oldest first).
+                        if self.config.persistent && undo.through_clean {
+                            let key = self.slots.key(slot).0;
+                            if let Some(&newest) =
+                                self.old_versions.get(&key).and_then(|q| q.back())
+                            {
+                                self.req_mut(req).pending += 1;
+                                self.free_waiters.entry(newest.0).or_default().push(req);
+                            }
+                        }
                     }
                 }
                 done_req = Some(req);
@@ -1637,6 +1656,14 @@ impl Engine {
             IoCtx::Destage { slots } => self.finish_destage(now, slots, result),
             IoCtx::FreeSlots { slots } => match result {
                 Ok(()) => {
+                    for &slot in &slots {
+                        if let Some(reqs) = self.free_waiters.remove(&slot.0) {
+                            for ri in reqs {
+                                self.req_mut(ri).pending -= 1;
+                                self.maybe_finish(ri);
+                            }
+                        }
+                    }
                     for slot in slots {
                         if !self.slots.has(slot, FLAG_FREEING) {
                             // A destaged page's record is clear: its clean copy
