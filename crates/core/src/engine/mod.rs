@@ -203,8 +203,7 @@ pub struct Engine {
     /// order, and (persistent caches) their records are freed in that order,
     /// one at a time, so a crash never leaves an older record as the newest.
     old_versions: HashMap<u64, VecDeque<SlotIndex>>,
-    /// Slots waiting for a `FreeSlots` command (persistent caches): stale
-    /// slots, and destaged clean copies whose dirty record is to be cleared.
+    /// Stale slots waiting for a `FreeSlots` command (persistent caches).
     to_free: Vec<SlotIndex>,
     /// Failed write-through requests held until a slot's record is zeroed
     /// (see the `Fill` error path).
@@ -609,14 +608,24 @@ impl Engine {
         self.config.write_policy == WritePolicy::WriteBack || !self.overlaps_inflight(ri)
     }
 
+    /// True while an older version of `key`'s page is being destaged.
+    fn older_version_destaging(&self, key: PageKey) -> bool {
+        self.old_versions
+            .get(&key.0)
+            .is_some_and(|q| q.iter().any(|&s| self.slots.has(s, FLAG_DESTAGING)))
+    }
+
     /// A write-around over pages with a newer or in-flight version in the
     /// cache cannot bypass them without losing them: it goes through the cache.
     fn around_busy(&self, ri: u32) -> bool {
         let r = self.req(ri);
         self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
-            self.slots
-                .lookup(PageKey::new(r.volume, p.page))
-                .is_some_and(|s| self.slots.state(s) != SlotState::Clean)
+            let key = PageKey::new(r.volume, p.page);
+            self.older_version_destaging(key)
+                || self
+                    .slots
+                    .lookup(key)
+                    .is_some_and(|s| self.slots.state(s) != SlotState::Clean)
         })
     }
 
@@ -1132,10 +1141,14 @@ impl Engine {
                 return;
             }
         }
-        // Write-through keeps a page clean unless it holds newer data than the backing.
-        let clean = through && !self.page_dirty(key);
+        // Write-through keeps a page clean unless it holds newer data than the
+        // backing, or an older version of it is being destaged: that destage
+        // could land after this write's backing write, so this version stays
+        // dirty and is destaged after it (destages of a page go in order).
+        let through_clean = through && !self.page_dirty(key);
+        let clean = through_clean && !self.older_version_destaging(key);
         let mut undo = Undo {
-            through_clean: clean,
+            through_clean,
             ..Undo::default()
         };
         if !clean {
@@ -1490,25 +1503,12 @@ impl Engine {
                     if result.is_ok() {
                         self.groups.clear_dirty(g, pos);
                         self.dirty_pages -= 1;
+                        // A persistent cache keeps no clean copy under a dirty
+                        // record: evicting it later would reuse the slot while
+                        // recovery could still find the old page there.
                         if self.config.keep_clean && !self.config.persistent {
                             self.slots.set_state(slot, SlotState::Clean);
                             self.replacement.insert(slot, key);
-                        } else if self.config.keep_clean && !self.old_versions.contains_key(&key.0)
-                        {
-                            // A persistent cache keeps no clean copy under a
-                            // dirty record (evicting it would reuse the slot
-                            // while recovery could still find the old page
-                            // there): the record is cleared first, like a free,
-                            // while a pin keeps the copy from eviction; it
-                            // serves reads meanwhile and becomes evictable when
-                            // the clearing is durable (`FreeSlots` completion).
-                            // Only with no older version waiting for its own
-                            // free, so records still clear oldest first.
-                            self.slots.pin(slot);
-                            self.slots.set_state(slot, SlotState::Clean);
-                            self.replacement.insert(slot, key);
-                            self.slots.set_flag(slot, FLAG_FREE_SENT, true);
-                            self.to_free.push(slot);
                         } else {
                             // Counted as an old version until its record is freed.
                             self.retire(slot);
@@ -1665,16 +1665,6 @@ impl Engine {
                         }
                     }
                     for slot in slots {
-                        if !self.slots.has(slot, FLAG_FREEING) {
-                            // A destaged page's record is clear: its clean copy
-                            // may be evicted now, or, if it was overwritten or
-                            // evicted meanwhile, freed the usual way.
-                            self.slots.set_flag(slot, FLAG_FREE_SENT, false);
-                            if self.slots.unpin(slot) {
-                                self.free_slot(slot);
-                            }
-                            continue;
-                        }
                         self.slots.set_flag(slot, FLAG_FREEING, false);
                         self.slots.set_flag(slot, FLAG_FREE_SENT, false);
                         let key = self.slots.key(slot).0;

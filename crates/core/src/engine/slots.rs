@@ -35,8 +35,7 @@ pub const FLAG_FILL_CLEAN: u8 = 0x20;
 pub const FLAG_OLD: u8 = 0x40;
 /// A stale slot nothing uses any more, waiting for (or in) its `FreeSlots`.
 pub const FLAG_FREEING: u8 = 0x80;
-/// Its `FreeSlots` has been issued (set without `FLAG_FREEING`: a clean copy
-/// whose dirty record is being cleared, pinned until that is durable).
+/// Its `FreeSlots` has been issued.
 pub const FLAG_FREE_SENT: u8 = 0x08;
 
 pub struct Slots {
