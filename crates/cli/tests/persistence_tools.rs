@@ -31,23 +31,7 @@ fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
 }
 
 fn fio(uri: &str, extra: &[&str], dir: &Path) -> std::process::Output {
-    Command::new("fio")
-        .current_dir(dir)
-        .args([
-            "--name=wb",
-            "--ioengine=nbd",
-            "--bsrange=512-64k",
-            "--size=24M",
-            "--iodepth=16",
-            "--verify=crc32c",
-            "--verify_fatal=1",
-            "--verify_state_save=0",
-            "--randseed=77",
-        ])
-        .arg(format!("--uri={uri}"))
-        .args(extra)
-        .output()
-        .expect("run fio")
+    common::fio_verify("wb", 77, uri, extra, dir)
 }
 
 #[test]

@@ -3,28 +3,12 @@
 //! A missing tool prints SKIP with the reason, unless WCACHE_REQUIRE_TOOLS=1,
 //! in which case the test fails. Install: apt-get install -y fio libnbd-bin nbdkit.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-const WCACHE: &str = env!("CARGO_BIN_EXE_wcache");
+use std::path::Path;
+use std::process::{Command, Output};
 
-fn have(tool: &str, package: &str) -> bool {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !found {
-        assert!(
-            std::env::var("WCACHE_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "{tool} is required (WCACHE_REQUIRE_TOOLS=1); apt-get install -y {package}"
-        );
-        eprintln!("SKIP: {tool} not installed (apt-get install -y {package})");
-    }
-    found
-}
+use common::{fio_verify, have, Served, WCACHE};
 
 /// A directory on tmpfs when there is one (the cache stands in for NV-DRAM).
 fn shm_dir() -> tempfile::TempDir {
@@ -36,93 +20,8 @@ fn shm_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
-struct Served {
-    child: Option<Child>,
-    socket: PathBuf,
-}
-
-impl Served {
-    fn start(args: &[&str], socket: &Path) -> Served {
-        let child = Command::new(WCACHE)
-            .arg("serve")
-            .arg("--socket")
-            .arg(socket)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start wcache serve");
-        let mut served = Served {
-            child: Some(child),
-            socket: socket.to_path_buf(),
-        };
-        let start = Instant::now();
-        while !socket.exists() {
-            if let Some(status) = served
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                let out = served
-                    .child
-                    .take()
-                    .expect("child")
-                    .wait_with_output()
-                    .expect("output");
-                panic!(
-                    "wcache serve exited early ({status}): {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "wcache serve did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        served
-    }
-
-    fn uri(&self, export: &str) -> String {
-        format!("nbd+unix:///{export}?socket={}", self.socket.display())
-    }
-
-    /// SIGTERM, then the exit status and output.
-    fn stop(mut self) -> Output {
-        let child = self.child.take().expect("running");
-        // SAFETY: plain kill(2) on our own child's pid.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        child.wait_with_output().expect("wait")
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 fn fio(uri: &str, extra: &[&str], dir: &Path) -> Output {
-    Command::new("fio")
-        .current_dir(dir)
-        .args([
-            "--name=verify",
-            "--ioengine=nbd",
-            "--bsrange=512-64k",
-            "--size=24M",
-            "--iodepth=16",
-            "--verify=crc32c",
-            "--verify_fatal=1",
-            "--verify_state_save=0",
-            "--randseed=4242",
-        ])
-        .arg(format!("--uri={uri}"))
-        .args(extra)
-        .output()
-        .expect("run fio")
+    fio_verify("verify", 4242, uri, extra, dir)
 }
 
 fn check(out: &Output, what: &str) {
@@ -162,13 +61,9 @@ fn serve_write_through_fio_verify_survives_restart_and_sigterm_exits_zero() {
     // slots are reused), then every block read back and checked.
     let out = fio(&served.uri("disk"), &["--rw=randwrite"], disk.path());
     check(&out, "fio randwrite + verify");
-    let stopped = served.stop();
-    assert!(
-        stopped.status.success(),
-        "SIGTERM exit: {}",
-        String::from_utf8_lossy(&stopped.stderr)
-    );
-    assert!(String::from_utf8_lossy(&stopped.stderr).contains("stopped after"));
+    let (ok, log) = served.stop();
+    assert!(ok, "SIGTERM exit: {log}");
+    assert!(log.contains("stopped after"));
 
     // Write-through: everything acknowledged is on the backing, so a new
     // server (which recovers no dirty page: write-through records are clean) serves it.
@@ -179,7 +74,7 @@ fn serve_write_through_fio_verify_survives_restart_and_sigterm_exits_zero() {
         disk.path(),
     );
     check(&out, "fio verify_only after restart");
-    assert!(served.stop().status.success());
+    assert!(served.stop().0);
 }
 
 #[test]
@@ -227,7 +122,7 @@ fn serve_two_exports_share_one_cache_and_nbdinfo_sees_them() {
     let json = String::from_utf8_lossy(&out.stdout);
     assert!(json.contains("\"export-size\": 16777216"), "{json}");
     assert!(json.contains("\"can_multi_conn\": true"), "{json}");
-    assert!(served.stop().status.success());
+    assert!(served.stop().0);
 }
 
 #[test]
@@ -303,8 +198,7 @@ fn serve_volatile_write_back_for_benchmarks_warns_and_serves() {
         shm.path(),
     );
     check(&out, "fio write-back verify");
-    let stopped = served.stop();
-    assert!(stopped.status.success());
-    let err = String::from_utf8_lossy(&stopped.stderr);
-    assert!(err.contains("FOR BENCHMARKS ONLY"), "{err}");
+    let (ok, log) = served.stop();
+    assert!(ok);
+    assert!(log.contains("FOR BENCHMARKS ONLY"), "{log}");
 }

@@ -40,6 +40,34 @@ pub fn skip_or_fail(reason: &str) {
     eprintln!("SKIP: {reason}");
 }
 
+/// fio's nbd engine against `uri`: 512 B..64 KiB blocks over 24 MiB at
+/// depth 16, every block checked with crc32c; `extra` picks the pattern.
+pub fn fio_verify(
+    name: &str,
+    seed: u32,
+    uri: &str,
+    extra: &[&str],
+    dir: &Path,
+) -> std::process::Output {
+    Command::new("fio")
+        .current_dir(dir)
+        .arg(format!("--name={name}"))
+        .args([
+            "--ioengine=nbd",
+            "--bsrange=512-64k",
+            "--size=24M",
+            "--iodepth=16",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+        ])
+        .arg(format!("--randseed={seed}"))
+        .arg(format!("--uri={uri}"))
+        .args(extra)
+        .output()
+        .expect("run fio")
+}
+
 /// Runs `wcache ARGS`, returning (success, stdout, stderr).
 pub fn wcache(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(WCACHE)
