@@ -1656,7 +1656,9 @@ impl Engine {
             IoCtx::Destage { slots } => self.finish_destage(now, slots, result),
             IoCtx::FreeSlots { slots } => match result {
                 Ok(()) => {
-                    for &slot in &slots {
+                    // Only failed write-through requests ever wait here.
+                    let waiting = !self.free_waiters.is_empty();
+                    for &slot in slots.iter().filter(|_| waiting) {
                         if let Some(reqs) = self.free_waiters.remove(&slot.0) {
                             for ri in reqs {
                                 self.req_mut(ri).pending -= 1;
