@@ -1,5 +1,7 @@
 //! The slot table: what each cache slot holds, the (volume, page) -> slot
 //! directory, the free pool and pins. Sized once at start; O(1) per call.
+//! The free pool costs nothing per slot: it is a stack threaded through the
+//! key field, which a free slot does not use.
 //!
 //! A page has at most one *current* slot (the one the directory finds). An
 //! overwrite never changes a slot in place: it fills a fresh slot and the old
@@ -38,11 +40,17 @@ pub const FLAG_FREEING: u8 = 0x80;
 /// Its `FreeSlots` has been issued.
 pub const FLAG_FREE_SENT: u8 = 0x08;
 
+/// End of the free stack.
+const NO_SLOT: u64 = u64::MAX;
+
 pub struct Slots {
+    /// The page of a used slot; the next free slot of a free one.
     key: Vec<u64>,
     state: Vec<u8>,
     index: KeyIndex,
-    free: Vec<u32>,
+    /// Top of the free stack, and its length.
+    free_head: u64,
+    free_len: u64,
     /// In-flight readers of a slot's contents (reads, merges into a newer version).
     pins: HashMap<u32, u32>,
     /// Clean slots with no pins: what eviction can hand out right now.
@@ -52,11 +60,14 @@ pub struct Slots {
 impl Slots {
     pub fn new(slots: u32, pins_hint: usize) -> Slots {
         Slots {
-            key: vec![0; slots as usize],
+            // Pop order: slot 0 first.
+            key: (1..=slots as u64)
+                .map(|n| if n == slots as u64 { NO_SLOT } else { n })
+                .collect(),
             state: vec![SlotState::Free as u8; slots as usize],
             index: KeyIndex::fixed(slots as usize),
-            // Pop order: slot 0 first.
-            free: (0..slots).rev().collect(),
+            free_head: if slots == 0 { NO_SLOT } else { 0 },
+            free_len: slots as u64,
             pins: HashMap::with_capacity_and_hasher(pins_hint, Default::default()),
             evictable: 0,
         }
@@ -88,13 +99,18 @@ impl Slots {
         }
     }
     pub fn key(&self, slot: SlotIndex) -> PageKey {
+        debug_assert_ne!(self.state(slot), SlotState::Free, "key of a free slot");
         PageKey(self.key[slot.0 as usize])
+    }
+    /// Every slot's key, indexed by slot (meaningless for free slots).
+    pub fn keys(&self) -> &[u64] {
+        &self.key
     }
     pub fn pins(&self, slot: SlotIndex) -> u32 {
         self.pins.get(&slot.0).copied().unwrap_or(0)
     }
     pub fn free_count(&self) -> u64 {
-        self.free.len() as u64
+        self.free_len
     }
     pub fn evictable(&self) -> u64 {
         self.evictable
@@ -148,7 +164,16 @@ impl Slots {
         for s in used {
             taken[s.0 as usize] = true;
         }
-        self.free.retain(|&s| !taken[s as usize]);
+        let mut pool = Vec::new();
+        while let Some(s) = self.pop_free() {
+            if !taken[s.0 as usize] {
+                pool.push(s);
+            }
+        }
+        // Same pop order as before.
+        for s in pool.into_iter().rev() {
+            self.push_free(s);
+        }
     }
 
     /// Recovery: the page a stale slot's record still names.
@@ -158,8 +183,13 @@ impl Slots {
 
     /// Take a free slot, if any (never evicts).
     pub fn pop_free(&mut self) -> Option<SlotIndex> {
-        let slot = SlotIndex(self.free.pop()?);
+        if self.free_head == NO_SLOT {
+            return None;
+        }
+        let slot = SlotIndex(self.free_head as u32);
         debug_assert_eq!(self.state(slot), SlotState::Free);
+        self.free_head = self.key[slot.0 as usize];
+        self.free_len -= 1;
         Some(slot)
     }
 
@@ -168,7 +198,9 @@ impl Slots {
         debug_assert!(!self.has(slot, FLAG_DESTAGING));
         self.set_state(slot, SlotState::Free);
         self.state[slot.0 as usize] = SlotState::Free as u8;
-        self.free.push(slot.0);
+        self.key[slot.0 as usize] = self.free_head;
+        self.free_head = slot.0 as u64;
+        self.free_len += 1;
     }
 
     pub fn pin(&mut self, slot: SlotIndex) {
@@ -211,7 +243,6 @@ impl Slots {
         self.key.capacity() * 8
             + self.state.capacity()
             + self.index.heap_bytes()
-            + self.free.capacity() * 4
             + self.pins.capacity() * 9
     }
 }
