@@ -8,9 +8,8 @@
 use crate::alloc;
 use crate::driver::{config, Driver, CACHE_SLOTS, GROUP_PAGES};
 use crate::engine_ops::{Layout, ORDERS};
-use wcache_core::policy::destage_order::{build_destage_order, GroupId};
 use wcache_core::policy::replacement::build_replacement;
-use wcache_core::types::{PageIndex, PageKey, SlotIndex, VolumeId};
+use wcache_core::types::{PageKey, SlotIndex};
 use wcache_core::EngineConfig;
 
 pub const GOAL_BYTES_PER_PAGE: f64 = 32.0;
@@ -68,18 +67,18 @@ impl MemoryFigures {
     }
 }
 
-fn state_config() -> EngineConfig {
-    let mut c = config("wow");
+fn state_config(order: &str) -> EngineConfig {
+    let mut c = config(order);
     c.destage_rate = "linear".into();
     c.rate.low_threshold_pct = 99.99;
     c.rate.high_threshold_pct = 100.0;
     c
 }
 
-fn measure_state(state: State) -> StateFigure {
+fn measure_state(state: State, order: &str) -> StateFigure {
     let base = alloc::live_bytes();
     alloc::reset_peak();
-    let mut d = Driver::new(state_config());
+    let mut d = Driver::new(state_config(order));
     let layout = match state {
         State::Clean | State::DirtyClustered => Layout::Clustered,
         State::DirtyScattered => Layout::Scattered,
@@ -106,25 +105,6 @@ fn measure_state(state: State) -> StateFigure {
     }
 }
 
-/// A destage order alone with `groups` candidates: (allocator bytes, its metadata_bytes()).
-fn order_alone(name: &str, groups: u64, layout: Layout) -> (usize, usize) {
-    let base = alloc::live_bytes();
-    let mut order = build_destage_order(name).expect("registered destage order");
-    for g in 0..groups {
-        let page = layout.page(
-            g * if layout == Layout::Clustered {
-                GROUP_PAGES
-            } else {
-                1
-            },
-        );
-        let key = PageKey::new(VolumeId(0), PageIndex(page / GROUP_PAGES)).0;
-        order.insert(GroupId(g as u32), key);
-    }
-    let live = alloc::live_bytes() - base;
-    (live, order.metadata_bytes())
-}
-
 /// LRU alone, sized for 1 M slots and holding all of them.
 fn lru_alone() -> (usize, usize) {
     let base = alloc::live_bytes();
@@ -143,7 +123,7 @@ pub fn run() -> MemoryFigures {
     );
     println!("   anchors: {ANCHORS}; goal <= {GOAL_BYTES_PER_PAGE} B");
     let base = alloc::live_bytes();
-    let d = Driver::new(state_config());
+    let d = Driver::new(state_config("wow"));
     let empty = alloc::live_bytes() - base;
     let empty_md = d.engine.metadata_bytes();
     drop(d);
@@ -156,7 +136,7 @@ pub fn run() -> MemoryFigures {
     );
     let mut states = Vec::new();
     for state in State::ALL {
-        let f = measure_state(state);
+        let f = measure_state(state, "wow");
         let verdict = if f.live_per_page <= GOAL_BYTES_PER_PAGE {
             "within goal"
         } else {
@@ -180,20 +160,14 @@ pub fn run() -> MemoryFigures {
         lru as f64 / CACHE_SLOTS as f64,
         lru_md as f64 / CACHE_SLOTS as f64
     );
-    for (layout, groups) in [
-        (Layout::Clustered, FILL_PAGES / GROUP_PAGES),
-        (Layout::Scattered, FILL_PAGES),
-    ] {
-        for name in ORDERS {
-            let (live, md) = order_alone(name, groups, layout);
-            println!(
-                "    {:<44} {:>6.2} B/group = {:>6.2} B/page   (metadata_bytes {:>6.2} B/group)",
-                format!("{name} order, {groups} candidate groups"),
-                live as f64 / groups as f64,
-                live as f64 / FILL_PAGES as f64,
-                md as f64 / groups as f64
-            );
-        }
+    for order in ORDERS.iter().filter(|&&o| o != "wow") {
+        let f = measure_state(State::DirtyScattered, order);
+        println!(
+            "    {:<44} {:>6.2} B/page   (metadata_bytes {:>6.2})",
+            format!("{} with the {order} order", State::DirtyScattered.name()),
+            f.live_per_page,
+            f.metadata_per_page
+        );
     }
     MemoryFigures {
         empty_per_slot,

@@ -14,7 +14,7 @@
 //! allocation, dirty bookkeeping, destage decisions. See `slots` for the
 //! copy-on-write rule that keeps every acknowledged page version intact.
 
-mod groups;
+mod dirty;
 mod slots;
 mod stats;
 
@@ -23,13 +23,24 @@ pub use stats::Stats;
 use crate::command::*;
 use crate::config::{ConfigError, EngineConfig, WritePolicy};
 use crate::geometry::{Geometry, PagePiece};
-use crate::policy::destage_order::{build_destage_order, DestageOrder, GroupHit, GroupId};
+use crate::policy::destage_order::{build_destage_order, Candidates, DestageOrder, GroupHit};
 use crate::policy::destage_rate::{build_destage_rate, DestageRate, RateInput};
 use crate::policy::replacement::{build_replacement, Replacement};
 use crate::time::Nanos;
 use crate::types::*;
-use groups::{Groups, GFLAG_CANDIDATE, GFLAG_SEQUENTIAL};
+use dirty::{DirtySet, E_CANDIDATE, E_RECENT, E_SEQUENTIAL};
 use rustc_hash::FxHashMap as HashMap;
+
+/// The destage order's view of the candidates, borrowed field by field.
+macro_rules! view {
+    ($engine:ident) => {
+        &mut GroupView {
+            dirty: &mut $engine.dirty,
+            keys: $engine.slots.keys(),
+            candidates: $engine.candidates,
+        }
+    };
+}
 use slots::{
     SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN, FLAG_FREEING, FLAG_FREE_SENT, FLAG_OLD,
 };
@@ -136,7 +147,6 @@ enum Deferred {
 #[derive(Clone, Copy, Default)]
 struct Undo {
     made_dirty: bool,
-    undestaged_inc: bool,
     /// A write-through version: its backing write goes out beside it, so if
     /// this cache write fails the backing may still take the new bytes, and
     /// the previous clean copy must not come back (it could be older than
@@ -184,7 +194,10 @@ pub struct Engine {
     geometry: Geometry,
     volumes: Vec<Volume>,
     slots: Slots,
-    groups: Groups,
+    /// Dirty pages sorted by key; write groups and their state live in it.
+    dirty: DirtySet,
+    /// Groups in the destage order's candidate set (flag `E_CANDIDATE`).
+    candidates: usize,
     order: Box<dyn DestageOrder>,
     rate: Box<dyn DestageRate>,
     replacement: Box<dyn Replacement>,
@@ -220,7 +233,6 @@ pub struct Engine {
     commands: VecDeque<IoCommand>,
     responses: VecDeque<Response>,
 
-    dirty_pages: u64,
     destages_in_flight: u32,
     last_destage_sequential: bool,
     last_destage_sector: Option<u64>,
@@ -245,10 +257,8 @@ impl Engine {
         let rate = build_destage_rate(&config.destage_rate, config.rate)?;
         let requests_max = config.requests_max as usize;
         Ok(Engine {
-            groups: Groups::new(
-                geometry.group_words(),
-                (slots / geometry.group_pages()) as usize + 16,
-            ),
+            dirty: DirtySet::new(geometry.group_pages()),
+            candidates: 0,
             slots: Slots::new(slots, requests_max * 4),
             geometry,
             volumes: Vec::new(),
@@ -270,7 +280,6 @@ impl Engine {
             ios_free: Vec::new(),
             commands: VecDeque::new(),
             responses: VecDeque::new(),
-            dirty_pages: 0,
             destages_in_flight: 0,
             last_destage_sequential: false,
             last_destage_sector: None,
@@ -383,10 +392,10 @@ impl Engine {
     }
     /// Write groups holding dirty pages.
     pub fn dirty_groups(&self) -> usize {
-        self.groups.live()
+        self.dirty.groups()
     }
     pub fn dirty_pages(&self) -> u64 {
-        self.dirty_pages
+        self.dirty.pages() as u64
     }
     pub fn capacity_pages(&self) -> u64 {
         self.slots.len() as u64
@@ -427,7 +436,7 @@ impl Engine {
     /// Heap bytes of all engine metadata (directory, groups, policies, queues).
     pub fn metadata_bytes(&self) -> usize {
         self.slots.heap_bytes()
-            + self.groups.heap_bytes()
+            + self.dirty.heap_bytes()
             + self.order.metadata_bytes()
             + self.replacement.metadata_bytes()
             + self.write_filter.capacity() * 8
@@ -1018,10 +1027,7 @@ impl Engine {
             let gkey = PageKey::new(vol, PageIndex(gnum)).0;
             let sequential = sequential_start || !first_group;
             first_group = false;
-            let was_candidate = self
-                .groups
-                .lookup(gkey)
-                .is_some_and(|g| self.groups.flag(g, GFLAG_CANDIDATE));
+            let was_candidate = self.dirty.group_has(self.slots.keys(), gkey, E_CANDIDATE);
             let mut page_hit = false;
             while let Some(&piece) = pieces.peek() {
                 if self.geometry.group_of(piece.page).0 != gnum {
@@ -1045,19 +1051,15 @@ impl Engine {
                 }
                 self.issue_write_piece(ri, piece, through);
             }
-            if let Some(g) = self.groups.lookup(gkey) {
-                self.groups.set_flag(g, GFLAG_SEQUENTIAL, sequential);
-                if was_candidate {
-                    self.stats.write_group_hits += 1;
-                    self.order.hit(
-                        g,
-                        gkey,
-                        GroupHit {
-                            page_hit,
-                            sequential,
-                        },
-                    );
-                }
+            self.dirty
+                .set_group_flags(self.slots.keys(), gkey, E_SEQUENTIAL, sequential);
+            if was_candidate {
+                self.stats.write_group_hits += 1;
+                let hit = GroupHit {
+                    page_hit,
+                    sequential,
+                };
+                self.order.hit(view!(self), gkey, hit);
             }
         }
         if through {
@@ -1110,12 +1112,16 @@ impl Engine {
         });
     }
 
+    /// The page's latest version is newer than the backing (it is in the
+    /// dirty set): its current slot is dirty, or being filled to be dirty.
     fn page_dirty(&self, key: PageKey) -> bool {
-        let (gnum, pos) = self.geometry.group_of(key.page());
-        let gkey = PageKey::new(key.volume(), PageIndex(gnum)).0;
-        self.groups
-            .lookup(gkey)
-            .is_some_and(|g| self.groups.is_dirty(g, pos))
+        self.slots
+            .lookup(key)
+            .is_some_and(|s| match self.slots.state(s) {
+                SlotState::Dirty => true,
+                SlotState::Filling => !self.slots.has(s, FLAG_FILL_CLEAN),
+                _ => false,
+            })
     }
 
     /// Write one page version into a fresh slot (copy-on-write), or wait for
@@ -1145,32 +1151,13 @@ impl Engine {
         // backing, or an older version of it is being destaged: that destage
         // could land after this write's backing write, so this version stays
         // dirty and is destaged after it (destages of a page go in order).
-        let through_clean = through && !self.page_dirty(key);
+        let dirty_before = self.page_dirty(key);
+        let through_clean = through && !dirty_before;
         let clean = through_clean && !self.older_version_destaging(key);
-        let mut undo = Undo {
-            through_clean,
-            ..Undo::default()
+        let undo = Undo {
+            made_dirty: !clean && !dirty_before,
+            through_clean: through_clean && clean,
         };
-        if !clean {
-            let (gnum, pos) = self.geometry.group_of(piece.page);
-            let g = self
-                .groups
-                .get_or_create(PageKey::new(vol, PageIndex(gnum)).0);
-            if self.groups.set_dirty(g, pos) {
-                self.dirty_pages += 1;
-                self.groups.add_undestaged(g, 1);
-                undo = Undo {
-                    made_dirty: true,
-                    undestaged_inc: true,
-                    through_clean: false,
-                };
-            } else if cur.is_some_and(|c| self.slots.has(c, FLAG_DESTAGING)) {
-                // The version under destage stays; the new one is undestaged.
-                self.groups.add_undestaged(g, 1);
-                undo.undestaged_inc = true;
-            }
-            self.group_changed(g);
-        }
         let slot = self
             .req_mut(ri)
             .reserved
@@ -1198,6 +1185,15 @@ impl Engine {
         }
         self.slots.set_state(slot, SlotState::Filling);
         self.slots.set_flag(slot, FLAG_FILL_CLEAN, clean);
+        if !clean {
+            // The new version is the page's entry in the dirty set.
+            if dirty_before {
+                self.dirty.replace(self.slots.keys(), key.0, slot.0);
+            } else {
+                self.dirty.insert(self.slots.keys(), slot.0);
+            }
+            self.group_changed(self.dirty.group_of(key.0));
+        }
         let src = if kind == RequestKind::WriteZeroes {
             Source::Zero
         } else {
@@ -1277,28 +1273,23 @@ impl Engine {
     }
 
     /// Bookkeeping for a page that becomes dirty outside admission.
+    /// Its current slot must be the dirty version and not yet in the set.
     fn mark_dirty(&mut self, key: PageKey) {
-        let (gnum, pos) = self.geometry.group_of(key.page());
-        let g = self
-            .groups
-            .get_or_create(PageKey::new(key.volume(), PageIndex(gnum)).0);
-        if self.groups.set_dirty(g, pos) {
-            self.dirty_pages += 1;
-            self.groups.add_undestaged(g, 1);
-        }
-        self.group_changed(g);
+        let slot = self.slots.lookup(key).expect("dirty page has a slot");
+        self.dirty.insert(self.slots.keys(), slot.0);
+        self.group_changed(self.dirty.group_of(key.0));
     }
 
     /// Undo an admitted write's page version after its write failed.
     fn revert_fill(&mut self, slot: SlotIndex, old: Option<(SlotIndex, SlotState)>, undo: Undo) {
         let key = self.slots.key(slot);
+        // A version meant dirty is the page's entry in the dirty set.
+        let in_dirty_set = !self.slots.has(slot, FLAG_FILL_CLEAN);
         self.slots.unmap(slot);
         self.slots.set_state(slot, SlotState::Stale);
         self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
-        let (gnum, pos) = self.geometry.group_of(key.page());
-        let gkey = PageKey::new(key.volume(), PageIndex(gnum)).0;
-        let group = self.groups.lookup(gkey);
-        if let Some((o, state)) = old.filter(|_| !undo.through_clean) {
+        let restored = old.filter(|_| !undo.through_clean);
+        if let Some((o, state)) = restored {
             // The previous version becomes current again.
             self.remove_old(o);
             self.slots.map(o, key);
@@ -1314,17 +1305,15 @@ impl Engine {
                 self.replacement.insert(o, key);
             }
         }
-        if let Some(g) = group {
+        if in_dirty_set {
             if undo.made_dirty {
-                self.groups.clear_dirty(g, pos);
-                self.dirty_pages -= 1;
-                self.groups.add_undestaged(g, -1);
-            } else if undo.undestaged_inc
-                && old.is_some_and(|(o, _)| self.slots.has(o, FLAG_DESTAGING))
-            {
-                self.groups.add_undestaged(g, -1);
+                self.remove_dirty(key);
+            } else {
+                // The page was dirty before: its previous version is again.
+                let (o, _) = restored.expect("a dirty page's previous version");
+                self.dirty.replace(self.slots.keys(), key.0, o.0);
             }
-            self.group_changed(g);
+            self.group_changed(self.dirty.group_of(key.0));
         }
         self.release_slot_if_free(slot);
         self.release_waiters(slot);
@@ -1350,18 +1339,9 @@ impl Engine {
             match self.slots.state(slot) {
                 SlotState::Filling => continue, // advisory: leave in-flight versions alone
                 SlotState::Dirty => {
-                    let (gnum, pos) = self.geometry.group_of(piece.page);
-                    let g = self
-                        .groups
-                        .lookup(PageKey::new(vol, PageIndex(gnum)).0)
-                        .expect("dirty page has a group");
-                    if !self.slots.has(slot, FLAG_DESTAGING) {
-                        self.groups.add_undestaged(g, -1);
-                    }
-                    self.groups.clear_dirty(g, pos);
-                    self.dirty_pages -= 1;
+                    self.remove_dirty(key);
                     self.retire(slot);
-                    self.group_changed(g);
+                    self.group_changed(self.dirty.group_of(key.0));
                 }
                 _ => self.retire(slot),
             }
@@ -1371,20 +1351,40 @@ impl Engine {
 
     // ----- groups and destage ---------------------------------------------
 
-    /// Keep the destage order's candidate set and the group table in step
-    /// with a group's counts.
-    fn group_changed(&mut self, g: GroupId) {
-        let candidate = self.groups.flag(g, GFLAG_CANDIDATE);
-        let key = self.groups.key(g);
-        if self.groups.undestaged(g) > 0 && !candidate {
-            self.order.insert(g, key);
-            self.groups.set_flag(g, GFLAG_CANDIDATE, true);
-        } else if self.groups.undestaged(g) == 0 && candidate {
-            self.order.remove(g, key);
-            self.groups.set_flag(g, GFLAG_CANDIDATE, false);
+    /// Take a page out of the dirty set (before its slot can be reused). If
+    /// that empties a candidate group, the group leaves the candidates.
+    fn remove_dirty(&mut self, key: PageKey) {
+        let flags = self.dirty.remove(self.slots.keys(), key.0);
+        let gkey = self.dirty.group_of(key.0);
+        if flags & E_CANDIDATE != 0 && self.dirty.group_flags(self.slots.keys(), gkey).is_none() {
+            self.candidates -= 1;
+            self.order.remove(view!(self), gkey);
         }
-        if self.groups.dirty(g) == 0 {
-            self.groups.release(g);
+    }
+
+    /// Keep the candidate set in step with a group: a candidate is a group
+    /// with a dirty page whose latest version is not being destaged.
+    fn group_changed(&mut self, gkey: u64) {
+        let Some(flags) = self.dirty.group_flags(self.slots.keys(), gkey) else {
+            return;
+        };
+        let candidate = flags & E_CANDIDATE != 0;
+        let mut group = std::mem::take(&mut self.positions);
+        self.dirty.group_slots(self.slots.keys(), gkey, &mut group);
+        let undestaged = group
+            .iter()
+            .any(|&s| !self.slots.has(SlotIndex(s), FLAG_DESTAGING));
+        self.positions = group;
+        if undestaged && !candidate {
+            self.dirty
+                .set_group_flags(self.slots.keys(), gkey, E_CANDIDATE, true);
+            self.candidates += 1;
+            self.order.insert(view!(self), gkey);
+        } else if !undestaged && candidate {
+            self.dirty
+                .set_group_flags(self.slots.keys(), gkey, E_CANDIDATE, false);
+            self.candidates -= 1;
+            self.order.remove(view!(self), gkey);
         }
     }
 
@@ -1396,13 +1396,12 @@ impl Engine {
         loop {
             // The trickle needs both the last and the next destage sequential:
             // look under the pointer only when the first holds.
-            let next_sequential = self.last_destage_sequential
-                && self
-                    .order
-                    .peek()
-                    .is_some_and(|g| self.groups.flag(g, GFLAG_SEQUENTIAL));
+            let next_sequential = self.last_destage_sequential && {
+                let under = self.order.peek(&*view!(self));
+                under.is_some_and(|g| self.dirty.group_has(self.slots.keys(), g, E_SEQUENTIAL))
+            };
             let input = RateInput {
-                occupancy_pages: self.dirty_pages,
+                occupancy_pages: self.dirty.pages() as u64,
                 capacity_pages: self.capacity_pages(),
                 last_destage_sequential: self.last_destage_sequential,
                 next_candidate_sequential: next_sequential,
@@ -1412,35 +1411,37 @@ impl Engine {
                 // Writes wait for room: destage at full rate whatever the thresholds say.
                 target = self.config.rate.destages_max;
             }
-            if self.destages_in_flight >= target || fruitless > self.order.len() {
+            if self.destages_in_flight >= target || fruitless > self.candidates {
                 return;
             }
-            let Some(g) = self.order.pick() else { return };
-            self.groups.set_flag(g, GFLAG_CANDIDATE, false);
+            let Some(gkey) = self.order.pick(view!(self)) else {
+                return;
+            };
+            let keys = self.slots.keys();
+            self.dirty.set_group_flags(keys, gkey, E_CANDIDATE, false);
+            self.candidates -= 1;
             self.stats.destage_picks += 1;
-            self.last_destage_sequential = self.groups.flag(g, GFLAG_SEQUENTIAL);
-            if self.issue_group_destages(g) == 0 {
+            self.last_destage_sequential = self.dirty.group_has(keys, gkey, E_SEQUENTIAL);
+            if self.issue_group_destages(gkey) == 0 {
                 fruitless += 1;
             }
-            self.group_changed(g);
+            self.group_changed(gkey);
         }
     }
 
-    /// Destage every dirty, written page of group `g` as contiguous runs.
+    /// Destage every dirty, written page of group `gkey` as contiguous runs.
     /// Returns the number of destage requests issued.
-    fn issue_group_destages(&mut self, g: GroupId) -> u32 {
-        let key = PageKey(self.groups.key(g));
-        let (vol, gnum) = (key.volume(), key.page().0);
-        let first = self.geometry.first_page_of_group(gnum).0;
-        let mut positions = std::mem::take(&mut self.positions);
-        self.groups.dirty_positions(g, &mut positions);
+    fn issue_group_destages(&mut self, gkey: u64) -> u32 {
+        let mut group = std::mem::take(&mut self.positions);
+        self.dirty.group_slots(self.slots.keys(), gkey, &mut group);
+        let vol = PageKey(gkey).volume();
         let mut issued = 0;
         let mut run: Vec<SlotIndex> = Vec::new();
         let mut run_start = 0u64;
-        for &pos in &positions {
-            let page = first + pos as u64;
-            let key = PageKey::new(vol, PageIndex(page));
-            let slot = self.slots.lookup(key).expect("dirty page has a slot");
+        for &s in &group {
+            let slot = SlotIndex(s);
+            let key = self.slots.key(slot);
+            let page = key.page().0;
             let ready = self.slots.state(slot) == SlotState::Dirty
                 && !self.slots.has(slot, FLAG_DESTAGING)
                 && (self.old_versions.is_empty() || !self.old_versions.contains_key(&key.0));
@@ -1454,7 +1455,6 @@ impl Engine {
                     run_start = page;
                 }
                 self.slots.set_flag(slot, FLAG_DESTAGING, true);
-                self.groups.add_undestaged(g, -1);
                 run.push(slot);
             }
         }
@@ -1462,7 +1462,7 @@ impl Engine {
             self.issue_destage(vol, PageIndex(run_start), run);
             issued += 1;
         }
-        self.positions = positions;
+        self.positions = group;
         issued
     }
 
@@ -1495,14 +1495,8 @@ impl Engine {
             match self.slots.state(slot) {
                 SlotState::Dirty => {
                     let key = self.slots.key(slot);
-                    let (gnum, pos) = self.geometry.group_of(key.page());
-                    let g = self
-                        .groups
-                        .lookup(PageKey::new(key.volume(), PageIndex(gnum)).0)
-                        .expect("dirty page has a group");
                     if result.is_ok() {
-                        self.groups.clear_dirty(g, pos);
-                        self.dirty_pages -= 1;
+                        self.remove_dirty(key);
                         // A persistent cache keeps no clean copy under a dirty
                         // record: evicting it later would reuse the slot while
                         // recovery could still find the old page there.
@@ -1514,10 +1508,8 @@ impl Engine {
                             self.retire(slot);
                             self.release_slot_if_free(slot);
                         }
-                    } else {
-                        self.groups.add_undestaged(g, 1);
                     }
-                    self.group_changed(g);
+                    self.group_changed(self.dirty.group_of(key.0));
                 }
                 SlotState::Stale => {
                     // Persistent caches count the old version until its free record is durable.
@@ -1530,7 +1522,7 @@ impl Engine {
             }
         }
         self.rate
-            .destage_done(self.dirty_pages, self.capacity_pages());
+            .destage_done(self.dirty.pages() as u64, self.capacity_pages());
         match result {
             Ok(()) => self.destage_retry_ns = DESTAGE_RETRY_NS_MIN,
             Err(_) => {
@@ -1711,5 +1703,30 @@ impl Engine {
             self.admit_write(ri);
             self.maybe_finish(ri);
         }
+    }
+}
+
+/// The candidate groups as the destage order sees them: the groups of the
+/// dirty set flagged `E_CANDIDATE`, with the recency bit `E_RECENT`.
+/// (`view!(self)` builds one from the engine's fields, so the order itself
+/// can be borrowed beside it.)
+struct GroupView<'a> {
+    dirty: &'a mut DirtySet,
+    keys: &'a [u64],
+    candidates: usize,
+}
+
+impl Candidates for GroupView<'_> {
+    fn len(&self) -> usize {
+        self.candidates
+    }
+    fn next(&self, after: Option<u64>) -> Option<u64> {
+        self.dirty.next_group(self.keys, after, E_CANDIDATE)
+    }
+    fn recent(&self, key: u64) -> bool {
+        self.dirty.group_has(self.keys, key, E_RECENT)
+    }
+    fn set_recent(&mut self, key: u64, on: bool) {
+        self.dirty.set_group_flags(self.keys, key, E_RECENT, on);
     }
 }

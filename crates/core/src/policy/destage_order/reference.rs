@@ -98,12 +98,38 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
     )
 }
 
+/// The candidate set as a plain sorted map with recency bits.
+#[derive(Default)]
+struct Set(std::collections::BTreeMap<u64, bool>);
+
+impl Candidates for Set {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn next(&self, after: Option<u64>) -> Option<u64> {
+        match after {
+            Some(a) => self.0.range(a + 1..).next().map(|(&k, _)| k),
+            None => self.0.keys().next().copied(),
+        }
+    }
+    fn recent(&self, key: u64) -> bool {
+        self.0[&key]
+    }
+    fn set_recent(&mut self, key: u64, on: bool) {
+        *self.0.get_mut(&key).expect("candidate") = on;
+    }
+}
+
 fn run(name: &str, ops: &[Op]) -> Result<(), TestCaseError> {
     let mut fast = build_destage_order(name).unwrap();
+    let mut set = Set::default();
     let mut sweep = RefSweep::new(name == "wow");
     let mut lrw = RefLrw::default();
     // Which ids are candidates, with their keys; keys unique among candidates.
     let mut present: std::collections::HashMap<u32, u64> = Default::default();
+    let id_of = |present: &std::collections::HashMap<u32, u64>, key: u64| {
+        present.iter().find(|(_, &k)| k == key).map(|(&id, _)| id)
+    };
     for op in ops {
         match *op {
             Op::Insert(id, key) => {
@@ -111,7 +137,8 @@ fn run(name: &str, ops: &[Op]) -> Result<(), TestCaseError> {
                     continue;
                 }
                 present.insert(id, key);
-                fast.insert(GroupId(id), key);
+                set.0.insert(key, false);
+                fast.insert(&mut set, key);
                 sweep.insert(id, key);
                 lrw.order.push(id);
             }
@@ -123,7 +150,7 @@ fn run(name: &str, ops: &[Op]) -> Result<(), TestCaseError> {
                     page_hit,
                     sequential,
                 };
-                fast.hit(GroupId(id), key, hit);
+                fast.hit(&mut set, key, hit);
                 sweep.hit(id, hit);
                 lrw.order.retain(|&g| g != id);
                 lrw.order.push(id);
@@ -132,7 +159,8 @@ fn run(name: &str, ops: &[Op]) -> Result<(), TestCaseError> {
                 let Some(key) = present.remove(&id) else {
                     continue;
                 };
-                fast.remove(GroupId(id), key);
+                set.0.remove(&key);
+                fast.remove(&mut set, key);
                 sweep.remove(id);
                 lrw.order.retain(|&g| g != id);
             }
@@ -149,14 +177,19 @@ fn run(name: &str, ops: &[Op]) -> Result<(), TestCaseError> {
                 } else if let Some(id) = want {
                     lrw.order.retain(|&g| g != id);
                 }
-                let got = fast.pick().map(|g| g.0);
-                prop_assert_eq!(got, want);
-                if let Some(id) = got {
-                    present.remove(&id);
+                let peeked = fast.peek(&set);
+                let got = fast.pick(&mut set);
+                if name != "wow" {
+                    prop_assert_eq!(peeked, got);
+                }
+                prop_assert_eq!(got.and_then(|k| id_of(&present, k)), want);
+                if let Some(key) = got {
+                    set.0.remove(&key);
+                    present.retain(|_, k| *k != key);
                 }
             }
         }
-        prop_assert_eq!(fast.len(), present.len());
+        prop_assert_eq!(set.len(), present.len());
     }
     Ok(())
 }
@@ -171,14 +204,26 @@ proptest! {
     fn wow_matches_reference(ops in ops()) { run("wow", &ops)?; }
 }
 
+fn inserted(w: &mut dyn DestageOrder, set: &mut Set, key: u64) {
+    set.0.insert(key, false);
+    w.insert(set, key);
+}
+
+fn picked(w: &mut dyn DestageOrder, set: &mut Set) -> Option<u64> {
+    let k = w.pick(set)?;
+    set.0.remove(&k);
+    Some(k)
+}
+
 #[test]
 fn wow_skips_recently_written_groups_once() {
     let mut w = build_destage_order("wow").unwrap();
-    for (id, key) in [(0, 10), (1, 20), (2, 30)] {
-        w.insert(GroupId(id), key);
+    let mut set = Set::default();
+    for key in [10, 20, 30] {
+        inserted(&mut *w, &mut set, key);
     }
     w.hit(
-        GroupId(0),
+        &mut set,
         10,
         GroupHit {
             page_hit: true,
@@ -186,26 +231,27 @@ fn wow_skips_recently_written_groups_once() {
         },
     );
     // Pointer on 10 (bit set): skip it, destage 20, then 30, then 10.
-    assert_eq!(w.pick(), Some(GroupId(1)));
-    assert_eq!(w.pick(), Some(GroupId(2)));
-    assert_eq!(w.pick(), Some(GroupId(0)));
-    assert_eq!(w.pick(), None);
+    assert_eq!(picked(&mut *w, &mut set), Some(20));
+    assert_eq!(picked(&mut *w, &mut set), Some(30));
+    assert_eq!(picked(&mut *w, &mut set), Some(10));
+    assert_eq!(picked(&mut *w, &mut set), None);
 }
 
 #[test]
 fn wow_sequential_group_hit_does_not_set_bit() {
     let mut w = build_destage_order("wow").unwrap();
-    w.insert(GroupId(0), 10);
-    w.insert(GroupId(1), 20);
+    let mut set = Set::default();
+    inserted(&mut *w, &mut set, 10);
+    inserted(&mut *w, &mut set, 20);
     w.hit(
-        GroupId(0),
+        &mut set,
         10,
         GroupHit {
             page_hit: false,
             sequential: true,
         },
     );
-    assert_eq!(w.pick(), Some(GroupId(0)));
+    assert_eq!(picked(&mut *w, &mut set), Some(10));
 }
 
 #[test]

@@ -3,61 +3,47 @@
 //! it to 1 (a write-group hit only if the write is not sequential, lines 2-4;
 //! a page hit always, lines 5-6); the destage pointer sweeps upward, clearing
 //! set bits and skipping those groups, and destages the first group whose bit
-//! is 0.
+//! is 0. The bits live with the candidates (the engine's dirty set).
 
-use super::cscan::SortedRing;
-use super::{DestageOrder, GroupHit, GroupId};
+use super::cscan::Pointer;
+use super::{Candidates, DestageOrder, GroupHit};
 
 #[derive(Default)]
 pub struct Wow {
-    ring: SortedRing,
-    recency: Vec<bool>,
-}
-
-impl Wow {
-    fn set_bit(&mut self, id: u32, value: bool) {
-        let i = id as usize;
-        if self.recency.len() <= i {
-            self.recency.resize(i + 1, false);
-        }
-        self.recency[i] = value;
-    }
+    pointer: Pointer,
 }
 
 impl DestageOrder for Wow {
     fn name(&self) -> &'static str {
         "wow"
     }
-    fn insert(&mut self, group: GroupId, key: u64) {
-        self.ring.insert(key, group.0);
-        self.set_bit(group.0, false); // line 14
+    fn insert(&mut self, c: &mut dyn Candidates, key: u64) {
+        c.set_recent(key, false); // line 14
+        self.pointer.inserted(c, key);
     }
-    fn hit(&mut self, group: GroupId, _key: u64, hit: GroupHit) {
+    fn hit(&mut self, c: &mut dyn Candidates, key: u64, hit: GroupHit) {
         if !hit.sequential || hit.page_hit {
-            self.set_bit(group.0, true); // lines 2-4 and 5-6
+            c.set_recent(key, true); // lines 2-4 and 5-6
         }
     }
-    fn remove(&mut self, _group: GroupId, key: u64) {
-        self.ring.remove(key);
+    fn remove(&mut self, c: &mut dyn Candidates, key: u64) {
+        self.pointer.removed(c, key);
     }
-    fn pick(&mut self) -> Option<GroupId> {
+    fn pick(&mut self, c: &mut dyn Candidates) -> Option<u64> {
         loop {
-            let (key, group) = self.ring.current()?;
-            if self.recency[group as usize] {
-                self.recency[group as usize] = false; // lines 20-23
-                self.ring.advance_from(key);
+            let key = self.pointer.current(c)?;
+            self.pointer.advance(c);
+            if c.recent(key) {
+                c.set_recent(key, false); // lines 20-23
                 continue;
             }
-            return self.ring.take_current().map(GroupId); // lines 24-26
+            return Some(key); // lines 24-26
         }
     }
-    fn peek(&self) -> Option<GroupId> {
-        self.ring.current().map(|(_, g)| GroupId(g))
-    }
-    fn len(&self) -> usize {
-        self.ring.len()
+    fn peek(&self, c: &dyn Candidates) -> Option<u64> {
+        self.pointer.current(c)
     }
     fn metadata_bytes(&self) -> usize {
-        self.ring.heap_bytes() + self.recency.capacity()
+        0
     }
 }
