@@ -5,11 +5,14 @@
 //!
 //! Keys are not stored here: an entry names a slot, and the slot table holds
 //! its page key (passed in as `keys`). A page's entry is repointed when a new
-//! version of the page takes over (`replace`).
+//! version of the page takes over (`replace`). Leaves are linked in key order
+//! and found by their first key in a small `BTreeMap`; the start of the last
+//! group looked up is remembered (a finger), because the engine touches one
+//! group several times per write.
 
 use crate::types::PAGE_INDEX_MAX;
+use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::ops::Bound::{Excluded, Unbounded};
 
 /// The group is in the destage order's candidate set.
 pub const E_CANDIDATE: u32 = 1 << 31;
@@ -23,20 +26,18 @@ pub const SLOTS_MAX: u64 = 1 << 29;
 const ID: u32 = (1 << 29) - 1;
 
 /// Entries per leaf: a leaf is 256 bytes.
-const LEAF_CAP: usize = 63;
+const LEAF_CAP: usize = 61;
+const NIL: u32 = u32::MAX;
 
+#[derive(Clone)]
 struct Leaf {
     len: u32,
+    prev: u32,
+    next: u32,
     e: [u32; LEAF_CAP],
 }
 
 impl Leaf {
-    fn new() -> Box<Leaf> {
-        Box::new(Leaf {
-            len: 0,
-            e: [0; LEAF_CAP],
-        })
-    }
     fn entries(&self) -> &[u32] {
         &self.e[..self.len as usize]
     }
@@ -56,13 +57,63 @@ impl Leaf {
     }
 }
 
+/// Where an entry at `start` is after an insert at `at` in the same leaf
+/// shifted the entries from there on.
+fn start_after(start: Pos, at: Pos) -> Pos {
+    if start.0 == at.0 && start.1 >= at.1 {
+        (start.0, start.1 + 1)
+    } else {
+        start
+    }
+}
+
 fn slot_of(entry: u32) -> usize {
     (entry & ID) as usize
 }
 
+/// How many of the sorted `es` have a key below `key` (their lower bound).
+/// The keys are scattered reads (the slot table); an 8-way search reads
+/// seven pivots, then the run between two of them, each round's reads
+/// independent of each other, so their cache misses overlap: two memory
+/// latencies per leaf instead of a binary search's six.
+fn lower_bound_in(es: &[u32], keys: &[u64], key: u64) -> usize {
+    let below = |e: &u32| keys[slot_of(*e)] < key;
+    let n = es.len();
+    if n <= 16 {
+        return es.iter().filter(|e| below(e)).count();
+    }
+    let pivot = |j: usize| (j + 1) * n / 8;
+    let c = (0..7).filter(|&j| below(&es[pivot(j)])).count();
+    let lo = if c == 0 { 0 } else { pivot(c - 1) + 1 };
+    let hi = if c == 7 { n } else { pivot(c) };
+    lo + es[lo..hi].iter().filter(|e| below(e)).count()
+}
+
+/// An entry's place: (leaf, index in it).
+type Pos = (u32, usize);
+
+/// The start of the last group looked up, valid while `version` holds:
+/// where its first entry is, and where an entry for its first page would
+/// go (`route`), which for a group with no entry is where any of its pages
+/// would go.
+#[derive(Clone, Copy)]
+struct Finger {
+    version: u64,
+    gkey: u64,
+    start: Option<Pos>,
+    route: Option<Pos>,
+    /// Entries in the group, once counted (0: not yet).
+    len: usize,
+}
+
 pub struct DirtySet {
     /// Leaves by the key of their first entry.
-    leaves: BTreeMap<u64, Box<Leaf>>,
+    index: BTreeMap<u64, u32>,
+    leaves: Vec<Leaf>,
+    free_leaves: Vec<u32>,
+    /// Changes whenever entries move (insert, remove), so a finger expires.
+    version: u64,
+    finger: Cell<Finger>,
     group_pages: u64,
     pages: usize,
     groups: usize,
@@ -71,7 +122,17 @@ pub struct DirtySet {
 impl DirtySet {
     pub fn new(group_pages: u32) -> DirtySet {
         DirtySet {
-            leaves: BTreeMap::new(),
+            index: BTreeMap::new(),
+            leaves: Vec::new(),
+            free_leaves: Vec::new(),
+            version: 0,
+            finger: Cell::new(Finger {
+                version: u64::MAX,
+                gkey: 0,
+                start: None,
+                route: None,
+                len: 0,
+            }),
             group_pages: group_pages as u64,
             pages: 0,
             groups: 0,
@@ -96,69 +157,138 @@ impl DirtySet {
         (gkey & !PAGE_INDEX_MAX) | ((gkey & PAGE_INDEX_MAX) * self.group_pages)
     }
 
-    /// The leaf where a search for `key` starts: the last one whose first key
-    /// is at most `key`, or the first leaf.
-    fn start_leaf(&self, key: u64) -> Option<u64> {
-        self.leaves
+    fn entry(&self, (l, i): Pos) -> u32 {
+        self.leaves[l as usize].e[i]
+    }
+    fn entry_mut(&mut self, (l, i): Pos) -> &mut u32 {
+        &mut self.leaves[l as usize].e[i]
+    }
+    /// The place after `pos`, if any.
+    fn step(&self, (l, i): Pos) -> Option<Pos> {
+        let leaf = &self.leaves[l as usize];
+        if i + 1 < leaf.len as usize {
+            Some((l, i + 1))
+        } else if leaf.next != NIL {
+            Some((leaf.next, 0))
+        } else {
+            None
+        }
+    }
+
+    /// The leaf where `key` belongs and its place in it (possibly one past
+    /// its last entry): the last leaf whose first key is at most `key`, or
+    /// the first leaf.
+    fn route(&self, keys: &[u64], key: u64) -> Option<Pos> {
+        let (_, &l) = self
+            .index
             .range(..=key)
             .next_back()
-            .or_else(|| self.leaves.iter().next())
-            .map(|(&k, _)| k)
+            .or_else(|| self.index.iter().next())?;
+        let at = lower_bound_in(self.leaves[l as usize].entries(), keys, key);
+        Some((l, at))
     }
 
-    /// Visit the entries from the first whose key is at least `from`, in key
-    /// order, while `f` returns true.
-    fn scan(&self, keys: &[u64], from: u64, mut f: impl FnMut(u32) -> bool) {
-        let Some(start) = self.start_leaf(from) else {
-            return;
-        };
-        let mut first = true;
-        for leaf in self.leaves.range(start..).map(|(_, l)| l) {
-            let es = leaf.entries();
-            let at = if std::mem::take(&mut first) {
-                es.partition_point(|&e| keys[slot_of(e)] < from)
-            } else {
-                0
-            };
-            for &e in &es[at..] {
-                if !f(e) {
-                    return;
-                }
-            }
+    /// The first entry whose key is at least `key`.
+    fn lower_bound(&self, keys: &[u64], key: u64) -> Option<Pos> {
+        self.bound_of(self.route(keys, key))
+    }
+
+    /// The entry at a routed place, or the next one if it is past a leaf's end.
+    fn bound_of(&self, routed: Option<Pos>) -> Option<Pos> {
+        let (l, at) = routed?;
+        let leaf = &self.leaves[l as usize];
+        if at < leaf.len as usize {
+            Some((l, at))
+        } else if leaf.next != NIL {
+            Some((leaf.next, 0))
+        } else {
+            None
         }
     }
 
-    /// `scan`, with the entries open to change (flag bits only).
-    fn scan_mut(&mut self, keys: &[u64], from: u64, mut f: impl FnMut(&mut u32) -> bool) {
-        let Some(start) = self.start_leaf(from) else {
+    /// Where group `gkey` starts, if it has a dirty page.
+    fn group_start(&self, keys: &[u64], gkey: u64) -> Option<Pos> {
+        let f = self.finger.get();
+        if f.version == self.version && f.gkey == gkey {
+            return f.start;
+        }
+        let route = self.route(keys, self.first_key(gkey));
+        let start = self
+            .bound_of(route)
+            .filter(|&p| self.group_of(keys[slot_of(self.entry(p))]) == gkey);
+        self.finger.set(Finger {
+            version: self.version,
+            gkey,
+            start,
+            route,
+            len: 0,
+        });
+        start
+    }
+
+    /// Where group `gkey` starts and how many entries it has (counted
+    /// once per finger).
+    fn group_extent(&self, keys: &[u64], gkey: u64) -> Option<(Pos, usize)> {
+        let start = self.group_start(keys, gkey)?;
+        let mut f = self.finger.get();
+        if f.len == 0 {
+            let mut n = 0;
+            let mut pos = Some(start);
+            while let Some(p) = pos {
+                if self.group_of(keys[slot_of(self.entry(p))]) != gkey {
+                    break;
+                }
+                n += 1;
+                pos = self.step(p);
+            }
+            f.len = n;
+            self.finger.set(f);
+        }
+        Some((start, f.len))
+    }
+
+    /// The runs of group `gkey` in its leaves: (leaf, first index, entries).
+    fn group_runs(&self, keys: &[u64], gkey: u64, mut f: impl FnMut(u32, usize, usize) -> bool) {
+        let Some(((mut l, mut at), mut left)) = self.group_extent(keys, gkey) else {
             return;
         };
-        let mut first = true;
-        for leaf in self.leaves.range_mut(start..).map(|(_, l)| l) {
-            let n = leaf.len as usize;
-            let at = if std::mem::take(&mut first) {
-                leaf.e[..n].partition_point(|&e| keys[slot_of(e)] < from)
-            } else {
-                0
-            };
-            for e in &mut leaf.e[at..n] {
-                if !f(e) {
-                    return;
-                }
+        while left > 0 {
+            let leaf = &self.leaves[l as usize];
+            let n = left.min(leaf.len as usize - at);
+            if !f(l, at, n) {
+                return;
             }
+            left -= n;
+            (l, at) = (leaf.next, 0);
         }
+    }
+
+    /// The place of `key`'s entry, if it has one.
+    fn find(&self, keys: &[u64], key: u64) -> Option<Pos> {
+        let mut found = None;
+        self.group_runs(keys, self.group_of(key), |l, at, n| {
+            let run = &self.leaves[l as usize].e[at..at + n];
+            let i = lower_bound_in(run, keys, key);
+            if i < n {
+                found = (keys[slot_of(run[i])] == key).then_some((l, at + i));
+                return false;
+            }
+            true
+        });
+        found
+    }
+
+    /// The positions of group `gkey`'s entries, in order.
+    fn for_group(&self, keys: &[u64], gkey: u64, mut f: impl FnMut(Pos)) {
+        self.group_runs(keys, gkey, |l, at, n| {
+            (at..at + n).for_each(|i| f((l, i)));
+            true
+        });
     }
 
     /// The flags of group `gkey`, or None if it has no dirty page.
     pub fn group_flags(&self, keys: &[u64], gkey: u64) -> Option<u32> {
-        let mut found = None;
-        self.scan(keys, self.first_key(gkey), |e| {
-            if self.group_of(keys[slot_of(e)]) == gkey {
-                found = Some(e & FLAGS);
-            }
-            false
-        });
-        found
+        self.group_start(keys, gkey).map(|p| self.entry(p) & FLAGS)
     }
 
     /// Whether group `gkey` has every flag of `mask`.
@@ -170,175 +300,381 @@ impl DirtySet {
     /// Set or clear `mask` on every entry of group `gkey`.
     pub fn set_group_flags(&mut self, keys: &[u64], gkey: u64, mask: u32, on: bool) {
         debug_assert_eq!(mask & !FLAGS, 0);
-        let gp = self.group_pages;
-        let of = |key: u64| (key & !PAGE_INDEX_MAX) | ((key & PAGE_INDEX_MAX) / gp);
-        self.scan_mut(keys, self.first_key(gkey), |e| {
-            if of(keys[slot_of(*e)]) != gkey {
-                return false;
-            }
-            if on {
-                *e |= mask;
+        let mut runs = [(0u32, 0usize, 0usize); 4];
+        let mut more = Vec::new();
+        let mut k = 0;
+        self.group_runs(keys, gkey, |l, at, n| {
+            if k < runs.len() {
+                runs[k] = (l, at, n);
+                k += 1;
             } else {
-                *e &= !mask;
+                more.push((l, at, n));
             }
             true
         });
+        for (l, at, n) in runs[..k].iter().chain(&more) {
+            for e in &mut self.leaves[*l as usize].e[*at..at + n] {
+                if on {
+                    *e |= mask;
+                } else {
+                    *e &= !mask;
+                }
+            }
+        }
     }
 
     /// The slots of group `gkey`'s dirty pages, in page order, into `out`.
     pub fn group_slots(&self, keys: &[u64], gkey: u64, out: &mut Vec<u32>) {
         out.clear();
-        self.scan(keys, self.first_key(gkey), |e| {
-            if self.group_of(keys[slot_of(e)]) != gkey {
-                return false;
-            }
-            out.push(slot_of(e) as u32);
-            true
-        });
+        self.for_group(keys, gkey, |p| out.push(slot_of(self.entry(p)) as u32));
     }
 
     /// The first group above `after` (from the lowest if None) with every
     /// flag of `mask`.
     pub fn next_group(&self, keys: &[u64], after: Option<u64>, mask: u32) -> Option<u64> {
-        let from = after.map_or(0, |g| self.first_key(g));
-        let mut found = None;
-        self.scan(keys, from, |e| {
+        let mut pos = match after {
+            Some(g) => self.lower_bound(keys, self.first_key(g)),
+            None => self.index.values().next().map(|&l| (l, 0)),
+        };
+        while let Some(p) = pos {
+            let e = self.entry(p);
             let g = self.group_of(keys[slot_of(e)]);
-            if after.is_some_and(|a| g <= a) || e & mask != mask {
-                return true;
+            if after.is_none_or(|a| g > a) && e & mask == mask {
+                return Some(g);
             }
-            found = Some(g);
-            false
-        });
-        found
+            pos = self.step(p);
+        }
+        None
     }
 
-    /// Where `key`'s entry is or would go: (leaf, position, present).
-    fn find(&self, keys: &[u64], key: u64) -> Option<(u64, usize, bool)> {
-        let lk = self.start_leaf(key)?;
-        let es = self.leaves[&lk].entries();
-        let at = es.partition_point(|&e| keys[slot_of(e)] < key);
-        let present = es.get(at).is_some_and(|&e| keys[slot_of(e)] == key);
-        Some((lk, at, present))
+    fn new_leaf(&mut self, prev: u32, next: u32) -> u32 {
+        let leaf = Leaf {
+            len: 0,
+            prev,
+            next,
+            e: [0; LEAF_CAP],
+        };
+        let l = match self.free_leaves.pop() {
+            Some(l) => {
+                self.leaves[l as usize] = leaf;
+                l
+            }
+            None => {
+                if self.leaves.len() == self.leaves.capacity() {
+                    // Grow by an eighth: the arena is most of this structure.
+                    self.leaves.reserve_exact(self.leaves.len() / 8 + 16);
+                }
+                self.leaves.push(leaf);
+                self.leaves.len() as u32 - 1
+            }
+        };
+        if prev != NIL {
+            self.leaves[prev as usize].next = l;
+        }
+        if next != NIL {
+            self.leaves[next as usize].prev = l;
+        }
+        l
+    }
+
+    fn drop_leaf(&mut self, l: u32, first_key: u64) {
+        let (prev, next) = {
+            let leaf = &self.leaves[l as usize];
+            (leaf.prev, leaf.next)
+        };
+        if prev != NIL {
+            self.leaves[prev as usize].next = next;
+        }
+        if next != NIL {
+            self.leaves[next as usize].prev = prev;
+        }
+        self.index.remove(&first_key);
+        self.free_leaves.push(l);
+    }
+
+    /// The leaf's first key changed from `old`.
+    fn rekey(&mut self, keys: &[u64], l: u32, old: u64) {
+        let new = keys[slot_of(self.leaves[l as usize].e[0])];
+        if new != old {
+            self.index.remove(&old);
+            self.index.insert(new, l);
+        }
     }
 
     /// Add the dirty page held by `slot` (its key is `keys[slot]`); it takes
-    /// its group's flags.
-    pub fn insert(&mut self, keys: &[u64], slot: u32) {
+    /// its group's flags, which are returned.
+    pub fn insert(&mut self, keys: &[u64], slot: u32) -> u32 {
         debug_assert!((slot as u64) < SLOTS_MAX);
         let key = keys[slot as usize];
-        let flags = match self.group_flags(keys, self.group_of(key)) {
-            Some(f) => f,
+        let gkey = self.group_of(key);
+        let extent = self.group_extent(keys, gkey);
+        let flags = extent.map_or(0, |(p, _)| self.entry(p) & FLAGS);
+        let entry = slot | flags;
+        // A page of a group with no entry goes where the group's lookup
+        // routed; one of a group with entries goes among them.
+        let routed = match extent {
+            None => self.finger.get().route,
+            Some(_) => Some(self.place_in_group(keys, gkey, key)),
+        };
+        self.pages += 1;
+        self.version += 1;
+        let (pos, in_place) = self.insert_entry(keys, key, entry, routed);
+        let finger = match extent {
+            // A new group starts at its only entry.
             None => {
                 self.groups += 1;
-                0
+                Some((pos, 1))
             }
+            // Nothing else moved: the group starts where it did, or here.
+            Some((start, len)) if in_place => {
+                let first = keys[slot_of(self.entry(start_after(start, pos)))];
+                Some((
+                    if key < first {
+                        pos
+                    } else {
+                        start_after(start, pos)
+                    },
+                    len + 1,
+                ))
+            }
+            Some(_) => None,
         };
-        let entry = slot | flags;
-        self.pages += 1;
-        let Some((lk, at, present)) = self.find(keys, key) else {
-            let mut leaf = Leaf::new();
-            leaf.insert_at(0, entry);
-            self.leaves.insert(key, leaf);
-            return;
+        if let Some((start, len)) = finger {
+            self.finger.set(Finger {
+                version: self.version,
+                gkey,
+                start: Some(start),
+                route: Some(start),
+                len,
+            });
+        }
+        flags
+    }
+
+    /// Where `key`, of group `gkey` which has entries, goes among them.
+    fn place_in_group(&self, keys: &[u64], gkey: u64, key: u64) -> Pos {
+        let mut place = None;
+        self.group_runs(keys, gkey, |l, at, n| {
+            let run = &self.leaves[l as usize].e[at..at + n];
+            let i = lower_bound_in(run, keys, key);
+            place = Some((l, at + i));
+            i == n
+        });
+        place.expect("group has entries")
+    }
+
+    /// Put `entry` at `routed`; returns its place, and whether no other entry
+    /// changed leaf (the insert shifted at most the rest of its leaf).
+    fn insert_entry(
+        &mut self,
+        keys: &[u64],
+        key: u64,
+        entry: u32,
+        routed: Option<Pos>,
+    ) -> (Pos, bool) {
+        let Some((l, at)) = routed else {
+            let l = self.new_leaf(NIL, NIL);
+            self.leaves[l as usize].insert_at(0, entry);
+            self.index.insert(key, l);
+            return ((l, 0), true);
         };
-        debug_assert!(!present, "page inserted twice");
-        let n = self.leaves[&lk].len as usize;
+        let (n, next, old_first) = {
+            let leaf = &self.leaves[l as usize];
+            (leaf.len as usize, leaf.next, keys[slot_of(leaf.e[0])])
+        };
+        debug_assert!(
+            self.leaves[l as usize]
+                .entries()
+                .get(at)
+                .is_none_or(|&e| keys[slot_of(e)] != key),
+            "page inserted twice"
+        );
         if n < LEAF_CAP {
-            self.leaves
-                .get_mut(&lk)
-                .expect("leaf found")
-                .insert_at(at, entry);
+            self.leaves[l as usize].insert_at(at, entry);
             if at == 0 {
                 // Only the first leaf takes a key below its first one.
-                let leaf = self.leaves.remove(&lk).expect("leaf found");
-                self.leaves.insert(key, leaf);
+                self.rekey(keys, l, old_first);
             }
-            return;
+            return ((l, at), true);
         }
         // Full. At the end, the entry goes to the front of the next leaf if
         // that has room; at either end it else starts a leaf of its own (so
         // ascending and descending fills leave full leaves); in the middle the
         // leaf splits in halves.
         if at == n {
-            let next = self
-                .leaves
-                .range((Excluded(lk), Unbounded))
-                .next()
-                .map(|(&k, l)| (k, l.len as usize));
-            if let Some((nk, _)) = next.filter(|&(_, nn)| nn < LEAF_CAP) {
-                let mut nl = self.leaves.remove(&nk).expect("leaf found");
-                nl.insert_at(0, entry);
-                self.leaves.insert(key, nl);
-                return;
+            if next != NIL && (self.leaves[next as usize].len as usize) < LEAF_CAP {
+                let next_first = keys[slot_of(self.leaves[next as usize].e[0])];
+                self.leaves[next as usize].insert_at(0, entry);
+                self.rekey(keys, next, next_first);
+                return ((next, 0), false);
             }
+            let new = self.new_leaf(l, next);
+            self.leaves[new as usize].insert_at(0, entry);
+            self.index.insert(key, new);
+            return ((new, 0), false);
         }
-        if at == n || at == 0 {
-            let mut new = Leaf::new();
-            new.insert_at(0, entry);
-            self.leaves.insert(key, new);
-            return;
+        if at == 0 {
+            let prev = self.leaves[l as usize].prev;
+            let new = self.new_leaf(prev, l);
+            self.leaves[new as usize].insert_at(0, entry);
+            self.index.insert(key, new);
+            return ((new, 0), false);
         }
         let mid = LEAF_CAP / 2;
-        let leaf = self.leaves.get_mut(&lk).expect("leaf found");
-        let mut right = Leaf::new();
-        right.e[..n - mid].copy_from_slice(&leaf.e[mid..n]);
-        right.len = (n - mid) as u32;
-        leaf.len = mid as u32;
-        if at < mid {
-            leaf.insert_at(at, entry);
-        } else {
-            right.insert_at(at - mid, entry);
+        let right = self.new_leaf(l, next);
+        let moved = self.leaves[l as usize].e;
+        {
+            let r = &mut self.leaves[right as usize];
+            r.e[..n - mid].copy_from_slice(&moved[mid..n]);
+            r.len = (n - mid) as u32;
         }
-        let rk = keys[slot_of(right.e[0])];
-        self.leaves.insert(rk, right);
+        self.leaves[l as usize].len = mid as u32;
+        let pos = if at < mid {
+            self.leaves[l as usize].insert_at(at, entry);
+            (l, at)
+        } else {
+            self.leaves[right as usize].insert_at(at - mid, entry);
+            (right, at - mid)
+        };
+        let rk = keys[slot_of(self.leaves[right as usize].e[0])];
+        self.index.insert(rk, right);
+        (pos, false)
     }
 
     /// Point `key`'s entry at `slot` (a new version of the page took over);
     /// its flags stay.
-    pub fn replace(&mut self, keys: &[u64], key: u64, slot: u32) {
-        let (lk, at, present) = self.find(keys, key).expect("page is dirty");
-        debug_assert!(present, "page is dirty");
-        let e = &mut self.leaves.get_mut(&lk).expect("leaf found").e[at];
+    /// Returns its flags.
+    pub fn replace(&mut self, keys: &[u64], key: u64, slot: u32) -> u32 {
+        let pos = self.find(keys, key).expect("page is dirty");
+        let e = self.entry_mut(pos);
         *e = (*e & FLAGS) | slot;
+        *e & FLAGS
     }
 
     /// Take `key`'s entry out; returns its flags. `keys` must still give the
     /// key of the slot it names.
     pub fn remove(&mut self, keys: &[u64], key: u64) -> u32 {
-        let (lk, at, present) = self.find(keys, key).expect("page is dirty");
-        assert!(present, "removing a page that is not dirty");
         let gkey = self.group_of(key);
-        let mut leaf = self.leaves.remove(&lk).expect("leaf found");
-        let entry = leaf.remove_at(at);
+        let (start, len) = self
+            .group_extent(keys, gkey)
+            .expect("removing a page that is not dirty");
+        let (l, at) = self
+            .find(keys, key)
+            .expect("removing a page that is not dirty");
+        let old_first = keys[slot_of(self.leaves[l as usize].e[0])];
+        let entry = self.leaves[l as usize].remove_at(at);
         self.pages -= 1;
-        let n = leaf.len as usize;
-        // Merge a small leaf into its successor when both fit in one.
-        let next = self
-            .leaves
-            .range((Excluded(lk), Unbounded))
-            .next()
-            .map(|(&k, l)| (k, l.len as usize));
-        if let Some((nk, nn)) = next.filter(|&(_, nn)| n + nn <= LEAF_CAP / 2) {
-            let mut nl = self.leaves.remove(&nk).expect("leaf found");
-            leaf.e[n..n + nn].copy_from_slice(&nl.e[..nn]);
-            leaf.len = (n + nn) as u32;
-            nl.len = 0;
+        self.version += 1;
+        let (n, next) = {
+            let leaf = &self.leaves[l as usize];
+            (leaf.len as usize, leaf.next)
+        };
+        if n == 0 {
+            self.drop_leaf(l, old_first);
+        } else {
+            if at == 0 {
+                self.rekey(keys, l, old_first);
+            }
+            // Merge a small leaf with its successor when both fit in half a leaf.
+            if next != NIL {
+                let nn = self.leaves[next as usize].len as usize;
+                if n + nn <= LEAF_CAP / 2 {
+                    let next_first = keys[slot_of(self.leaves[next as usize].e[0])];
+                    let moved = self.leaves[next as usize].e;
+                    let leaf = &mut self.leaves[l as usize];
+                    leaf.e[n..n + nn].copy_from_slice(&moved[..nn]);
+                    leaf.len = (n + nn) as u32;
+                    self.drop_leaf(next, next_first);
+                }
+            }
         }
-        if leaf.len > 0 {
-            let first = keys[slot_of(leaf.e[0])];
-            self.leaves.insert(first, leaf);
-        }
-        if self.group_flags(keys, gkey).is_none() {
+        if len == 1 {
             self.groups -= 1;
+        }
+        // The group's start is unchanged, or (its first entry went) the
+        // entry that followed, which is now at the same place or starts the
+        // next leaf. With its leaf gone, let the next lookup find it.
+        if n > 0 {
+            let l_len = self.leaves[l as usize].len as usize;
+            let l_next = self.leaves[l as usize].next;
+            let new_start = if start != (l, at) {
+                Some(start)
+            } else if len == 1 {
+                None
+            } else if at < l_len {
+                Some((l, at))
+            } else {
+                Some((l_next, 0))
+            };
+            self.finger.set(Finger {
+                version: self.version,
+                gkey,
+                start: new_start,
+                route: Some(new_start.unwrap_or((l, at))),
+                len: len - 1,
+            });
         }
         entry & FLAGS
     }
 
     pub fn heap_bytes(&self) -> usize {
-        // Boxed leaves, plus the map's nodes (11 entries of 16 bytes per
-        // node, about 2/3 full).
-        self.leaves.len() * std::mem::size_of::<Leaf>() + (self.leaves.len() * 3).div_ceil(22) * 200
+        // The leaf arena, plus the index's nodes (11 entries of 12 bytes
+        // per node, about 2/3 full).
+        self.leaves.capacity() * std::mem::size_of::<Leaf>()
+            + self.free_leaves.capacity() * 4
+            + (self.index.len() * 3).div_ceil(22) * 160
+    }
+}
+
+#[cfg(test)]
+impl DirtySet {
+    /// The structure's invariants: leaves linked in key order, none empty,
+    /// each indexed by its first key, entries strictly ascending.
+    fn check(&self, keys: &[u64]) {
+        let mut l = self.index.values().next().copied().unwrap_or(NIL);
+        let (mut prev, mut last, mut seen, mut leaves) = (NIL, None, 0, 0);
+        while l != NIL {
+            let leaf = &self.leaves[l as usize];
+            assert!(leaf.len > 0, "empty leaf");
+            assert_eq!(leaf.prev, prev, "prev link");
+            assert_eq!(self.index.get(&keys[slot_of(leaf.e[0])]), Some(&l), "index");
+            for &e in leaf.entries() {
+                let k = keys[slot_of(e)];
+                assert!(last.is_none_or(|p| p < k), "keys ascend");
+                last = Some(k);
+                seen += 1;
+            }
+            leaves += 1;
+            (prev, l) = (l, leaf.next);
+        }
+        assert_eq!(seen, self.pages);
+        assert_eq!(leaves, self.index.len());
+        // A live finger agrees with a fresh lookup.
+        let f = self.finger.get();
+        if f.version == self.version {
+            let route = self.route(keys, self.first_key(f.gkey));
+            let start = self
+                .bound_of(route)
+                .filter(|&p| self.group_of(keys[slot_of(self.entry(p))]) == f.gkey);
+            assert_eq!(f.start, start, "finger start");
+            if start.is_none() {
+                assert_eq!(self.bound_of(f.route), self.bound_of(route), "finger route");
+            }
+            if f.len > 0 {
+                let n = self.index.values().count(); // leaves, for a bound
+                let mut count = 0;
+                let mut pos = start;
+                while let Some(p) =
+                    pos.filter(|&p| self.group_of(keys[slot_of(self.entry(p))]) == f.gkey)
+                {
+                    count += 1;
+                    pos = self.step(p);
+                    assert!(count <= n * LEAF_CAP);
+                }
+                assert_eq!(f.len, count, "finger len");
+            }
+        }
+        assert_eq!(leaves + self.free_leaves.len(), self.leaves.len());
     }
 }
 
@@ -414,6 +750,7 @@ mod tests {
                     let g = set.group_of(k);
                     if live.contains(&g) { recent.insert(g, on); }
                 }
+                set.check(&keys);
                 prop_assert_eq!(set.pages(), model.len());
                 prop_assert_eq!(set.groups(), live.len());
                 // Every group: its slots in order, and its flag.
@@ -456,6 +793,7 @@ mod tests {
         }
         assert_eq!(set.pages(), 10_000);
         assert_eq!(set.groups(), 10_000);
-        assert_eq!(set.leaves.len(), 10_000usize.div_ceil(LEAF_CAP));
+        assert_eq!(set.index.len(), 10_000usize.div_ceil(LEAF_CAP));
+        assert_eq!(set.leaves.len(), set.index.len());
     }
 }

@@ -1186,13 +1186,16 @@ impl Engine {
         self.slots.set_state(slot, SlotState::Filling);
         self.slots.set_flag(slot, FLAG_FILL_CLEAN, clean);
         if !clean {
-            // The new version is the page's entry in the dirty set.
-            if dirty_before {
-                self.dirty.replace(self.slots.keys(), key.0, slot.0);
+            // The new version is the page's entry in the dirty set. It is not
+            // being destaged, so a group that is a candidate stays one.
+            let flags = if dirty_before {
+                self.dirty.replace(self.slots.keys(), key.0, slot.0)
             } else {
-                self.dirty.insert(self.slots.keys(), slot.0);
+                self.dirty.insert(self.slots.keys(), slot.0)
+            };
+            if flags & E_CANDIDATE == 0 {
+                self.group_changed(self.dirty.group_of(key.0));
             }
-            self.group_changed(self.dirty.group_of(key.0));
         }
         let src = if kind == RequestKind::WriteZeroes {
             Source::Zero
@@ -1276,8 +1279,9 @@ impl Engine {
     /// Its current slot must be the dirty version and not yet in the set.
     fn mark_dirty(&mut self, key: PageKey) {
         let slot = self.slots.lookup(key).expect("dirty page has a slot");
-        self.dirty.insert(self.slots.keys(), slot.0);
-        self.group_changed(self.dirty.group_of(key.0));
+        if self.dirty.insert(self.slots.keys(), slot.0) & E_CANDIDATE == 0 {
+            self.group_changed(self.dirty.group_of(key.0));
+        }
     }
 
     /// Undo an admitted write's page version after its write failed.
