@@ -9,6 +9,10 @@ use crate::policy::destage_rate::{
 use crate::policy::replacement::build_replacement;
 use thiserror::Error;
 
+/// Most cache slots an engine takes (2 TiB of 4 KiB pages): a slot index
+/// shares a 32-bit dirty-set entry with three flag bits.
+pub const CACHE_SLOTS_MAX: u64 = 1 << 29;
+
 /// How writes reach the backing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WritePolicy {
@@ -87,7 +91,7 @@ pub enum ConfigError {
         "cache_slots = {slots}: the cache must hold at least one write group ({group_pages} pages)"
     )]
     CacheSmallerThanGroup { slots: u64, group_pages: u32 },
-    #[error("cache_slots = {0}: at most {max} slots", max = u32::MAX - 1)]
+    #[error("cache_slots = {0}: at most {max} slots", max = CACHE_SLOTS_MAX)]
     CacheTooLarge(u64),
     #[error("destage_order: {0}")]
     DestageOrder(#[from] UnknownDestageOrder),
@@ -112,7 +116,7 @@ impl EngineConfig {
                 group_pages: geometry.group_pages(),
             });
         }
-        if self.cache_slots >= u32::MAX as u64 {
+        if self.cache_slots > CACHE_SLOTS_MAX {
             return Err(ConfigError::CacheTooLarge(self.cache_slots));
         }
         build_destage_order(&self.destage_order)?;
@@ -127,5 +131,22 @@ impl EngineConfig {
             DESTAGE_ORDER_NAMES.contains(&self.destage_order.to_ascii_lowercase().as_str())
         );
         Ok(geometry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_count_has_a_named_limit() {
+        let mut c = EngineConfig {
+            cache_slots: CACHE_SLOTS_MAX,
+            ..EngineConfig::default()
+        };
+        assert!(c.validate().is_ok());
+        c.cache_slots = CACHE_SLOTS_MAX + 1;
+        let e = c.validate().unwrap_err().to_string();
+        assert_eq!(e, "cache_slots = 536870913: at most 536870912 slots");
     }
 }

@@ -73,10 +73,6 @@ impl Geometry {
     pub fn group_size_bytes(&self) -> u64 {
         (self.group_pages as u64) << self.page_shift
     }
-    /// Words of a per-group dirty bitmap.
-    pub fn group_words(&self) -> usize {
-        (self.group_pages as usize).div_ceil(64)
-    }
     pub fn page_of(&self, offset_bytes: u64) -> PageIndex {
         PageIndex(offset_bytes >> self.page_shift)
     }
@@ -228,6 +224,5 @@ mod tests {
         assert_eq!(g.group_pages(), 64);
         assert_eq!(g.group_of(PageIndex(130)), (2, 2));
         assert_eq!(g.first_page_of_group(2), PageIndex(128));
-        assert_eq!(g.group_words(), 1);
     }
 }

@@ -21,9 +21,8 @@ pub const E_RECENT: u32 = 1 << 30;
 /// The latest write to the group was sequential.
 pub const E_SEQUENTIAL: u32 = 1 << 29;
 const FLAGS: u32 = E_CANDIDATE | E_RECENT | E_SEQUENTIAL;
-/// Slot indices fit below the flag bits.
-pub const SLOTS_MAX: u64 = 1 << 29;
 const ID: u32 = (1 << 29) - 1;
+const _: () = assert!(crate::config::CACHE_SLOTS_MAX - 1 <= ID as u64);
 
 /// Entries per leaf: a leaf is 256 bytes.
 const LEAF_CAP: usize = 61;
@@ -404,7 +403,7 @@ impl DirtySet {
     /// Add the dirty page held by `slot` (its key is `keys[slot]`); it takes
     /// its group's flags, which are returned.
     pub fn insert(&mut self, keys: &[u64], slot: u32) -> u32 {
-        debug_assert!((slot as u64) < SLOTS_MAX);
+        debug_assert!(slot <= ID);
         let key = keys[slot as usize];
         let gkey = self.group_of(key);
         let extent = self.group_extent(keys, gkey);
