@@ -499,7 +499,7 @@ impl DirtySet {
         // Full. At the end, the entry goes to the front of the next leaf if
         // that has room; at either end it else starts a leaf of its own (so
         // ascending and descending fills leave full leaves); in the middle the
-        // leaf splits in halves.
+        // leaf splits.
         if at == n {
             if next != NIL && (self.leaves[next as usize].len as usize) < LEAF_CAP {
                 let next_first = keys[slot_of(self.leaves[next as usize].e[0])];
@@ -518,6 +518,27 @@ impl DirtySet {
             self.leaves[new as usize].insert_at(0, entry);
             self.index.insert(key, new);
             return ((new, 0), false);
+        }
+        // In the middle: make room by moving the last entry to the next leaf
+        // or the first to the previous one, if either has room (so leaves
+        // stay fuller than halves would leave them); else split in halves.
+        if next != NIL && (self.leaves[next as usize].len as usize) < LEAF_CAP {
+            let next_first = keys[slot_of(self.leaves[next as usize].e[0])];
+            let last = self.leaves[l as usize].remove_at(n - 1);
+            self.leaves[next as usize].insert_at(0, last);
+            self.rekey(keys, next, next_first);
+            self.leaves[l as usize].insert_at(at, entry);
+            return ((l, at), false);
+        }
+        let prev = self.leaves[l as usize].prev;
+        if prev != NIL && (self.leaves[prev as usize].len as usize) < LEAF_CAP {
+            let first = self.leaves[l as usize].remove_at(0);
+            let p = &mut self.leaves[prev as usize];
+            let pn = p.len as usize;
+            p.insert_at(pn, first);
+            self.leaves[l as usize].insert_at(at - 1, entry);
+            self.rekey(keys, l, old_first);
+            return ((l, at - 1), false);
         }
         let mid = LEAF_CAP / 2;
         let right = self.new_leaf(l, next);
@@ -589,6 +610,12 @@ impl DirtySet {
         }
         if len == 1 {
             self.groups -= 1;
+        }
+        if self.pages == 0 {
+            // Nothing dirty: give the arena's memory back (it keeps its
+            // high-water mark while any page is dirty).
+            *self = DirtySet::new(self.group_pages as u32);
+            return entry & FLAGS;
         }
         // The group's start is unchanged, or (its first entry went) the
         // entry that followed, which is now at the same place or starts the
