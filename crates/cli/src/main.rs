@@ -363,9 +363,10 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         r.stats.write_page_hits
     );
     println!(
-        "destages            {} ({} pages), mean distance {:.0} sectors",
+        "destages            {} ({} pages, {} groups picked), mean distance {:.0} sectors",
         r.stats.destages,
         r.stats.destaged_pages,
+        r.stats.destage_picks,
         r.stats.destage_distance_sectors_mean()
     );
     println!("stalls              {}", r.stats.stalls);
