@@ -806,6 +806,11 @@ mod tests {
                     .filter(|g| recent.get(g).copied().unwrap_or(false))
                     .collect();
                 prop_assert_eq!(set.next_group(&keys, None, E_RECENT), flagged.first().copied());
+                // From any group key, present or not: the next flagged one above it.
+                for after in live.iter().copied().chain([0, 3, 50, 99, (1 << 48) + 7]) {
+                    let want = flagged.iter().copied().find(|&g| g > after);
+                    prop_assert_eq!(set.next_group(&keys, Some(after), E_RECENT), want);
+                }
             }
         }
     }
