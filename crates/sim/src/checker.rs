@@ -4,7 +4,7 @@
 //! with it). It executes each engine command's data effect when the command
 //! completes, exactly as a driver moving real bytes would.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use wcache_core::{IoCommand, PageBase, Source};
 
 pub const SECTOR_BYTES: u64 = 512;
@@ -59,12 +59,12 @@ impl DataModel {
     pub fn new(page_size_bytes: u64) -> DataModel {
         DataModel {
             sectors_per_page: page_size_bytes / SECTOR_BYTES,
-            cache: HashMap::new(),
-            backing: HashMap::new(),
-            bufs: HashMap::new(),
-            model: HashMap::new(),
-            reads: HashMap::new(),
-            writes: HashMap::new(),
+            cache: HashMap::default(),
+            backing: HashMap::default(),
+            bufs: HashMap::default(),
+            model: HashMap::default(),
+            reads: HashMap::default(),
+            writes: HashMap::default(),
             ticks: 0,
             sectors_checked: 0,
         }

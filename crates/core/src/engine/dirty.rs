@@ -155,6 +155,13 @@ impl DirtySet {
     fn first_key(&self, gkey: u64) -> u64 {
         (gkey & !PAGE_INDEX_MAX) | ((gkey & PAGE_INDEX_MAX) * self.group_pages)
     }
+    /// The page key of a group's last page (within its volume), so that
+    /// walks test membership by comparison instead of a division per entry.
+    fn last_key(&self, gkey: u64) -> u64 {
+        self.first_key(gkey)
+            .saturating_add(self.group_pages - 1)
+            .min(gkey | PAGE_INDEX_MAX)
+    }
 
     fn entry(&self, (l, i): Pos) -> u32 {
         self.leaves[l as usize].e[i]
@@ -212,9 +219,10 @@ impl DirtySet {
             return f.start;
         }
         let route = self.route(keys, self.first_key(gkey));
+        let last = self.last_key(gkey);
         let start = self
             .bound_of(route)
-            .filter(|&p| self.group_of(keys[slot_of(self.entry(p))]) == gkey);
+            .filter(|&p| keys[slot_of(self.entry(p))] <= last);
         self.finger.set(Finger {
             version: self.version,
             gkey,
@@ -231,10 +239,11 @@ impl DirtySet {
         let start = self.group_start(keys, gkey)?;
         let mut f = self.finger.get();
         if f.len == 0 {
+            let last = self.last_key(gkey);
             let mut n = 0;
             let mut pos = Some(start);
             while let Some(p) = pos {
-                if self.group_of(keys[slot_of(self.entry(p))]) != gkey {
+                if keys[slot_of(self.entry(p))] > last {
                     break;
                 }
                 n += 1;
@@ -262,19 +271,22 @@ impl DirtySet {
         }
     }
 
-    /// The place of `key`'s entry, if it has one.
+    /// The place of `key`'s entry, if it has one: searched from its group's
+    /// start to the end of that leaf, then on into the next ones.
     fn find(&self, keys: &[u64], key: u64) -> Option<Pos> {
-        let mut found = None;
-        self.group_runs(keys, self.group_of(key), |l, at, n| {
-            let run = &self.leaves[l as usize].e[at..at + n];
-            let i = lower_bound_in(run, keys, key);
-            if i < n {
-                found = (keys[slot_of(run[i])] == key).then_some((l, at + i));
-                return false;
+        let (mut l, mut at) = self.group_start(keys, self.group_of(key))?;
+        loop {
+            let leaf = &self.leaves[l as usize];
+            let es = leaf.entries();
+            let i = at + lower_bound_in(&es[at..], keys, key);
+            if i < es.len() {
+                return (keys[slot_of(es[i])] == key).then_some((l, i));
             }
-            true
-        });
-        found
+            if leaf.next == NIL {
+                return None;
+            }
+            (l, at) = (leaf.next, 0);
+        }
     }
 
     /// The positions of group `gkey`'s entries, in order.
@@ -299,6 +311,11 @@ impl DirtySet {
     /// Set or clear `mask` on every entry of group `gkey`.
     pub fn set_group_flags(&mut self, keys: &[u64], gkey: u64, mask: u32, on: bool) {
         debug_assert_eq!(mask & !FLAGS, 0);
+        // The flags are the same on every entry: the first tells.
+        match self.group_flags(keys, gkey) {
+            Some(f) if (f & mask == mask) != on || (!on && f & mask != 0) => {}
+            _ => return,
+        }
         let mut runs = [(0u32, 0usize, 0usize); 4];
         let mut more = Vec::new();
         let mut k = 0;
@@ -335,11 +352,12 @@ impl DirtySet {
             Some(g) => self.lower_bound(keys, self.first_key(g)),
             None => self.index.values().next().map(|&l| (l, 0)),
         };
+        let above = after.map(|g| self.last_key(g));
         while let Some(p) = pos {
             let e = self.entry(p);
-            let g = self.group_of(keys[slot_of(e)]);
-            if after.is_none_or(|a| g > a) && e & mask == mask {
-                return Some(g);
+            let k = keys[slot_of(e)];
+            if above.is_none_or(|a| k > a) && e & mask == mask {
+                return Some(self.group_of(k));
             }
             pos = self.step(p);
         }
