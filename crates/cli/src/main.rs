@@ -357,10 +357,12 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         r.response_ms_mean, r.read_response_ms_mean, r.write_response_ms_mean
     );
     println!(
-        "write_hit_ratio     {:.4} ({} of the {} hit pages were being destaged)",
+        "write_hit_ratio     {:.4} ({} of the {} hit pages were being destaged; {} write-group hits in {} writes)",
         r.stats.write_hit_ratio(),
         r.stats.write_page_hits_destaging,
-        r.stats.write_page_hits
+        r.stats.write_page_hits,
+        r.stats.write_group_hits,
+        r.stats.writes
     );
     println!(
         "destages            {} ({} pages, {} groups picked), mean distance {:.0} sectors",
