@@ -728,7 +728,9 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeMap as Model;
 
-    const GP: u32 = 4;
+    /// Group sizes: a page per group, small groups, and groups longer than
+    /// a leaf (so runs span leaves).
+    const GROUP_PAGES: [u32; 4] = [1, 4, 64, 300];
 
     /// Keys of slots: slot s holds key `keys[s]`.
     #[derive(Clone, Debug)]
@@ -755,8 +757,8 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
         #[test]
-        fn matches_a_sorted_map(ops in ops()) {
-            let mut set = DirtySet::new(GP);
+        fn matches_a_sorted_map(ops in ops(), gp in proptest::sample::select(&GROUP_PAGES[..])) {
+            let mut set = DirtySet::new(gp);
             let mut keys: Vec<u64> = Vec::new();
             // key -> (slot, recent flag of its group)
             let mut model: Model<u64, u32> = Model::new();
