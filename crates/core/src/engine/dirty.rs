@@ -509,7 +509,8 @@ impl DirtySet {
         if n < LEAF_CAP {
             self.leaves[l as usize].insert_at(at, entry);
             if at == 0 {
-                // Only the first leaf takes a key below its first one.
+                // A key below the leaf's first one: the first leaf, or the front
+                // of a group's run that starts a leaf.
                 self.rekey(keys, l, old_first);
             }
             return ((l, at), true);
