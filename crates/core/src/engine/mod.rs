@@ -1493,12 +1493,18 @@ impl Engine {
 
     fn finish_destage(&mut self, now: Nanos, slots: Vec<SlotIndex>, result: Result<(), IoError>) {
         self.destages_in_flight -= 1;
+        // A destage request is a run within one group: its candidacy is
+        // settled once, after every page of the run.
+        let gkey = self.dirty.group_of(self.slots.key(slots[0]).0);
+        let mut any_dirty = false;
         for &slot in &slots {
             debug_assert!(self.slots.has(slot, FLAG_DESTAGING));
             self.slots.set_flag(slot, FLAG_DESTAGING, false);
             match self.slots.state(slot) {
                 SlotState::Dirty => {
+                    any_dirty = true;
                     let key = self.slots.key(slot);
+                    debug_assert_eq!(self.dirty.group_of(key.0), gkey);
                     if result.is_ok() {
                         self.remove_dirty(key);
                         // A persistent cache keeps no clean copy under a dirty
@@ -1513,7 +1519,6 @@ impl Engine {
                             self.release_slot_if_free(slot);
                         }
                     }
-                    self.group_changed(self.dirty.group_of(key.0));
                 }
                 SlotState::Stale => {
                     // Persistent caches count the old version until its free record is durable.
@@ -1524,6 +1529,9 @@ impl Engine {
                 }
                 other => debug_assert!(false, "destaged slot in state {other:?}"),
             }
+        }
+        if any_dirty {
+            self.group_changed(gkey);
         }
         self.rate
             .destage_done(self.dirty.pages() as u64, self.capacity_pages());
