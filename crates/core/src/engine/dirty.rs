@@ -275,6 +275,10 @@ impl DirtySet {
     /// start to the end of that leaf, then on into the next ones.
     fn find(&self, keys: &[u64], key: u64) -> Option<Pos> {
         let (mut l, mut at) = self.group_start(keys, self.group_of(key))?;
+        // Often the group's first page (always, with one dirty page per group).
+        if keys[slot_of(self.entry((l, at)))] == key {
+            return Some((l, at));
+        }
         loop {
             let leaf = &self.leaves[l as usize];
             let es = leaf.entries();
