@@ -30,6 +30,11 @@ use crate::time::Nanos;
 use crate::types::*;
 use dirty::{DirtySet, E_CANDIDATE, E_RECENT, E_SEQUENTIAL};
 use rustc_hash::FxHashMap as HashMap;
+use slots::{
+    SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN, FLAG_FREEING, FLAG_FREE_SENT, FLAG_OLD,
+};
+use std::collections::VecDeque;
+use thiserror::Error;
 
 /// The destage order's view of the candidates, borrowed field by field.
 macro_rules! view {
@@ -41,11 +46,6 @@ macro_rules! view {
         }
     };
 }
-use slots::{
-    SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN, FLAG_FREEING, FLAG_FREE_SENT, FLAG_OLD,
-};
-use std::collections::VecDeque;
-use thiserror::Error;
 
 /// Volumes per engine (the page key keeps 16 bits for the volume).
 pub const VOLUMES_MAX: usize = 1 << 16;
