@@ -84,6 +84,24 @@ impl Driver {
         self.settle();
     }
 
+    /// Trim one 4 KiB page, run to its response (drops a dirty page).
+    pub fn trim_page(&mut self, page: u64) {
+        self.now_ns += 1_000;
+        self.next_id += 1;
+        let req = Request {
+            id: RequestId(self.next_id),
+            volume: self.volume,
+            kind: RequestKind::Trim,
+            offset_bytes: page * PAGE_BYTES,
+            len_bytes: PAGE_BYTES,
+            flags: RequestFlags::default(),
+        };
+        self.engine
+            .handle_request(Nanos(self.now_ns), req)
+            .expect("the engine accepts the trim");
+        self.settle();
+    }
+
     /// Destage every dirty page and complete it.
     pub fn drain(&mut self) {
         self.engine.start_drain();

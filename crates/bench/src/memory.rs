@@ -6,7 +6,7 @@
 //! ~25 B, Mercury 22 B; our goal <= 32 B per cached 4 KiB page.
 
 use crate::alloc;
-use crate::driver::{config, Driver, CACHE_SLOTS, GROUP_PAGES};
+use crate::driver::{config, permute, Driver, CACHE_SLOTS, GROUP_PAGES, VOLUME_GROUPS_BITS};
 use crate::engine_ops::{Layout, ORDERS};
 use wcache_core::policy::replacement::build_replacement;
 use wcache_core::types::{PageKey, SlotIndex};
@@ -19,20 +19,31 @@ pub const ANCHORS: &str = "flashcache 24 B, dm-cache smq ~25 B, Mercury 22 B";
 /// of the linear rate, so the fill never starts a destage (1,048,464 = 99.99 %).
 pub const FILL_PAGES: u64 = CACHE_SLOTS * 9999 / 10000 / GROUP_PAGES * GROUP_PAGES;
 
+/// Trim + write pairs of the churned state (half the cache).
+pub const CHURN_PAIRS: u64 = CACHE_SLOTS / 2;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum State {
     Clean,
     DirtyClustered,
     DirtyScattered,
+    /// Scattered, then half the cache trimmed and rewritten elsewhere.
+    DirtyChurned,
 }
 
 impl State {
-    pub const ALL: [State; 3] = [State::Clean, State::DirtyClustered, State::DirtyScattered];
+    pub const ALL: [State; 4] = [
+        State::Clean,
+        State::DirtyClustered,
+        State::DirtyScattered,
+        State::DirtyChurned,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             State::Clean => "all clean (after destage, keep_clean)",
             State::DirtyClustered => "all dirty clustered (16 pages/group)",
             State::DirtyScattered => "all dirty scattered (1 page/group)",
+            State::DirtyChurned => "all dirty scattered, after churn",
         }
     }
     pub fn short(self) -> &'static str {
@@ -40,6 +51,7 @@ impl State {
             State::Clean => "clean",
             State::DirtyClustered => "clustered",
             State::DirtyScattered => "scattered",
+            State::DirtyChurned => "churned",
         }
     }
 }
@@ -81,13 +93,25 @@ fn measure_state(state: State, order: &str) -> StateFigure {
     let mut d = Driver::new(state_config(order));
     let layout = match state {
         State::Clean | State::DirtyClustered => Layout::Clustered,
-        State::DirtyScattered => Layout::Scattered,
+        State::DirtyScattered | State::DirtyChurned => Layout::Scattered,
     };
     for i in 0..FILL_PAGES {
         d.write_page(layout.page(i));
     }
     assert_eq!(d.engine.stats().destages, 0, "the fill started a destage");
     assert_eq!(d.engine.dirty_pages(), FILL_PAGES);
+    if state == State::DirtyChurned {
+        // Steady churn: trim a filled page and write a new one elsewhere,
+        // CHURN_PAIRS times; as many pages stay dirty.
+        let mask = (1u64 << VOLUME_GROUPS_BITS) - 1;
+        for i in 0..CHURN_PAIRS {
+            d.trim_page(layout.page(i));
+            // Another group's page, at an offset no filled page has there.
+            let j = (i.wrapping_mul(7919) + 12345) & mask;
+            d.write_page(permute(j, VOLUME_GROUPS_BITS) * GROUP_PAGES + (j + 8) % GROUP_PAGES);
+        }
+        assert_eq!(d.engine.dirty_pages(), FILL_PAGES);
+    }
     if state == State::Clean {
         d.drain();
         assert_eq!(d.engine.dirty_groups(), 0);
