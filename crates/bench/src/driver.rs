@@ -68,37 +68,28 @@ impl Driver {
 
     /// One 4 KiB write of `page`, run to its response.
     pub fn write_page(&mut self, page: u64) {
-        self.now_ns += 1_000;
-        self.next_id += 1;
-        let req = Request {
-            id: RequestId(self.next_id),
-            volume: self.volume,
-            kind: RequestKind::Write,
-            offset_bytes: page * PAGE_BYTES,
-            len_bytes: PAGE_BYTES,
-            flags: RequestFlags::default(),
-        };
-        self.engine
-            .handle_request(Nanos(self.now_ns), req)
-            .expect("the engine accepts the write");
-        self.settle();
+        self.page_request(RequestKind::Write, page);
     }
 
     /// Trim one 4 KiB page, run to its response (drops a dirty page).
     pub fn trim_page(&mut self, page: u64) {
+        self.page_request(RequestKind::Trim, page);
+    }
+
+    fn page_request(&mut self, kind: RequestKind, page: u64) {
         self.now_ns += 1_000;
         self.next_id += 1;
         let req = Request {
             id: RequestId(self.next_id),
             volume: self.volume,
-            kind: RequestKind::Trim,
+            kind,
             offset_bytes: page * PAGE_BYTES,
             len_bytes: PAGE_BYTES,
             flags: RequestFlags::default(),
         };
         self.engine
             .handle_request(Nanos(self.now_ns), req)
-            .expect("the engine accepts the trim");
+            .expect("the engine accepts the request");
         self.settle();
     }
 
