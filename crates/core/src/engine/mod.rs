@@ -12,7 +12,9 @@
 //!
 //! Per request the engine does metadata work only: directory lookups, slot
 //! allocation, dirty bookkeeping, destage decisions. See `slots` for the
-//! copy-on-write rule that keeps every acknowledged page version intact.
+//! copy-on-write rule that keeps every acknowledged page version intact, and
+//! `dirty` for the sorted set of dirty pages that write groups, their state
+//! and the CSCAN/WOW sweep live in.
 
 mod dirty;
 mod slots;
