@@ -54,7 +54,7 @@ echo "tests passed: $passed"
 
 log "quick simulation"
 tmp=$(mktemp -d)
-./target/release/wcache sim wow-random --quick --out "$tmp"
+"${CARGO_TARGET_DIR:-./target}"/release/wcache sim wow-random --quick --out "$tmp"
 test -s "$tmp/wow-random.csv" || { echo "FAILED: no CSV written"; exit 1; }
 rows=$(($(wc -l < "$tmp/wow-random.csv") - 1))
 [ "$rows" -gt 0 ] || { echo "FAILED: empty CSV"; exit 1; }
