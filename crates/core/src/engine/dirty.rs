@@ -320,27 +320,33 @@ impl DirtySet {
             Some(f) if (f & mask == mask) != on || (!on && f & mask != 0) => {}
             _ => return,
         }
-        let mut runs = [(0u32, 0usize, 0usize); 4];
-        let mut more = Vec::new();
-        let mut k = 0;
-        self.group_runs(keys, gkey, |l, at, n| {
-            if k < runs.len() {
-                runs[k] = (l, at, n);
-                k += 1;
-            } else {
-                more.push((l, at, n));
-            }
-            true
-        });
-        for (l, at, n) in runs[..k].iter().chain(&more) {
-            for e in &mut self.leaves[*l as usize].e[*at..at + n] {
+        let Some(((mut l, mut at), mut left)) = self.group_extent(keys, gkey) else {
+            return;
+        };
+        while left > 0 {
+            let leaf = &mut self.leaves[l as usize];
+            let n = left.min(leaf.len as usize - at);
+            for e in &mut leaf.e[at..at + n] {
                 if on {
                     *e |= mask;
                 } else {
                     *e &= !mask;
                 }
             }
+            left -= n;
+            (l, at) = (leaf.next, 0);
         }
+    }
+
+    /// Whether any of group `gkey`'s dirty pages' slots satisfies `f`.
+    pub fn any_in_group(&self, keys: &[u64], gkey: u64, mut f: impl FnMut(u32) -> bool) -> bool {
+        let mut found = false;
+        self.group_runs(keys, gkey, |l, at, n| {
+            let run = &self.leaves[l as usize].e[at..at + n];
+            found = run.iter().any(|&e| f(slot_of(e) as u32));
+            !found
+        });
+        found
     }
 
     /// The slots of group `gkey`'s dirty pages, in page order, into `out`.

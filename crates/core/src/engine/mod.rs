@@ -1375,12 +1375,10 @@ impl Engine {
             return;
         };
         let candidate = flags & E_CANDIDATE != 0;
-        let mut group = std::mem::take(&mut self.positions);
-        self.dirty.group_slots(self.slots.keys(), gkey, &mut group);
-        let undestaged = group
-            .iter()
-            .any(|&s| !self.slots.has(SlotIndex(s), FLAG_DESTAGING));
-        self.positions = group;
+        let slots = &self.slots;
+        let undestaged = self.dirty.any_in_group(slots.keys(), gkey, |s| {
+            !slots.has(SlotIndex(s), FLAG_DESTAGING)
+        });
         if undestaged && !candidate {
             self.dirty
                 .set_group_flags(self.slots.keys(), gkey, E_CANDIDATE, true);
