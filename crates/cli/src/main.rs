@@ -357,18 +357,20 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         r.response_ms_mean, r.read_response_ms_mean, r.write_response_ms_mean
     );
     println!(
-        "write_hit_ratio     {:.4} ({} of the {} hit pages were being destaged; {} write-group hits in {} writes)",
+        "write_hit_ratio     {:.4} ({} of the {} hit pages were being destaged; {} write-group hits, {} of them sequential, in {} writes)",
         r.stats.write_hit_ratio(),
         r.stats.write_page_hits_destaging,
         r.stats.write_page_hits,
         r.stats.write_group_hits,
+        r.stats.write_group_hits_sequential,
         r.stats.writes
     );
     println!(
-        "destages            {} ({} pages, {} groups picked), mean distance {:.0} sectors",
+        "destages            {} ({} pages, {} groups picked, {} skipped), mean distance {:.0} sectors",
         r.stats.destages,
         r.stats.destaged_pages,
         r.stats.destage_picks,
+        r.stats.destage_skips,
         r.stats.destage_distance_sectors_mean()
     );
     println!("stalls              {}", r.stats.stalls);

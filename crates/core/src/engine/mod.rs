@@ -45,6 +45,7 @@ macro_rules! view {
             dirty: &mut $engine.dirty,
             keys: $engine.slots.keys(),
             candidates: $engine.candidates,
+            skips: &mut $engine.stats.destage_skips,
         }
     };
 }
@@ -1057,6 +1058,7 @@ impl Engine {
                 .set_group_flags(self.slots.keys(), gkey, E_SEQUENTIAL, sequential);
             if was_candidate {
                 self.stats.write_group_hits += 1;
+                self.stats.write_group_hits_sequential += sequential as u64;
                 let hit = GroupHit {
                     page_hit,
                     sequential,
@@ -1726,6 +1728,8 @@ struct GroupView<'a> {
     dirty: &'a mut DirtySet,
     keys: &'a [u64],
     candidates: usize,
+    /// Counts recency bits cleared, i.e. groups the pointer skipped.
+    skips: &'a mut u64,
 }
 
 impl Candidates for GroupView<'_> {
@@ -1739,6 +1743,9 @@ impl Candidates for GroupView<'_> {
         self.dirty.group_has(self.keys, key, E_RECENT)
     }
     fn set_recent(&mut self, key: u64, on: bool) {
+        if !on && self.dirty.group_has(self.keys, key, E_RECENT) {
+            *self.skips += 1;
+        }
         self.dirty.set_group_flags(self.keys, key, E_RECENT, on);
     }
 }

@@ -18,6 +18,8 @@ pub struct Stats {
     pub write_page_hits_destaging: u64,
     /// (request, group) pairs that found the group already a destage candidate.
     pub write_group_hits: u64,
+    /// Of those, pairs whose write was sequential (WOW lines 2-4 leave the bit alone).
+    pub write_group_hits_sequential: u64,
     pub trims: u64,
     pub flushes: u64,
     /// Write requests that found no room and waited for destages.
@@ -28,6 +30,8 @@ pub struct Stats {
     pub destaged_pages: u64,
     /// Groups picked by the destage order.
     pub destage_picks: u64,
+    /// Groups the destage pointer passed over, clearing their recency bit (WOW lines 20-23).
+    pub destage_skips: u64,
     /// Sum over consecutive destage pairs of |start address difference|, in 512 B sectors.
     pub destage_distance_sectors_sum: u128,
     pub destage_distance_pairs: u64,
@@ -51,6 +55,8 @@ impl Stats {
             write_page_hits_destaging: self.write_page_hits_destaging
                 - earlier.write_page_hits_destaging,
             write_group_hits: self.write_group_hits - earlier.write_group_hits,
+            write_group_hits_sequential: self.write_group_hits_sequential
+                - earlier.write_group_hits_sequential,
             trims: self.trims - earlier.trims,
             flushes: self.flushes - earlier.flushes,
             stalls: self.stalls - earlier.stalls,
@@ -58,6 +64,7 @@ impl Stats {
             destages: self.destages - earlier.destages,
             destaged_pages: self.destaged_pages - earlier.destaged_pages,
             destage_picks: self.destage_picks - earlier.destage_picks,
+            destage_skips: self.destage_skips - earlier.destage_skips,
             destage_distance_sectors_sum: self.destage_distance_sectors_sum
                 - earlier.destage_distance_sectors_sum,
             destage_distance_pairs: self.destage_distance_pairs - earlier.destage_distance_pairs,
@@ -96,6 +103,10 @@ impl Stats {
             self.write_page_hits_destaging as f64,
         );
         f("write_group_hits", self.write_group_hits as f64);
+        f(
+            "write_group_hits_sequential",
+            self.write_group_hits_sequential as f64,
+        );
         f("trims", self.trims as f64);
         f("flushes", self.flushes as f64);
         f("stalls", self.stalls as f64);
@@ -103,6 +114,7 @@ impl Stats {
         f("destages", self.destages as f64);
         f("destaged_pages", self.destaged_pages as f64);
         f("destage_picks", self.destage_picks as f64);
+        f("destage_skips", self.destage_skips as f64);
         f(
             "destage_distance_sectors_mean",
             self.destage_distance_sectors_mean(),
