@@ -201,7 +201,8 @@ fn golden_counts_spc1_raid5() {
 /// reference doc's description).
 /// (order, write page hits, write-group hits, of them sequential, destages,
 /// pages destaged, groups skipped, stalls)
-const GOLDEN_SPC1: &[(&str, u64, u64, u64, u64, u64, u64, u64)] = &[
+type Spc1Counts = (&'static str, u64, u64, u64, u64, u64, u64, u64);
+const GOLDEN_SPC1: &[Spc1Counts] = &[
     ("lrw", 1171, 9394, 5798, 5072, 25566, 0, 2632),
     ("cscan", 1015, 9043, 5680, 6151, 26298, 0, 6044),
     ("wow", 1311, 9789, 5924, 4476, 25403, 2241, 3653),
