@@ -110,7 +110,8 @@ struct OneRun {
     #[arg(long, default_value = "random")]
     workload: String,
     /// Footprint in bytes, with an optional binary unit (K, M, G, T; e.g.
-    /// 3635200K) (default: the whole backing device).
+    /// 3635200K), rounded down to whole 4 KiB pages (default: the whole
+    /// backing device).
     #[arg(long, value_parser = parse_footprint)]
     footprint: Option<u64>,
     /// Closed loop with this many requests outstanding (random, spc1, trace replay).
@@ -145,8 +146,8 @@ struct OneRun {
     /// Requests to complete before measuring.
     #[arg(long, default_value_t = 20_000)]
     warmup: u64,
-    /// Requests to measure.
-    #[arg(long, default_value_t = 50_000)]
+    /// Requests to measure (at least 1).
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..))]
     requests: u64,
 }
 
@@ -389,6 +390,10 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
 
 /// `--footprint`: a byte count with an optional binary unit.
 fn parse_footprint(text: &str) -> Result<u64, String> {
-    wcache_io::device::parse_size_bytes(text)
-        .ok_or_else(|| format!("{text:?} is not a size (e.g. 4096, 64K, 3635200K, 8G)"))
+    let bytes = wcache_io::device::parse_size_bytes(text)
+        .ok_or_else(|| format!("{text:?} is not a size (e.g. 4096, 64K, 3635200K, 8G)"))?;
+    if bytes < 4096 {
+        return Err(format!("{text:?} is less than one 4 KiB page"));
+    }
+    Ok(bytes)
 }

@@ -102,6 +102,11 @@ fn malformed_trace_line_is_named() {
 #[test]
 fn footprint_takes_units_and_names_a_bad_one() {
     fails_naming(&["sim", "--footprint", "12Q"], "\"12Q\" is not a size");
+    fails_naming(
+        &["sim", "--footprint", "1"],
+        "\"1\" is less than one 4 KiB page",
+    );
+    fails_naming(&["sim", "--requests", "0"], "--requests");
     let out = Command::new(env!("CARGO_BIN_EXE_wcache"))
         .args([
             "sim",
