@@ -95,8 +95,8 @@ pub struct ServeArgs {
     /// Write group (destage unit) in bytes.
     #[arg(long, default_value_t = 64 * 1024)]
     group_size: u64,
-    /// Smallest block the NBD clients may address.
-    #[arg(long, default_value_t = 512)]
+    /// Smallest block the NBD clients may address (a power of two up to 64 KiB).
+    #[arg(long, default_value_t = 512, value_parser = parse_block_size)]
     block_size: u32,
     /// NBD worker threads (requests in service at once over all connections).
     #[arg(long, default_value_t = 32)]
@@ -148,6 +148,13 @@ pub enum ServeError {
         "cache of {cache_bytes} bytes holds fewer than one write group of {group_bytes} bytes"
     )]
     CacheTooSmall { cache_bytes: u64, group_bytes: u64 },
+    #[error("backing {backing} of export {export:?} is {bytes} bytes: smaller than one block of {block} bytes (--block-size)")]
+    BackingTooSmall {
+        export: String,
+        backing: String,
+        bytes: u64,
+        block: u32,
+    },
     #[error("cannot create {path}: {source}")]
     CreateDir {
         path: String,
@@ -242,6 +249,17 @@ impl VolumeExport {
                 Payload::None,
             )
             .map_err(export_error)
+    }
+}
+
+/// `--block-size`: checked with the other arguments, before any file is touched.
+fn parse_block_size(text: &str) -> Result<u32, String> {
+    let max = wcache_nbd::proto::BLOCK_SIZE_MIN_MAX_BYTES;
+    match text.parse::<u32>() {
+        Ok(n) if n.is_power_of_two() && n <= max => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a power of two of at most {max} bytes"
+        )),
     }
 }
 
@@ -345,6 +363,17 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         }
     };
     let cache_size_bytes = size_arg("cache-size", &args.cache_size)?;
+    // The cache's size is known once it is open; everything else is checked
+    // now, so that a bad setting never creates or formats a cache device.
+    let mut config = EngineConfig {
+        page_size_bytes: args.page_size,
+        group_size_bytes: args.group_size,
+        write_policy: policy,
+        destage_order: args.order.clone(),
+        destage_rate: args.rate.clone(),
+        ..EngineConfig::default()
+    };
+    config.validate_settings()?;
     if args.volatile_write_back_for_benchmarks && !cache_in_memory {
         return Err(ServeError::WriteBackCacheNotVolatile { cache: cache_spec }.into());
     }
@@ -403,9 +432,25 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     let backing_sync = sync_arg("backing-sync", &args.backing_sync)?;
     let backing_size_bytes = size_arg("backing-size", &args.backing_size)?;
     let mut backings = Vec::new();
-    for (_, spec) in &named {
-        backings.push(open_backing(spec, backing_sync, Some(backing_size_bytes))?);
+    for (name, spec) in &named {
+        let backing = open_backing(spec, backing_sync, Some(backing_size_bytes))?;
+        if backing.len_bytes() < args.block_size as u64 {
+            return Err(ServeError::BackingTooSmall {
+                export: name.clone(),
+                backing: backing.name(),
+                bytes: backing.len_bytes(),
+                block: args.block_size,
+            }
+            .into());
+        }
+        backings.push(backing);
     }
+    // NBD clients address whole blocks: an export ends at the last whole
+    // block of its backing (a tail under one block is kept, not exported).
+    let export_bytes = |i: usize| {
+        let len = backings[i].len_bytes();
+        len - len % args.block_size.max(1) as u64
+    };
 
     let page = args.page_size;
     let cache_bytes = cache.len_bytes();
@@ -416,15 +461,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         }
         .into());
     }
-    let mut config = EngineConfig {
-        page_size_bytes: page,
-        group_size_bytes: args.group_size,
-        cache_slots: cache.len_bytes() / page.max(1),
-        write_policy: policy,
-        destage_order: args.order.clone(),
-        destage_rate: args.rate.clone(),
-        ..EngineConfig::default()
-    };
+    config.cache_slots = cache.len_bytes() / page.max(1);
     let cache_name = cache.name();
     let driver_config = DriverConfig {
         io_threads: args.io_threads.max(1),
@@ -492,7 +529,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         let export = VolumeExport {
             driver: driver.clone(),
             volume,
-            size_bytes: backings[i].len_bytes(),
+            size_bytes: export_bytes(i),
             block_size_min_bytes: args.block_size,
         };
         builder = builder.export(name, Arc::new(export));
@@ -559,6 +596,13 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
             backings[i].name(),
             backings[i].len_bytes() >> 20
         );
+        let tail = backings[i].len_bytes() - export_bytes(i);
+        if tail > 0 {
+            println!(
+                "    note: its last {tail} bytes are less than one {}-byte block and are not exported",
+                args.block_size
+            );
+        }
     }
     for uri in &uris {
         println!("  NBD URI: {uri}");

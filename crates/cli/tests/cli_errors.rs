@@ -1,4 +1,4 @@
-//! Bad input to `wcache sim` ends with an error that names what is wrong and a
+//! Bad input to `wcache sim` and `wcache serve` ends with an error that names what is wrong and a
 //! non-zero exit, never a panic.
 
 use std::process::Command;
@@ -155,4 +155,43 @@ fn a_good_run_succeeds_and_reports() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("iops"), "{stdout}");
     assert!(stdout.contains("all correct"), "{stdout}");
+}
+
+#[test]
+fn bad_serve_settings_touch_no_file() {
+    let dir = std::env::temp_dir().join(format!("wcache-bad-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = dir.join("cache.img");
+    let path = |p: &std::path::Path| p.display().to_string();
+    let (cache_s, backing_s, socket_s) = (
+        path(&cache),
+        path(&dir.join("backing.img")),
+        path(&dir.join("s.sock")),
+    );
+    for (bad, needle) in [
+        (["--page-size", "3000"], "page_size_bytes = 3000"),
+        (["--group-size", "5000"], "group_size_bytes = 5000"),
+        (["--order", "fifo"], "\"fifo\""),
+        (["--rate", "fast"], "\"fast\""),
+    ] {
+        let mut args = vec![
+            "serve",
+            "--socket",
+            &socket_s,
+            "--cache",
+            &cache_s,
+            "--backing",
+            &backing_s,
+            "--cache-size",
+            "16M",
+            "--backing-size",
+            "16M",
+        ];
+        args.extend(bad);
+        fails_naming(&args, needle);
+        // A formatted cache with the bad setting would refuse the next,
+        // correct start.
+        assert!(!cache.exists(), "{bad:?} created the cache device");
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

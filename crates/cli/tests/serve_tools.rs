@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{fio_verify, have, Served, WCACHE};
+use common::{fio_verify, have, Nbd, Served, WCACHE};
 
 /// A directory on tmpfs when there is one (the cache stands in for NV-DRAM).
 fn shm_dir() -> tempfile::TempDir {
@@ -201,4 +201,83 @@ fn serve_volatile_write_back_for_benchmarks_warns_and_serves() {
     let (ok, log) = served.stop();
     assert!(ok);
     assert!(log.contains("FOR BENCHMARKS ONLY"), "{log}");
+}
+
+/// A backing whose size is not a whole number of blocks: the export ends at
+/// its last whole block (NBD clients address whole blocks), a write into the
+/// last block reaches the backing after an offline flush, and the tail past
+/// it is left as it was. A backing under one block is refused by name.
+#[test]
+fn serve_exports_whole_blocks_of_an_odd_sized_backing() {
+    let shm = shm_dir();
+    let socket = shm.path().join("w.sock");
+    let cache = shm.path().join("cache.img");
+    let backing = shm.path().join("backing.img");
+    std::fs::write(&backing, vec![0xEEu8; 5000]).expect("backing");
+    let (cache_s, backing_s) = (
+        cache.to_str().expect("utf8").to_string(),
+        backing.to_str().expect("utf8").to_string(),
+    );
+    let args = [
+        "--cache",
+        &cache_s,
+        "--cache-size",
+        "1M",
+        "--backing",
+        &backing_s,
+    ];
+    let served = Served::start(&args, &socket);
+    assert!(
+        served.log_text().contains("last 392 bytes"),
+        "{}",
+        served.log_text()
+    );
+    let mut nbd = Nbd::connect_retry(&socket, "disk").expect("connect");
+    assert_eq!(nbd.size_bytes, 4608);
+    nbd.write(4096, &[0x11u8; 512], true)
+        .expect("write the last block");
+    let mut buf = [0u8; 512];
+    nbd.read(4096, &mut buf).expect("read it back");
+    assert_eq!(buf, [0x11u8; 512]);
+    assert!(
+        nbd.read(4608, &mut buf).is_err(),
+        "a read past the export's end is refused"
+    );
+    drop(nbd);
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+    let (ok, out, err) = common::wcache(&[
+        "flush",
+        "--cache",
+        &cache_s,
+        "--export",
+        &format!("disk={backing_s}"),
+    ]);
+    assert!(ok, "{out}{err}");
+    let data = std::fs::read(&backing).expect("backing");
+    assert_eq!(data.len(), 5000, "the backing keeps its size");
+    assert!(data[..4096].iter().all(|&b| b == 0xEE));
+    assert!(data[4096..4608].iter().all(|&b| b == 0x11));
+    assert!(
+        data[4608..].iter().all(|&b| b == 0xEE),
+        "the tail is untouched"
+    );
+
+    let tiny = shm.path().join("tiny.img");
+    std::fs::write(&tiny, [0u8; 100]).expect("tiny backing");
+    let err = Served::try_start(
+        &[
+            "--cache",
+            &cache_s,
+            "--backing",
+            tiny.to_str().expect("utf8"),
+        ],
+        &socket,
+    )
+    .err()
+    .expect("a 100-byte backing is refused");
+    assert!(
+        err.contains("100 bytes: smaller than one block of 512"),
+        "{err}"
+    );
 }

@@ -109,7 +109,7 @@ pub enum ConfigError {
 
 impl EngineConfig {
     pub fn validate(&self) -> Result<Geometry, ConfigError> {
-        let geometry = Geometry::new(self.page_size_bytes, self.group_size_bytes)?;
+        let geometry = self.validate_settings()?;
         if self.cache_slots < geometry.group_pages() as u64 {
             return Err(ConfigError::CacheSmallerThanGroup {
                 slots: self.cache_slots,
@@ -119,6 +119,13 @@ impl EngineConfig {
         if self.cache_slots > CACHE_SLOTS_MAX {
             return Err(ConfigError::CacheTooLarge(self.cache_slots));
         }
+        Ok(geometry)
+    }
+
+    /// Everything but the cache size: a front end checks this before it
+    /// creates or formats a cache device, whose size it learns later.
+    pub fn validate_settings(&self) -> Result<Geometry, ConfigError> {
+        let geometry = Geometry::new(self.page_size_bytes, self.group_size_bytes)?;
         build_destage_order(&self.destage_order)?;
         build_destage_rate(&self.destage_rate, self.rate)?;
         self.rate.validate()?;
