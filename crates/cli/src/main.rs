@@ -375,6 +375,19 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         r.stats.destage_distance_sectors_mean()
     );
     println!("stalls              {}", r.stats.stalls);
+    if r.requests == 0 {
+        println!(
+            "note                no request was measured: the workload ended within the warm-up of {} requests (see --warmup)",
+            o.warmup
+        );
+    }
+    if r.rejected_requests > 0 {
+        println!(
+            "rejected            {} requests, not run (first: {})",
+            r.rejected_requests,
+            r.first_rejection.as_deref().unwrap_or("?")
+        );
+    }
     println!(
         "occupancy mean      {:.0} pages, thresholds {:?}",
         r.occupancy_pages_mean, r.thresholds_pages

@@ -195,3 +195,36 @@ fn bad_serve_settings_touch_no_file() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn refused_trace_requests_are_reported_not_dropped_silently() {
+    let dir = std::env::temp_dir().join(format!("wcache-cli-refused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("big.csv");
+    // The second write (32 MiB) is larger than the 16 MiB cache.
+    std::fs::write(
+        &path,
+        "128166372003061629,h,0,Write,4096,4096,10\n\
+         128166372003061630,h,0,Write,0,33554432,10\n\
+         128166372003061631,h,0,Read,4096,4096,10\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_wcache"))
+        .args(["sim", "--workload", "trace", "--trace"])
+        .arg(&path)
+        .output()
+        .expect("run wcache");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("rejected            1 requests"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("larger than the whole cache"), "{stdout}");
+    assert!(stdout.contains("no request was measured"), "{stdout}");
+    std::fs::remove_dir_all(&dir).ok();
+}

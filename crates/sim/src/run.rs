@@ -82,7 +82,10 @@ pub struct SimReport {
     pub stats: Stats,
     pub backing: DeviceStats,
     pub workload: WorkloadStats,
+    /// Requests the engine refused (larger than the cache, past the end of
+    /// their volume), and why the first one was refused.
     pub rejected_requests: u64,
+    pub first_rejection: Option<String>,
     /// Sectors whose read result was checked (0 when not checking).
     pub sectors_checked: u64,
     /// Mean dirty pages over the window, sampled at completions.
@@ -110,6 +113,7 @@ pub struct Simulation {
     next_op: u64,
     arrivals: HashMap<u64, (Nanos, bool)>,
     backlog: Vec<Request>,
+    first_rejection: Option<String>,
     data: Option<DataModel>,
     done: Vec<DevCompletion>,
     now: Nanos,
@@ -165,6 +169,7 @@ impl Simulation {
             next_op: 0,
             arrivals: HashMap::new(),
             backlog: Vec::new(),
+            first_rejection: None,
             data: check_data.then(|| DataModel::new(page_bytes)),
             done: Vec::new(),
             now: Nanos::ZERO,
@@ -215,7 +220,10 @@ impl Simulation {
                 self.backlog.push(req);
                 Ok(false)
             }
-            Err(_) => Ok(false),
+            Err(e) => {
+                self.first_rejection.get_or_insert_with(|| e.to_string());
+                Ok(false)
+            }
         }
     }
 
@@ -497,6 +505,7 @@ impl Simulation {
             backing: backing1.since(&backing0),
             workload: self.workload.stats(),
             rejected_requests: rejected,
+            first_rejection: self.first_rejection.take(),
             sectors_checked,
             occupancy_pages_mean: if m.measured == 0 {
                 0.0
