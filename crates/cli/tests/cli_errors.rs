@@ -13,6 +13,20 @@ fn wcache(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), stderr)
 }
 
+/// Runs `wcache ARGS`, which must succeed; returns its standard output.
+fn succeeds(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_wcache"))
+        .args(args)
+        .output()
+        .expect("run wcache");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn fails_naming(args: &[&str], needle: &str) {
     let (code, stderr) = wcache(args);
     assert_ne!(code, 0, "{args:?} should fail");
@@ -20,6 +34,15 @@ fn fails_naming(args: &[&str], needle: &str) {
         stderr.contains(needle),
         "{args:?}: error {stderr:?} does not name {needle:?}"
     );
+}
+
+/// A trace file `name` with `text` in a directory of its own (removed by the caller).
+fn trace_file(name: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("wcache-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
 }
 
 #[test]
@@ -73,16 +96,12 @@ fn unknown_hrrw_model_and_zero_bsus() {
 
 #[test]
 fn malformed_trace_line_is_named() {
-    let dir = std::env::temp_dir().join(format!("wcache-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("bad.csv");
-    std::fs::write(
-        &path,
+    let (dir, path) = trace_file(
+        "bad.csv",
         "Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n\
          128166372003061629,h,0,Write,4096,4096,10\n\
          128166372003061630,h,0,Write,4096,lots,10\n",
-    )
-    .unwrap();
+    );
     let p = path.to_str().unwrap();
     fails_naming(&["sim", "--workload", "trace", "--trace", p], "bad.csv:3");
     fails_naming(&["sim", "--workload", "trace", "--trace", p], "Size");
@@ -107,52 +126,34 @@ fn footprint_takes_units_and_names_a_bad_one() {
         "\"1\" is less than one 4 KiB page",
     );
     fails_naming(&["sim", "--requests", "0"], "--requests");
-    let out = Command::new(env!("CARGO_BIN_EXE_wcache"))
-        .args([
-            "sim",
-            "--backend",
-            "raid10",
-            "--footprint",
-            "64M",
-            "--warmup",
-            "100",
-            "--requests",
-            "500",
-        ])
-        .output()
-        .expect("run wcache");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeds(&[
+        "sim",
+        "--backend",
+        "raid10",
+        "--footprint",
+        "64M",
+        "--warmup",
+        "100",
+        "--requests",
+        "500",
+    ]);
     assert!(stdout.contains("(65536 KiB footprint)"), "{stdout}");
 }
 
 #[test]
 fn a_good_run_succeeds_and_reports() {
-    let out = Command::new(env!("CARGO_BIN_EXE_wcache"))
-        .args([
-            "sim",
-            "--backend",
-            "raid10",
-            "--cache-pages",
-            "512",
-            "--warmup",
-            "1000",
-            "--requests",
-            "3000",
-            "--check",
-        ])
-        .output()
-        .expect("run wcache");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = succeeds(&[
+        "sim",
+        "--backend",
+        "raid10",
+        "--cache-pages",
+        "512",
+        "--warmup",
+        "1000",
+        "--requests",
+        "3000",
+        "--check",
+    ]);
     assert!(stdout.contains("iops"), "{stdout}");
     assert!(stdout.contains("all correct"), "{stdout}");
 }
@@ -198,28 +199,15 @@ fn bad_serve_settings_touch_no_file() {
 
 #[test]
 fn refused_trace_requests_are_reported_not_dropped_silently() {
-    let dir = std::env::temp_dir().join(format!("wcache-cli-refused-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("big.csv");
     // The second write (32 MiB) is larger than the 16 MiB cache.
-    std::fs::write(
-        &path,
+    let (dir, path) = trace_file(
+        "big.csv",
         "128166372003061629,h,0,Write,4096,4096,10\n\
          128166372003061630,h,0,Write,0,33554432,10\n\
          128166372003061631,h,0,Read,4096,4096,10\n",
-    )
-    .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wcache"))
-        .args(["sim", "--workload", "trace", "--trace"])
-        .arg(&path)
-        .output()
-        .expect("run wcache");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
+    let p = path.to_str().unwrap();
+    let stdout = succeeds(&["sim", "--workload", "trace", "--trace", p]);
     assert!(
         stdout.contains("rejected            1 requests"),
         "{stdout}"
