@@ -9,7 +9,8 @@ mod tools;
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use wcache_core::policy::destage_rate::RateConfig;
 use wcache_core::{EngineConfig, WritePolicy};
@@ -19,7 +20,7 @@ use wcache_sim::workload::{
     HrrwModel, Loop, RandomConfig, Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec,
     OUTSTANDING_MAX_DEFAULT,
 };
-use wcache_sim::{RunLimits, Simulation};
+use wcache_sim::{RunLimits, Simulation, TimelineSample};
 
 #[derive(Parser)]
 #[command(
@@ -149,6 +150,13 @@ struct OneRun {
     /// Requests to measure (at least 1).
     #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..))]
     requests: u64,
+    /// Write the cache's state over the run (dirty pages, destages in
+    /// flight, stalls, thresholds), one CSV row per --timeline-ms of virtual time.
+    #[arg(long)]
+    timeline: Option<PathBuf>,
+    /// Virtual milliseconds between --timeline rows.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    timeline_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -173,6 +181,9 @@ type AnyError = Box<dyn std::error::Error>;
 
 fn sim(args: SimArgs) -> Result<(), AnyError> {
     match &args.experiment {
+        Some(_) if args.one.timeline.is_some() => {
+            Err("--timeline records one run; it does not apply to a named experiment".into())
+        }
         Some(name) => sim_experiment(name, &args),
         None => sim_one(&args),
     }
@@ -333,9 +344,18 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         warmup_requests: o.warmup,
         measure_requests: o.requests,
         check_data: args.check,
+        timeline_ns: if o.timeline.is_some() {
+            o.timeline_ms * 1_000_000
+        } else {
+            0
+        },
         ..RunLimits::default()
     };
     let r = sim.run(limits)?;
+    if let Some(path) = &o.timeline {
+        write_timeline(path, &r.timeline)
+            .map_err(|e| format!("--timeline {}: {e}", path.display()))?;
+    }
     println!(
         "workload            {} on {} ({} KiB footprint)",
         workload_label,
@@ -399,6 +419,33 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         );
     }
     Ok(())
+}
+
+/// The `--timeline` CSV: one row per sample, counters as totals since the start.
+fn write_timeline(path: &Path, samples: &[TimelineSample]) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    writeln!(
+        out,
+        "t_s,measuring,dirty_pages,dirty_groups,destages_in_flight,requests_in_flight,stalls,destages,destaged_pages,low_pages,high_pages"
+    )?;
+    for s in samples {
+        writeln!(
+            out,
+            "{:.3},{},{},{},{},{},{},{},{},{},{}",
+            s.t_ns as f64 / 1e9,
+            s.measuring as u8,
+            s.dirty_pages,
+            s.dirty_groups,
+            s.destages_in_flight,
+            s.requests_in_flight,
+            s.stalls,
+            s.destages,
+            s.destaged_pages,
+            s.low_pages,
+            s.high_pages
+        )?;
+    }
+    out.flush()
 }
 
 /// `--footprint`: a byte count with an optional binary unit.

@@ -36,8 +36,8 @@ fn fails_naming(args: &[&str], needle: &str) {
     );
 }
 
-/// A trace file `name` with `text` in a directory of its own (removed by the caller).
-fn trace_file(name: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+/// A file `name` with `text` in a directory of its own (removed by the caller).
+fn temp_file(name: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("wcache-cli-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
@@ -96,7 +96,7 @@ fn unknown_hrrw_model_and_zero_bsus() {
 
 #[test]
 fn malformed_trace_line_is_named() {
-    let (dir, path) = trace_file(
+    let (dir, path) = temp_file(
         "bad.csv",
         "Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime\n\
          128166372003061629,h,0,Write,4096,4096,10\n\
@@ -200,7 +200,7 @@ fn bad_serve_settings_touch_no_file() {
 #[test]
 fn refused_trace_requests_are_reported_not_dropped_silently() {
     // The second write (32 MiB) is larger than the 16 MiB cache.
-    let (dir, path) = trace_file(
+    let (dir, path) = temp_file(
         "big.csv",
         "128166372003061629,h,0,Write,4096,4096,10\n\
          128166372003061630,h,0,Write,0,33554432,10\n\
@@ -214,5 +214,34 @@ fn refused_trace_requests_are_reported_not_dropped_silently() {
     );
     assert!(stdout.contains("larger than the whole cache"), "{stdout}");
     assert!(stdout.contains("no request was measured"), "{stdout}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn timeline_is_written_for_one_run_and_refused_for_an_experiment() {
+    let (dir, path) = temp_file("timeline.csv", "");
+    let p = path.to_str().unwrap();
+    fails_naming(
+        &["sim", "wow-random", "--quick", "--timeline", p],
+        "--timeline records one run",
+    );
+    succeeds(&[
+        "sim",
+        "--requests",
+        "2000",
+        "--timeline",
+        p,
+        "--timeline-ms",
+        "10",
+    ]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines = text.lines();
+    assert!(lines
+        .next()
+        .unwrap()
+        .starts_with("t_s,measuring,dirty_pages,"));
+    let rows: Vec<&str> = lines.collect();
+    assert!(rows.len() > 10, "{text}");
+    assert!(rows.iter().all(|r| r.split(',').count() == 11), "{text}");
     std::fs::remove_dir_all(&dir).ok();
 }

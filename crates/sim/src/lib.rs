@@ -7,4 +7,4 @@ pub mod experiment;
 pub mod run;
 pub mod workload;
 
-pub use run::{RunLimits, SimError, SimReport, Simulation};
+pub use run::{RunLimits, SimError, SimReport, Simulation, TimelineSample};

@@ -54,6 +54,27 @@ pub struct RunLimits {
     pub time_limit: Nanos,
     /// Check every read against the data model, and the backing after a final drain.
     pub check_data: bool,
+    /// Sample the cache's state every this many virtual nanoseconds into
+    /// `SimReport::timeline` (0: no timeline).
+    pub timeline_ns: u64,
+}
+
+/// The cache's state at one moment of a run (counters are totals since the start).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimelineSample {
+    pub t_ns: u64,
+    /// Inside the measured window (after the warm-up).
+    pub measuring: bool,
+    pub dirty_pages: u64,
+    pub dirty_groups: u64,
+    pub destages_in_flight: u32,
+    pub requests_in_flight: u32,
+    pub stalls: u64,
+    pub destages: u64,
+    pub destaged_pages: u64,
+    /// The adaptive rate's current thresholds, in pages.
+    pub low_pages: u64,
+    pub high_pages: u64,
 }
 
 impl Default for RunLimits {
@@ -65,6 +86,7 @@ impl Default for RunLimits {
             measure_ns: u64::MAX,
             time_limit: Nanos::MAX,
             check_data: false,
+            timeline_ns: 0,
         }
     }
 }
@@ -91,6 +113,8 @@ pub struct SimReport {
     /// Mean dirty pages over the window, sampled at completions.
     pub occupancy_pages_mean: f64,
     pub thresholds_pages: (u64, u64),
+    /// Samples every `RunLimits::timeline_ns` over the whole run, warm-up included.
+    pub timeline: Vec<TimelineSample>,
 }
 
 #[derive(Clone, Copy)]
@@ -363,6 +387,24 @@ impl Simulation {
     }
 
     /// Move commands to devices and responses to the workload.
+    fn sample(&self, measuring: bool) -> TimelineSample {
+        let stats = self.engine.stats();
+        let (low_pages, high_pages) = self.engine.thresholds_pages();
+        TimelineSample {
+            t_ns: self.now.0,
+            measuring,
+            dirty_pages: self.engine.dirty_pages(),
+            dirty_groups: self.engine.dirty_groups() as u64,
+            destages_in_flight: self.engine.destages_in_flight(),
+            requests_in_flight: self.engine.requests_in_flight(),
+            stalls: stats.stalls,
+            destages: stats.destages,
+            destaged_pages: stats.destaged_pages,
+            low_pages,
+            high_pages,
+        }
+    }
+
     fn pump(&mut self, measure: &mut Measure) -> Result<(), SimError> {
         loop {
             let mut moved = false;
@@ -405,6 +447,8 @@ impl Simulation {
         let mut warm_stats: Option<(Stats, DeviceStats)> = None;
         let mut rejected = 0u64;
         let mut draining = false;
+        let mut timeline = Vec::new();
+        let mut next_sample_ns = 0u64;
         loop {
             // Arrivals due now.
             if !draining {
@@ -426,6 +470,10 @@ impl Simulation {
                 }
             }
             self.pump(&mut m)?;
+            if limits.timeline_ns > 0 && self.now.0 >= next_sample_ns {
+                timeline.push(self.sample(m.warm() && !draining));
+                next_sample_ns = (self.now.0 / limits.timeline_ns + 1) * limits.timeline_ns;
+            }
             if warm_stats.is_none() && m.warm() {
                 warm_stats = Some((self.engine.stats().clone(), self.backing.stats()));
             }
@@ -506,6 +554,7 @@ impl Simulation {
             workload: self.workload.stats(),
             rejected_requests: rejected,
             first_rejection: self.first_rejection.take(),
+            timeline,
             sectors_checked,
             occupancy_pages_mean: if m.measured == 0 {
                 0.0

@@ -413,3 +413,55 @@ fn msr_trace_replay_with_unaligned_requests_returns_acknowledged_data() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The timeline samples the run at the asked interval without changing it:
+/// the same counts as a run without one, one sample per interval, totals
+/// never go back, the measured window starts once.
+#[test]
+fn timeline_samples_a_run_without_changing_it() {
+    let spec = || WorkloadSpec::Spc1(Spc1Config::open(3_635_200_000, 1500.0));
+    let config = || {
+        let mut c = engine("wow", 4096, 256 * 1024);
+        c.keep_clean = false;
+        c.read_insert = false;
+        c
+    };
+    let plain = RunLimits {
+        warmup_requests: 2000,
+        measure_requests: 8000,
+        ..RunLimits::default()
+    };
+    let sampled = RunLimits {
+        timeline_ns: 50_000_000,
+        ..plain
+    };
+    let a = run(config(), "raid5", spec(), 3, plain);
+    let b = run(config(), "raid5", spec(), 3, sampled);
+    assert!(a.timeline.is_empty());
+    assert_eq!(a.stats, b.stats);
+    assert_eq!(a.window_ns, b.window_ns);
+
+    let t = &b.timeline;
+    let span_ns = b.warmup_ns + b.window_ns;
+    let expected = span_ns / sampled.timeline_ns;
+    assert!(
+        (t.len() as u64).abs_diff(expected) <= 2,
+        "{} samples over {span_ns} ns",
+        t.len()
+    );
+    for w in t.windows(2) {
+        // One sample per interval, at the first event in it.
+        assert!(w[1].t_ns / sampled.timeline_ns > w[0].t_ns / sampled.timeline_ns);
+        assert!(w[1].stalls >= w[0].stalls && w[1].destages >= w[0].destages);
+        assert!(w[1].destaged_pages >= w[0].destaged_pages);
+        assert!(w[1].measuring || !w[0].measuring, "the window starts once");
+    }
+    assert!(t.iter().any(|s| s.measuring) && !t[0].measuring);
+    assert!(t
+        .iter()
+        .all(|s| s.dirty_pages <= 4096 && s.low_pages < s.high_pages));
+    assert!(t.iter().any(|s| s.destages_in_flight > 0));
+    // Totals since the start cover at least the measured window's counts.
+    let last = t.last().unwrap();
+    assert!(last.destages >= b.stats.destages && last.stalls >= b.stats.stalls);
+}
