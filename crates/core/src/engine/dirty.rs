@@ -271,22 +271,29 @@ impl DirtySet {
         }
     }
 
-    /// The place of `key`'s entry, if it has one: searched from its group's
-    /// start to the end of that leaf, then on into the next ones.
+    /// The place of `key`'s entry, if it has one, searched from its group's
+    /// start. The group's entries are distinct pages in ascending order from
+    /// its first page, so the entry of the page `d` pages into the group is
+    /// among the group's first `d + 1`: the search reads no more keys than
+    /// that (one round of reads for a group of up to 16 pages).
     fn find(&self, keys: &[u64], key: u64) -> Option<Pos> {
-        let (mut l, mut at) = self.group_start(keys, self.group_of(key))?;
+        let gkey = self.group_of(key);
+        let (mut l, mut at) = self.group_start(keys, gkey)?;
         // Often the group's first page (always, with one dirty page per group).
         if keys[slot_of(self.entry((l, at)))] == key {
             return Some((l, at));
         }
+        let mut budget = (key - self.first_key(gkey)) as usize + 1;
         loop {
             let leaf = &self.leaves[l as usize];
             let es = leaf.entries();
-            let i = at + lower_bound_in(&es[at..], keys, key);
-            if i < es.len() {
+            let end = es.len().min(at + budget);
+            let i = at + lower_bound_in(&es[at..end], keys, key);
+            if i < end {
                 return (keys[slot_of(es[i])] == key).then_some((l, i));
             }
-            if leaf.next == NIL {
+            budget -= end - at;
+            if budget == 0 || leaf.next == NIL {
                 return None;
             }
             (l, at) = (leaf.next, 0);
