@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use wcache_core::policy::destage_rate::RateConfig;
+use wcache_core::policy::destage_rate::{RateConfig, UnknownDestageRate, DESTAGE_RATE_NAMES};
 use wcache_core::{EngineConfig, WritePolicy};
 use wcache_sim::device::build_device;
 use wcache_sim::experiment::{self, wow};
@@ -89,7 +89,7 @@ struct OneRun {
     /// Destage order: lrw, cscan, wow.
     #[arg(long, default_value = "wow")]
     order: String,
-    /// Destage rate: linear, adaptive.
+    /// Destage rate: linear, adaptive (a named experiment uses it for every point).
     #[arg(long, default_value = "adaptive")]
     rate: String,
     #[arg(long, default_value_t = 20)]
@@ -190,10 +190,17 @@ fn sim(args: SimArgs) -> Result<(), AnyError> {
 }
 
 fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
+    let rate = DESTAGE_RATE_NAMES
+        .iter()
+        .find(|n| n.eq_ignore_ascii_case(&args.one.rate))
+        .ok_or_else(|| UnknownDestageRate {
+            name: args.one.rate.clone(),
+        })?;
     let opts = wow::Options {
         quick: args.quick,
         seeds: args.seeds,
         check_data: args.check,
+        rate,
     };
     let points = wow::points(name, &opts)?;
     let threads = args.threads.unwrap_or_else(|| {

@@ -66,6 +66,10 @@ fn unknown_policies_and_devices() {
     fails_naming(&["sim", "--order", "fifo"], "destage order \"fifo\"");
     fails_naming(&["sim", "--replacement", "mru"], "\"mru\"");
     fails_naming(&["sim", "--rate", "fast"], "\"fast\"");
+    fails_naming(
+        &["sim", "wow-spc1", "--quick", "--rate", "fast"],
+        "\"fast\"",
+    );
     fails_naming(&["sim", "--write-policy", "sometimes"], "\"sometimes\"");
     fails_naming(&["sim", "--backend", "tape"], "\"tape\"");
     fails_naming(&["sim", "wow-foo"], "\"wow-foo\"");

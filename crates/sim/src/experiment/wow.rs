@@ -30,6 +30,9 @@ pub struct Options {
     pub seeds: u64,
     /// Check data integrity on every read (slow; for tests).
     pub check_data: bool,
+    /// Destage rate of every point: the paper's "adaptive" (§IV-E), or
+    /// "linear" for an ablation without the adaptive high threshold.
+    pub rate: &'static str,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,13 +47,13 @@ fn group_bytes(backend: &str) -> u64 {
     }
 }
 
-fn engine(backend: &str, policy: &str, nvs_pages: u64) -> EngineConfig {
+fn engine(backend: &str, policy: &str, nvs_pages: u64, rate: &str) -> EngineConfig {
     EngineConfig {
         page_size_bytes: 4096,
         group_size_bytes: group_bytes(backend),
         cache_slots: nvs_pages,
         destage_order: policy.into(),
-        destage_rate: "adaptive".into(),
+        destage_rate: rate.into(),
         keep_clean: false,
         read_insert: false,
         requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
@@ -110,7 +113,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                                 nvs_pages: nvs,
                                 target_iops: 0.0,
                                 seed,
-                                engine: engine(backend, policy, nvs),
+                                engine: engine(backend, policy, nvs, opts.rate),
                                 workload: WorkloadSpec::Random(RandomConfig::writes_closed(
                                     footprint,
                                     RANDOM_OUTSTANDING,
@@ -145,7 +148,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                                 nvs_pages: nvs,
                                 target_iops: 0.0,
                                 seed,
-                                engine: engine(backend, policy, nvs),
+                                engine: engine(backend, policy, nvs, opts.rate),
                                 workload: WorkloadSpec::Spc1(Spc1Config::closed(
                                     PARTIAL_BACKEND_BYTES,
                                     SPC1_OUTSTANDING,
@@ -198,7 +201,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                                 nvs_pages: nvs,
                                 target_iops: target,
                                 seed,
-                                engine: engine(backend, policy, nvs),
+                                engine: engine(backend, policy, nvs, opts.rate),
                                 workload: WorkloadSpec::Spc1(spc1),
                                 limits: limits(opts, nvs, 40_000),
                             });
