@@ -115,9 +115,10 @@ struct OneRun {
     /// backing device).
     #[arg(long, value_parser = parse_footprint)]
     footprint: Option<u64>,
-    /// Closed loop with this many requests outstanding (random, spc1, trace replay).
-    #[arg(long, default_value_t = 16)]
-    outstanding: u64,
+    /// Closed loop with this many requests outstanding (random, spc1, trace
+    /// replay; default 16). With wow-spc1 it replaces the sweep's 64.
+    #[arg(long)]
+    outstanding: Option<u64>,
     /// Open loop at this target IOPS instead of closed loop (random, spc1).
     #[arg(long)]
     target_iops: Option<f64>,
@@ -184,6 +185,9 @@ fn sim(args: SimArgs) -> Result<(), AnyError> {
         Some(_) if args.one.timeline.is_some() => {
             Err("--timeline records one run; it does not apply to a named experiment".into())
         }
+        Some(name) if name != "wow-spc1" && args.one.outstanding.is_some() => {
+            Err(format!("--outstanding applies to one run or to wow-spc1, not to {name}").into())
+        }
         Some(name) => sim_experiment(name, &args),
         None => sim_one(&args),
     }
@@ -201,6 +205,7 @@ fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
         seeds: args.seeds,
         check_data: args.check,
         rate,
+        spc1_outstanding: args.one.outstanding.unwrap_or(wow::SPC1_OUTSTANDING),
     };
     let points = wow::points(name, &opts)?;
     let threads = args.threads.unwrap_or_else(|| {
@@ -292,19 +297,18 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         persistent: false,
     };
     let footprint = o.footprint.unwrap_or(backing.capacity_bytes()) / 4096 * 4096;
+    let outstanding = o.outstanding.unwrap_or(16);
     let arrivals = match o.target_iops {
         Some(rate_iops) => Loop::Open {
             rate_iops,
             outstanding_max: OUTSTANDING_MAX_DEFAULT,
         },
-        None => Loop::Closed {
-            outstanding: o.outstanding,
-        },
+        None => Loop::Closed { outstanding },
     };
     let mut workload_label = o.workload.clone();
     let spec = match o.workload.as_str() {
         "random" => {
-            let mut c = RandomConfig::writes_closed(footprint, o.outstanding);
+            let mut c = RandomConfig::writes_closed(footprint, outstanding);
             c.arrivals = arrivals;
             c.read_fraction = o.read_fraction;
             WorkloadSpec::Random(c)
@@ -312,7 +316,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         "spc1" => {
             let mut c = match o.target_iops {
                 Some(rate_iops) => Spc1Config::open(footprint, rate_iops),
-                None => Spc1Config::closed(footprint, o.outstanding),
+                None => Spc1Config::closed(footprint, outstanding),
             };
             c.arrivals = arrivals;
             c.hrrw = hrrw;
@@ -335,9 +339,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
                     speed,
                     outstanding_max: OUTSTANDING_MAX_DEFAULT,
                 },
-                None => Replay::Closed {
-                    outstanding: o.outstanding,
-                },
+                None => Replay::Closed { outstanding },
             };
             WorkloadSpec::Trace(c)
         }

@@ -70,6 +70,14 @@ fn unknown_policies_and_devices() {
         &["sim", "wow-spc1", "--quick", "--rate", "fast"],
         "\"fast\"",
     );
+    fails_naming(
+        &["sim", "wow-random", "--quick", "--outstanding", "8"],
+        "not to wow-random",
+    );
+    fails_naming(
+        &["sim", "wow-spc1", "--quick", "--outstanding", "0"],
+        "at least 1 outstanding",
+    );
     fails_naming(&["sim", "--write-policy", "sometimes"], "\"sometimes\"");
     fails_naming(&["sim", "--backend", "tape"], "\"tape\"");
     fails_naming(&["sim", "wow-foo"], "\"wow-foo\"");

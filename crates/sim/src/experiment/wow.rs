@@ -33,6 +33,9 @@ pub struct Options {
     /// Destage rate of every point: the paper's "adaptive" (§IV-E), or
     /// "linear" for an ablation without the adaptive high threshold.
     pub rate: &'static str,
+    /// Requests outstanding in the closed loop of wow-spc1 (`SPC1_OUTSTANDING`
+    /// unless a sensitivity run asks otherwise).
+    pub spc1_outstanding: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -151,7 +154,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                                 engine: engine(backend, policy, nvs, opts.rate),
                                 workload: WorkloadSpec::Spc1(Spc1Config::closed(
                                     PARTIAL_BACKEND_BYTES,
-                                    SPC1_OUTSTANDING,
+                                    opts.spc1_outstanding,
                                 )),
                                 limits: limits(opts, nvs, 60_000.max(nvs)),
                             });
