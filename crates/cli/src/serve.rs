@@ -393,22 +393,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     if defaults_used || (args.socket.is_none() && args.listen.is_none()) {
         ensure_dir(&args.data_dir)?;
     }
-    let mut cache_mapped = false;
-    let cache: Arc<dyn BlockDevice> = if cache_in_memory {
-        Arc::new(MemDevice::new(cache_size_bytes))
-    } else {
-        let path = Path::new(&cache_spec);
-        let options = FileOptions {
-            sync: sync_arg("cache-sync", &args.cache_sync)?,
-            direct: args.direct,
-            create_size_bytes: Some(cache_size_bytes).filter(|_| !path.exists()),
-            map: true,
-        };
-        let device = FileDevice::open(path, options)?;
-        cache_mapped = device.is_mapped();
-        Arc::new(device)
-    };
-
+    let cache_sync = sync_arg("cache-sync", &args.cache_sync)?;
     let mut named: Vec<(String, String)> = Vec::new();
     for e in &args.exports {
         let (name, spec) = e
@@ -450,6 +435,22 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     let export_bytes = |i: usize| {
         let len = backings[i].len_bytes();
         len - len % args.block_size.max(1) as u64
+    };
+
+    let mut cache_mapped = false;
+    let cache: Arc<dyn BlockDevice> = if cache_in_memory {
+        Arc::new(MemDevice::new(cache_size_bytes))
+    } else {
+        let path = Path::new(&cache_spec);
+        let options = FileOptions {
+            sync: cache_sync,
+            direct: args.direct,
+            create_size_bytes: Some(cache_size_bytes).filter(|_| !path.exists()),
+            map: true,
+        };
+        let device = FileDevice::open(path, options)?;
+        cache_mapped = device.is_mapped();
+        Arc::new(device)
     };
 
     let page = args.page_size;

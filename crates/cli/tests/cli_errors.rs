@@ -186,6 +186,9 @@ fn bad_serve_settings_touch_no_file() {
         (["--group-size", "5000"], "group_size_bytes = 5000"),
         (["--order", "fifo"], "\"fifo\""),
         (["--rate", "fast"], "\"fast\""),
+        (["--export", "bad"], "expected NAME=BACKING"),
+        (["--cache-sync", "sometimes"], "\"sometimes\""),
+        (["--block-size", "3"], "\"3\" is not a power of two"),
     ] {
         let mut args = vec![
             "serve",
