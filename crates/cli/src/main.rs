@@ -73,7 +73,7 @@ struct SimArgs {
 /// One configuration (used when no experiment is named).
 #[derive(Args)]
 struct OneRun {
-    /// Backing device model: hdd, raid10, raid5, ssd, nvram.
+    /// Backing device model: hdd, raid10, raid5, raid5-md (RAID-5 with a stripe cache), ssd, nvram.
     #[arg(long, default_value = "raid5")]
     backend: String,
     /// Cache device model.
@@ -83,7 +83,7 @@ struct OneRun {
     cache_pages: u64,
     #[arg(long, default_value_t = 4096)]
     page_size: u64,
-    /// Write group size in bytes (default: 256 KiB stripe for raid5, 64 KiB otherwise).
+    /// Write group size in bytes (default: 256 KiB stripe for raid5 and raid5-md, 64 KiB otherwise).
     #[arg(long)]
     group_size: Option<u64>,
     /// Destage order: lrw, cscan, wow.
@@ -272,7 +272,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     })?;
     let backing = build_device(&o.backend)?;
     let cache = build_device(&o.cache_device)?;
-    let group = o.group_size.unwrap_or(if o.backend == "raid5" {
+    let group = o.group_size.unwrap_or(if o.backend.starts_with("raid5") {
         256 * 1024
     } else {
         64 * 1024

@@ -383,6 +383,85 @@ mod device {
         assert_eq!(raid.capacity_bytes() % (256 * KIB), 0);
     }
 
+    /// Writes `(offset, len, submit time)` to `dev`, runs them all; returns
+    /// each one's completion time, in submission order.
+    fn writes_at(dev: &mut dyn DeviceModel, ops: &[(u64, u64, Nanos)]) -> Vec<Nanos> {
+        let mut done = Vec::new();
+        for (i, &(offset_bytes, len_bytes, at)) in ops.iter().enumerate() {
+            while let Some(t) = dev.next_event_time().filter(|&t| t <= at) {
+                dev.advance(t, &mut done);
+            }
+            let op = DevOp {
+                id: i as u64,
+                kind: DevOpKind::Write,
+                offset_bytes,
+                len_bytes,
+            };
+            dev.submit(at, op);
+        }
+        while let Some(t) = dev.next_event_time() {
+            dev.advance(t, &mut done);
+        }
+        assert_eq!(done.len(), ops.len());
+        assert_eq!(dev.outstanding(), 0);
+        (0..ops.len() as u64)
+            .map(|i| done.iter().find(|c| c.id == i).expect("completed").time)
+            .collect()
+    }
+
+    /// The stripe cache: two 4 KiB writes to the same rows of one stripe
+    /// (strips 0 and 1) share one parity read and write; a write that comes
+    /// while the first is writing waits for it; rows that do not overlap
+    /// run apart, as without the cache.
+    #[test]
+    fn raid5_stripe_cache_merges_overlapping_writes_and_orders_the_rest() {
+        let t0 = Nanos::ZERO;
+        let same_rows = [(0, 4 * KIB, t0), (64 * KIB, 4 * KIB, t0)];
+        let mut plain = RaidModel::raid5_4p1_hdd();
+        writes_at(&mut plain, &same_rows);
+        let s = member_totals(&plain);
+        assert_eq!(
+            (s.reads, s.writes),
+            (4, 4),
+            "no cache: two read-modify-writes"
+        );
+        let mut md = RaidModel::raid5_4p1_hdd().with_stripe_cache();
+        let done = writes_at(&mut md, &same_rows);
+        let s = member_totals(&md);
+        assert_eq!((s.reads, s.writes), (3, 3), "one parity update for both");
+        assert_eq!(
+            done[0], done[1],
+            "the joined write completes with the first"
+        );
+
+        // The second comes once the first's reads are back (its writes are out).
+        let mut alone = RaidModel::raid5_4p1_hdd();
+        let first_done = one_op(&mut alone, DevOpKind::Write, 0, 4 * KIB);
+        let later = Nanos(first_done.0 - 1_000);
+        let mut md = RaidModel::raid5_4p1_hdd().with_stripe_cache();
+        let done = writes_at(&mut md, &[(0, 4 * KIB, t0), (64 * KIB, 4 * KIB, later)]);
+        let s = member_totals(&md);
+        assert_eq!(
+            (s.reads, s.writes),
+            (4, 4),
+            "it waited: a read-modify-write of its own"
+        );
+        assert_eq!(done[0], first_done);
+        assert!(
+            done[1].0 > done[0].0 + 5_000_000,
+            "{done:?}: it started after the first"
+        );
+
+        // Rows 0-4 KiB and 8-12 KiB: no overlap, no interaction.
+        let apart = [(0, 4 * KIB, t0), (64 * KIB + 8 * KIB, 4 * KIB, t0)];
+        let mut plain = RaidModel::raid5_4p1_hdd();
+        let plain_done = writes_at(&mut plain, &apart);
+        let mut md = RaidModel::raid5_4p1_hdd().with_stripe_cache();
+        let md_done = writes_at(&mut md, &apart);
+        assert_eq!(plain_done, md_done);
+        assert_eq!(member_totals(&md).reads, 4);
+    }
+
     #[test]
     fn raid5_parity_rotates_left_symmetric() {
         // A 4 KiB write at the start of stripe s reads/writes data on member
@@ -568,6 +647,10 @@ mod device {
             build_device("raid10").map(|d| d.name()),
             Ok("raid10-2+2".to_string())
         );
+        assert_eq!(
+            build_device("raid5-md").map(|d| d.name()),
+            Ok("raid5-md-4+1".to_string())
+        );
         let err = build_device("raid6").err().expect("unknown name");
         assert_eq!(
             err,
@@ -577,7 +660,8 @@ mod device {
         );
         let message = err.to_string();
         assert!(
-            message.contains("raid6") && message.contains("hdd, raid10, raid5, ssd, nvram"),
+            message.contains("raid6")
+                && message.contains("hdd, raid10, raid5, raid5-md, ssd, nvram"),
             "{message}"
         );
     }

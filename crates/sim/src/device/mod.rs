@@ -248,7 +248,7 @@ impl FlushTracker {
 }
 
 /// Names accepted by [`build_device`].
-pub const DEVICE_NAMES: &[&str] = &["hdd", "raid10", "raid5", "ssd", "nvram"];
+pub const DEVICE_NAMES: &[&str] = &["hdd", "raid10", "raid5", "raid5-md", "ssd", "nvram"];
 
 /// Error of [`build_device`].
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -266,6 +266,7 @@ pub fn build_device(spec: &str) -> Result<Box<dyn DeviceModel>, DeviceSpecError>
         "hdd" => Box::new(HddModel::new(HddParams::ultrastar_10k())),
         "raid10" => Box::new(RaidModel::raid10_2x2_hdd()),
         "raid5" => Box::new(RaidModel::raid5_4p1_hdd()),
+        "raid5-md" => Box::new(RaidModel::raid5_4p1_hdd().with_stripe_cache()),
         "ssd" => Box::new(SsdModel::new(SsdParams::koller_pcie())),
         "nvram" => Box::new(NvramModel::new(NvramParams::dram())),
         _ => {

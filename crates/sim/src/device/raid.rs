@@ -5,10 +5,14 @@
 //! The array is a thin event-driven layer: it splits each logical operation
 //! into member operations, submits them to the members at the right virtual
 //! time (RAID-5 writes only once their reads are back), and completes the
-//! logical operation when its last member operation completes. It has no cache
-//! and no stripe lock: concurrent writes to one stripe are not serialized
-//! (documented simplification). It must never look at data, and never
-//! allocate per operation once its tables are warm.
+//! logical operation when its last member operation completes. By default it
+//! has no cache and no stripe lock: concurrent writes to one stripe are not
+//! serialized (documented simplification). With the stripe cache (`raid5-md`),
+//! a RAID-5 write whose rows overlap a write in flight to the same stripe
+//! joins it while it is still reading (one parity update for both, as Linux
+//! md gathers the writes pending on a stripe) or else waits for it to finish.
+//! It must never look at data, and never allocate per operation once its
+//! tables are warm.
 
 use thiserror::Error;
 use wcache_core::time::Nanos;
@@ -63,16 +67,35 @@ struct Parent {
     parts_remaining: u32,
 }
 
+/// Writes one part may plan: one per data member and two parity ranges, and
+/// with the stripe cache those of the writes that joined it.
+const PLAN_MAX: usize = 4 * (RAID_MEMBERS_MAX + 2);
+const NONE: u32 = u32::MAX;
+
 /// A piece of a logical operation whose member operations run together
 /// (RAID-5: one stripe; otherwise the whole operation).
 #[derive(Clone, Copy, Debug)]
 struct Part {
     parent: u32,
     ios_remaining: u32,
-    /// Writes to submit once the reads of this part are back (RAID-5: up to
-    /// one per data member and two parity ranges).
-    writes: [MemberIo; RAID_MEMBERS_MAX + 1],
+    /// Writes to submit once the reads of this part are back.
+    writes: [MemberIo; PLAN_MAX],
     writes_len: u8,
+    /// Stripe cache only (RAID-5 writes): the stripe, the parity rows
+    /// (strip-relative), read-modify-write or not, and whether its writes
+    /// are out.
+    stripe: u64,
+    rows: [(u64, u64); 2],
+    rows_len: u8,
+    rmw: bool,
+    writing: bool,
+    /// Parts that joined this one (complete with it), linked by `next`.
+    joined: u32,
+    /// Parts waiting for this one to finish, linked by `next`.
+    waiting: u32,
+    next: u32,
+    /// A waiting part's stripe-relative range, planned when it starts.
+    range: (u64, u64),
 }
 
 /// A RAID array of member models. See the module header.
@@ -92,6 +115,9 @@ pub struct RaidModel {
     member_done: Vec<DevCompletion>,
     stats: DeviceStats,
     busy: BusyClock,
+    /// RAID-5 stripe cache: writes in flight per stripe (none when off).
+    stripe_cache: bool,
+    stripe_writes: std::collections::HashMap<u64, Vec<u32>>,
 }
 
 impl RaidModel {
@@ -149,7 +175,15 @@ impl RaidModel {
             member_done: Vec::new(),
             stats: DeviceStats::default(),
             busy: BusyClock::default(),
+            stripe_cache: false,
+            stripe_writes: std::collections::HashMap::new(),
         })
+    }
+
+    /// RAID-5 with a stripe cache (see the module header); no effect on RAID-10.
+    pub fn with_stripe_cache(mut self) -> RaidModel {
+        self.stripe_cache = self.level == RaidLevel::Raid5;
+        self
     }
 
     /// `member_count` identical disks with `params`.
@@ -238,8 +272,17 @@ impl RaidModel {
         let part = Part {
             parent,
             ios_remaining: 0,
-            writes: [MemberIo::default(); RAID_MEMBERS_MAX + 1],
+            writes: [MemberIo::default(); PLAN_MAX],
             writes_len: 0,
+            stripe: u64::MAX,
+            rows: [(0, 0); 2],
+            rows_len: 0,
+            rmw: false,
+            writing: false,
+            joined: NONE,
+            waiting: NONE,
+            next: NONE,
+            range: (0, 0),
         };
         self.parents[parent as usize].parts_remaining += 1;
         if let Some(index) = self.parts_free.pop() {
@@ -268,10 +311,7 @@ impl RaidModel {
 
     fn push_write(&mut self, part: u32, io: MemberIo) {
         let p = &mut self.parts[part as usize];
-        assert!(
-            (p.writes_len as usize) < RAID_MEMBERS_MAX,
-            "write plan overflow"
-        );
+        assert!((p.writes_len as usize) < PLAN_MAX, "write plan overflow");
         p.writes[p.writes_len as usize] = io;
         p.writes_len += 1;
     }
@@ -280,6 +320,7 @@ impl RaidModel {
         let p = self.parts[part as usize];
         assert_eq!(p.ios_remaining, 0, "writes issued before reads completed");
         self.parts[part as usize].writes_len = 0;
+        self.parts[part as usize].writing = true;
         for io in &p.writes[..p.writes_len as usize] {
             self.issue(now, part, DevOpKind::Write, *io);
         }
@@ -412,6 +453,12 @@ impl RaidModel {
         first: u64,
         last: u64,
     ) {
+        let part = self.alloc_part(parent);
+        self.start_stripe_write(now, part, stripe, first, last);
+    }
+
+    /// Plan part `part`, a write of the stripe-relative range `[first, last)`.
+    fn start_stripe_write(&mut self, now: Nanos, part: u32, stripe: u64, first: u64, last: u64) {
         assert!(first < last);
         let data_members = self.data_members();
         let base = stripe * self.strip_bytes;
@@ -441,7 +488,21 @@ impl RaidModel {
         let rcw_read_bytes = rows_bytes * data_members as u64 - written_bytes;
         let read_modify_write = rmw_read_bytes < rcw_read_bytes;
 
-        let part = self.alloc_part(parent);
+        self.parts[part as usize].next = NONE;
+        if self.stripe_cache {
+            if self.join_or_wait(now, part, stripe, (first, last), rows, read_modify_write) {
+                return;
+            }
+            let p = &mut self.parts[part as usize];
+            p.stripe = stripe;
+            p.rows[..rows.len()].copy_from_slice(rows);
+            p.rows_len = rows.len() as u8;
+            p.rmw = read_modify_write;
+            p.writing = false;
+            p.joined = NONE;
+            p.waiting = NONE;
+            self.stripe_writes.entry(stripe).or_default().push(part);
+        }
         let parity_member = self.parity_member(stripe) as u8;
         for index in 0..data_members {
             let member = self.data_member(stripe, index) as u8;
@@ -491,6 +552,100 @@ impl RaidModel {
         }
     }
 
+    /// Stripe cache: if the rows of this write overlap a write in flight to
+    /// the same stripe, join that write while it is still reading (both
+    /// read-modify-write and room in its plan: this write's old data and the
+    /// parity rows it does not cover are read with it, and written with its
+    /// writes), or else wait until it is done. Returns whether it did either.
+    fn join_or_wait(
+        &mut self,
+        now: Nanos,
+        part: u32,
+        stripe: u64,
+        (first, last): (u64, u64),
+        rows: &[(u64, u64)],
+        rmw: bool,
+    ) -> bool {
+        let overlaps = |q: &Part| {
+            q.rows[..q.rows_len as usize]
+                .iter()
+                .any(|&(a, b)| rows.iter().any(|&(x, y)| a < y && x < b))
+        };
+        let Some(lead) = self.stripe_writes.get(&stripe).and_then(|v| {
+            v.iter()
+                .copied()
+                .find(|&q| overlaps(&self.parts[q as usize]))
+        }) else {
+            return false;
+        };
+        let data_members = self.data_members();
+        let l = self.parts[lead as usize];
+        let room = l.writes_len as usize + data_members + 3 <= PLAN_MAX;
+        if !l.writing && l.rmw && rmw && room {
+            let base = stripe * self.strip_bytes;
+            for index in 0..data_members {
+                if let Some((x, y)) = self.strip_range(index as u64, first, last) {
+                    let io = MemberIo {
+                        member: self.data_member(stripe, index) as u8,
+                        offset_bytes: base + x,
+                        len_bytes: y - x,
+                    };
+                    self.issue(now, lead, DevOpKind::Read, io);
+                    self.push_write(lead, io);
+                }
+            }
+            let parity_member = self.parity_member(stripe) as u8;
+            for &row in rows {
+                for (a, b) in uncovered(row, &l.rows[..l.rows_len as usize]) {
+                    let io = MemberIo {
+                        member: parity_member,
+                        offset_bytes: base + a,
+                        len_bytes: b - a,
+                    };
+                    self.issue(now, lead, DevOpKind::Read, io);
+                    self.push_write(lead, io);
+                }
+            }
+            self.parts[part as usize].next = self.parts[lead as usize].joined;
+            self.parts[lead as usize].joined = part;
+        } else {
+            let before = self.parts[lead as usize].waiting;
+            let p = &mut self.parts[part as usize];
+            p.stripe = stripe;
+            p.range = (first, last);
+            p.next = before;
+            self.parts[lead as usize].waiting = part;
+        }
+        true
+    }
+
+    /// Part `part` is done: with the stripe cache, so are the writes that
+    /// joined it, and the writes that waited for it start.
+    fn part_done(&mut self, part: u32, time: Nanos) {
+        let p = self.parts[part as usize];
+        if p.stripe != u64::MAX {
+            if let Some(v) = self.stripe_writes.get_mut(&p.stripe) {
+                v.retain(|&q| q != part);
+                if v.is_empty() {
+                    self.stripe_writes.remove(&p.stripe);
+                }
+            }
+        }
+        let mut joined = p.joined;
+        while joined != NONE {
+            let next = self.parts[joined as usize].next;
+            self.finish_part(joined, time);
+            joined = next;
+        }
+        self.finish_part(part, time);
+        let mut waiting = p.waiting;
+        while waiting != NONE {
+            let w = self.parts[waiting as usize];
+            self.start_stripe_write(time, waiting, w.stripe, w.range.0, w.range.1);
+            waiting = w.next;
+        }
+    }
+
     /// A member finished operation `part` at `time`.
     fn member_completed(&mut self, part: u32, time: Nanos) {
         let p = &mut self.parts[part as usize];
@@ -503,7 +658,12 @@ impl RaidModel {
             self.issue_planned_writes(time, part);
             return;
         }
-        let parent_index = p.parent;
+        self.part_done(part, time);
+    }
+
+    /// Account part `part` done to its parent, completing the parent with its last part.
+    fn finish_part(&mut self, part: u32, time: Nanos) {
+        let parent_index = self.parts[part as usize].parent;
         self.parts_free.push(part);
         let parent = &mut self.parents[parent_index as usize];
         assert!(parent.parts_remaining > 0);
@@ -551,6 +711,35 @@ impl RaidModel {
             self.member_done = member_done;
         }
     }
+}
+
+/// The pieces of `[r0, r1)` outside every range of `cover` (at most two ranges).
+fn uncovered((r0, r1): (u64, u64), cover: &[(u64, u64)]) -> impl Iterator<Item = (u64, u64)> {
+    let mut sorted = [(0u64, 0u64); 2];
+    let n = cover.len().min(2);
+    sorted[..n].copy_from_slice(&cover[..n]);
+    sorted[..n].sort_unstable();
+    let mut pieces = [(0u64, 0u64); 3];
+    let mut count = 0;
+    let mut at = r0;
+    for &(a, b) in &sorted[..n] {
+        if b <= at || a >= r1 {
+            continue;
+        }
+        if a > at {
+            pieces[count] = (at, a);
+            count += 1;
+        }
+        at = b;
+        if at >= r1 {
+            break;
+        }
+    }
+    if at < r1 {
+        pieces[count] = (at, r1);
+        count += 1;
+    }
+    pieces.into_iter().take(count)
 }
 
 impl DeviceModel for RaidModel {
@@ -614,6 +803,7 @@ impl DeviceModel for RaidModel {
         let n = self.members.len();
         match self.level {
             RaidLevel::Raid10 => format!("raid10-{}+{}", n / 2, n / 2),
+            RaidLevel::Raid5 if self.stripe_cache => format!("raid5-md-{}+1", n - 1),
             RaidLevel::Raid5 => format!("raid5-{}+1", n - 1),
         }
     }
