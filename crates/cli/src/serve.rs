@@ -61,7 +61,7 @@ pub struct ServeArgs {
     direct: bool,
     /// Backing of the single export `disk`: FILE, nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH, emulated-MODEL:FILE (MODEL: hdd, raid10,
-    /// raid5, ssd, nvram; the simulator's model run in real time), mem:SIZE.
+    /// raid5, raid5-md, ssd, nvram; the simulator's model run in real time), mem:SIZE.
     /// Default: emulated-hdd:DATA_DIR/backing.img.
     #[arg(long)]
     backing: Option<String>,
@@ -142,7 +142,7 @@ pub enum ServeError {
     BadExport(String),
     #[error("export name {0:?} given twice")]
     DuplicateExport(String),
-    #[error("backing {spec:?}: unknown emulated model {model:?} (valid: hdd, raid10, raid5, ssd, nvram)")]
+    #[error("backing {spec:?}: unknown emulated model {model:?} (valid: {})", wcache_sim::device::DEVICE_NAMES.join(", "))]
     BadModel { spec: String, model: String },
     #[error(
         "cache of {cache_bytes} bytes holds fewer than one write group of {group_bytes} bytes"
