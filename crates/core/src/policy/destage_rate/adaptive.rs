@@ -118,6 +118,37 @@ mod tests {
         assert!(r.high_fraction() <= 0.90);
     }
 
+    /// The rule as written ratchets in overload (docs/engine.md): each fill to
+    /// 100 % followed by a dip below high lowers high by the 10-point
+    /// overshoot, and no number of destages raises it while the maximum seen
+    /// stays at 100 %. Once a whole interval stays under the desired level,
+    /// it rises again.
+    #[test]
+    fn ratchets_down_in_overload_and_recovers_when_the_load_falls() {
+        let mut r = AdaptiveThreshold::new(RateConfig::default());
+        let mut highs = Vec::new();
+        for _ in 0..4 {
+            r.target_outstanding(&input(1000)); // full
+            let high = (r.high_fraction() * 1000.0).round() as u64;
+            r.target_outstanding(&input(high - 5)); // just under high
+            for _ in 0..5000 {
+                r.destage_done(1000, 1000); // full again: the maximum stays 100 %
+            }
+            highs.push((r.high_fraction() * 100.0).round() as u32);
+        }
+        assert_eq!(highs, vec![80, 70, 60, 50]);
+        // The load falls: occupancy stays at 40 %, under high and desired.
+        r.target_outstanding(&input(400));
+        for _ in 0..5000 {
+            r.destage_done(400, 1000);
+        }
+        assert!(
+            r.high_fraction() > 0.5,
+            "high rose again: {}",
+            r.high_fraction()
+        );
+    }
+
     #[test]
     fn never_below_floor() {
         let mut r = AdaptiveThreshold::new(RateConfig::default());
