@@ -188,6 +188,13 @@ fn sim(args: SimArgs) -> Result<(), AnyError> {
         Some(name) if name != "wow-spc1" && args.one.outstanding.is_some() => {
             Err(format!("--outstanding applies to one run or to wow-spc1, not to {name}").into())
         }
+        Some(name) if !["raid5", "raid5-md"].contains(&args.one.backend.as_str()) => {
+            Err(format!(
+                "--backend {:?} with {name}: a named experiment runs its own arrays; only raid5-md may replace its RAID-5",
+                args.one.backend
+            )
+            .into())
+        }
         Some(name) => sim_experiment(name, &args),
         None => sim_one(&args),
     }
@@ -206,6 +213,11 @@ fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
         check_data: args.check,
         rate,
         spc1_outstanding: args.one.outstanding.unwrap_or(wow::SPC1_OUTSTANDING),
+        raid5: if args.one.backend == "raid5-md" {
+            "raid5-md"
+        } else {
+            "raid5"
+        },
     };
     let points = wow::points(name, &opts)?;
     let threads = args.threads.unwrap_or_else(|| {

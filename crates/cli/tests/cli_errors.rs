@@ -75,6 +75,10 @@ fn unknown_policies_and_devices() {
         "not to wow-random",
     );
     fails_naming(
+        &["sim", "wow-spc1", "--quick", "--backend", "hdd"],
+        "only raid5-md may replace its RAID-5",
+    );
+    fails_naming(
         &["sim", "wow-spc1", "--quick", "--outstanding", "0"],
         "at least 1 outstanding",
     );
@@ -258,5 +262,26 @@ fn timeline_is_written_for_one_run_and_refused_for_an_experiment() {
     let rows: Vec<&str> = lines.collect();
     assert!(rows.len() > 10, "{text}");
     assert!(rows.iter().all(|r| r.split(',').count() == 11), "{text}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn an_experiment_runs_on_the_stripe_cache_array_when_asked() {
+    let (dir, path) = temp_file("wow-spc1.csv", "");
+    let out = dir.to_str().unwrap();
+    succeeds(&[
+        "sim",
+        "wow-spc1",
+        "--quick",
+        "--backend",
+        "raid5-md",
+        "--out",
+        out,
+    ]);
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert!(rows.iter().any(|r| r.contains(",raid5-md,")), "{csv}");
+    assert!(!rows.iter().any(|r| r.contains(",raid5,")), "{csv}");
+    assert!(dir.join("wow-spc1-raid5-md.svg").exists());
     std::fs::remove_dir_all(&dir).ok();
 }

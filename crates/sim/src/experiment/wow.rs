@@ -36,6 +36,8 @@ pub struct Options {
     /// Requests outstanding in the closed loop of wow-spc1 (`SPC1_OUTSTANDING`
     /// unless a sensitivity run asks otherwise).
     pub spc1_outstanding: u64,
+    /// The RAID-5 array: "raid5", or "raid5-md" (with a stripe cache).
+    pub raid5: &'static str,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +45,7 @@ pub struct Options {
 pub struct UnknownExperiment(pub String);
 
 fn group_bytes(backend: &str) -> u64 {
-    if backend == "raid5" {
+    if backend.starts_with("raid5") {
         256 * 1024
     } else {
         64 * 1024
@@ -102,7 +104,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
             } else {
                 (5..=16).map(|k| 1u64 << k).collect()
             };
-            for backend in ["raid10", "raid5"] {
+            for backend in ["raid10", opts.raid5] {
                 let footprint = full_backend_bytes(backend);
                 // The paper's RAID-5 sweep starts at one stripe group (64 pages).
                 for &nvs in sizes.iter().filter(|&&n| n * 4096 >= group_bytes(backend)) {
@@ -134,7 +136,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
             } else {
                 vec![256, 1024, 4096, 16384, 32768, 65536, 100_000]
             };
-            for backend in ["raid10", "raid5"] {
+            for backend in ["raid10", opts.raid5] {
                 for &nvs in &sizes {
                     // Peak throughput: a closed loop that keeps the array busy.
                     // The paper drove its testbed with open-loop targets above
@@ -164,7 +166,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
             }
         }
         "wow-latency" => {
-            let backend = "raid5";
+            let backend = opts.raid5;
             let cases: [(&'static str, u64, u64, Vec<f64>); 2] = [
                 (
                     "full",
@@ -256,10 +258,15 @@ pub fn charts(name: &str, rows: &[Row]) -> Vec<(String, String)> {
     };
     let nvs = |r: &Row| r.point.nvs_pages as f64;
     let iops = |r: &Row| r.report.iops;
+    let raid5 = rows
+        .iter()
+        .map(|r| r.point.backend)
+        .find(|b| b.starts_with("raid5"))
+        .unwrap_or("raid5");
     let mut out = Vec::new();
     match name {
         "wow-random" | "wow-spc1" => {
-            for backend in ["raid10", "raid5"] {
+            for backend in ["raid10", raid5] {
                 let only = |r: &Row| r.point.backend == backend;
                 let title = format!("{name}: {backend}, throughput vs NVS size");
                 let chart = Chart {
@@ -272,25 +279,25 @@ pub fn charts(name: &str, rows: &[Row]) -> Vec<(String, String)> {
                 out.push((format!("{name}-{backend}.svg"), chart.render()));
             }
             if name == "wow-spc1" {
-                let only = |r: &Row| r.point.backend == "raid5";
+                let only = |r: &Row| r.point.backend == raid5;
                 let hit = |r: &Row| r.report.stats.write_hit_ratio();
                 let dist = |r: &Row| r.report.stats.destage_distance_sectors_mean().max(1.0);
                 let c = Chart {
-                    title: "wow-spc1: raid5, write hit ratio".into(),
+                    title: format!("wow-spc1: {raid5}, write hit ratio"),
                     x_label: "NVS size (pages)".into(),
                     y_label: "write hit ratio".into(),
                     x_log: true,
                     series: series(&only, &nvs, &hit),
                 };
-                out.push(("wow-spc1-raid5-hits.svg".into(), c.render()));
+                out.push((format!("wow-spc1-{raid5}-hits.svg"), c.render()));
                 let c = Chart {
-                    title: "wow-spc1: raid5, mean distance between destages (sectors)".into(),
+                    title: format!("wow-spc1: {raid5}, mean distance between destages (sectors)"),
                     x_label: "NVS size (pages)".into(),
                     y_label: "sectors".into(),
                     x_log: true,
                     series: series(&only, &nvs, &dist),
                 };
-                out.push(("wow-spc1-raid5-distance.svg".into(), c.render()));
+                out.push((format!("wow-spc1-{raid5}-distance.svg"), c.render()));
             }
         }
         "wow-latency" => {
