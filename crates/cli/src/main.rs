@@ -74,6 +74,7 @@ struct SimArgs {
 #[derive(Args)]
 struct OneRun {
     /// Backing device model: hdd, raid10, raid5, raid5-md (RAID-5 with a stripe cache), ssd, nvram.
+    /// With a named experiment, raid5-md replaces its RAID-5 array.
     #[arg(long, default_value = "raid5")]
     backend: String,
     /// Cache device model.
