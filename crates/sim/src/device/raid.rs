@@ -258,6 +258,25 @@ impl RaidModel {
         (self.parity_member(stripe) + 1 + index) % self.members.len()
     }
 
+    /// RAID-5: the member I/O for the strip-relative range `[x, y)` of data
+    /// strip `index` of `stripe`.
+    fn data_io(&self, stripe: u64, index: usize, (x, y): (u64, u64)) -> MemberIo {
+        MemberIo {
+            member: self.data_member(stripe, index) as u8,
+            offset_bytes: stripe * self.strip_bytes + x,
+            len_bytes: y - x,
+        }
+    }
+
+    /// RAID-5: the member I/O for the parity rows `[a, b)` of `stripe`.
+    fn parity_io(&self, stripe: u64, (a, b): (u64, u64)) -> MemberIo {
+        MemberIo {
+            member: self.parity_member(stripe) as u8,
+            offset_bytes: stripe * self.strip_bytes + a,
+            len_bytes: b - a,
+        }
+    }
+
     fn alloc_parent(&mut self, parent: Parent) -> u32 {
         if let Some(index) = self.parents_free.pop() {
             self.parents[index as usize] = parent;
@@ -317,12 +336,13 @@ impl RaidModel {
     }
 
     fn issue_planned_writes(&mut self, now: Nanos, part: u32) {
-        let p = self.parts[part as usize];
+        let p = &mut self.parts[part as usize];
         assert_eq!(p.ios_remaining, 0, "writes issued before reads completed");
-        self.parts[part as usize].writes_len = 0;
-        self.parts[part as usize].writing = true;
-        for io in &p.writes[..p.writes_len as usize] {
-            self.issue(now, part, DevOpKind::Write, *io);
+        p.writing = true;
+        let len = std::mem::take(&mut p.writes_len) as usize;
+        for i in 0..len {
+            let io = self.parts[part as usize].writes[i];
+            self.issue(now, part, DevOpKind::Write, io);
         }
     }
 
@@ -429,14 +449,9 @@ impl RaidModel {
         last: u64,
     ) {
         let part = self.alloc_part(parent);
-        let base = stripe * self.strip_bytes;
         for index in 0..self.data_members() {
-            if let Some((x, y)) = self.strip_range(index as u64, first, last) {
-                let io = MemberIo {
-                    member: self.data_member(stripe, index) as u8,
-                    offset_bytes: base + x,
-                    len_bytes: y - x,
-                };
+            if let Some(range) = self.strip_range(index as u64, first, last) {
+                let io = self.data_io(stripe, index, range);
                 self.issue(now, part, DevOpKind::Read, io);
             }
         }
@@ -461,7 +476,6 @@ impl RaidModel {
     fn start_stripe_write(&mut self, now: Nanos, part: u32, stripe: u64, first: u64, last: u64) {
         assert!(first < last);
         let data_members = self.data_members();
-        let base = stripe * self.strip_bytes;
         let first_index = first / self.strip_bytes;
         let last_index = (last - 1) / self.strip_bytes;
         // Rows (strip-relative) written in any strip; they need new parity. The
@@ -503,14 +517,13 @@ impl RaidModel {
             p.waiting = NONE;
             self.stripe_writes.entry(stripe).or_default().push(part);
         }
-        let parity_member = self.parity_member(stripe) as u8;
         for index in 0..data_members {
-            let member = self.data_member(stripe, index) as u8;
             let range = self.strip_range(index as u64, first, last);
+            let strip = self.data_io(stripe, index, (0, 0));
             let io = |x: u64, y: u64| MemberIo {
-                member,
-                offset_bytes: base + x,
+                offset_bytes: strip.offset_bytes + x,
                 len_bytes: y - x,
+                ..strip
             };
             match (range, read_modify_write) {
                 (Some((x, y)), true) => self.issue(now, part, DevOpKind::Read, io(x, y)),
@@ -536,12 +549,8 @@ impl RaidModel {
                 self.push_write(part, io(x, y));
             }
         }
-        for &(r0, r1) in rows {
-            let parity = MemberIo {
-                member: parity_member,
-                offset_bytes: base + r0,
-                len_bytes: r1 - r0,
-            };
+        for &row in rows {
+            let parity = self.parity_io(stripe, row);
             if read_modify_write {
                 self.issue(now, part, DevOpKind::Read, parity);
             }
@@ -579,29 +588,20 @@ impl RaidModel {
             return false;
         };
         let data_members = self.data_members();
-        let l = self.parts[lead as usize];
+        let l = &self.parts[lead as usize];
+        let (lead_rows, lead_rows_len) = (l.rows, l.rows_len as usize);
         let room = l.writes_len as usize + data_members + 3 <= PLAN_MAX;
         if !l.writing && l.rmw && rmw && room {
-            let base = stripe * self.strip_bytes;
             for index in 0..data_members {
-                if let Some((x, y)) = self.strip_range(index as u64, first, last) {
-                    let io = MemberIo {
-                        member: self.data_member(stripe, index) as u8,
-                        offset_bytes: base + x,
-                        len_bytes: y - x,
-                    };
+                if let Some(range) = self.strip_range(index as u64, first, last) {
+                    let io = self.data_io(stripe, index, range);
                     self.issue(now, lead, DevOpKind::Read, io);
                     self.push_write(lead, io);
                 }
             }
-            let parity_member = self.parity_member(stripe) as u8;
             for &row in rows {
-                for (a, b) in uncovered(row, &l.rows[..l.rows_len as usize]) {
-                    let io = MemberIo {
-                        member: parity_member,
-                        offset_bytes: base + a,
-                        len_bytes: b - a,
-                    };
+                for piece in uncovered(row, &lead_rows[..lead_rows_len]) {
+                    let io = self.parity_io(stripe, piece);
                     self.issue(now, lead, DevOpKind::Read, io);
                     self.push_write(lead, io);
                 }
@@ -622,27 +622,27 @@ impl RaidModel {
     /// Part `part` is done: with the stripe cache, so are the writes that
     /// joined it, and the writes that waited for it start.
     fn part_done(&mut self, part: u32, time: Nanos) {
-        let p = self.parts[part as usize];
-        if p.stripe != u64::MAX {
-            if let Some(v) = self.stripe_writes.get_mut(&p.stripe) {
+        let p = &self.parts[part as usize];
+        let (stripe, mut joined, mut waiting) = (p.stripe, p.joined, p.waiting);
+        if stripe != u64::MAX {
+            if let Some(v) = self.stripe_writes.get_mut(&stripe) {
                 v.retain(|&q| q != part);
                 if v.is_empty() {
-                    self.stripe_writes.remove(&p.stripe);
+                    self.stripe_writes.remove(&stripe);
                 }
             }
         }
-        let mut joined = p.joined;
         while joined != NONE {
             let next = self.parts[joined as usize].next;
             self.finish_part(joined, time);
             joined = next;
         }
         self.finish_part(part, time);
-        let mut waiting = p.waiting;
         while waiting != NONE {
-            let w = self.parts[waiting as usize];
-            self.start_stripe_write(time, waiting, w.stripe, w.range.0, w.range.1);
-            waiting = w.next;
+            let w = &self.parts[waiting as usize];
+            let (stripe, (first, last), next) = (w.stripe, w.range, w.next);
+            self.start_stripe_write(time, waiting, stripe, first, last);
+            waiting = next;
         }
     }
 
