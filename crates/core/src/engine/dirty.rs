@@ -320,15 +320,16 @@ impl DirtySet {
     }
 
     /// Set or clear `mask` on every entry of group `gkey`.
-    pub fn set_group_flags(&mut self, keys: &[u64], gkey: u64, mask: u32, on: bool) {
+    /// Returns the group's flags before (0 if it has no dirty page).
+    pub fn set_group_flags(&mut self, keys: &[u64], gkey: u64, mask: u32, on: bool) -> u32 {
         debug_assert_eq!(mask & !FLAGS, 0);
         // The flags are the same on every entry: the first tells.
-        match self.group_flags(keys, gkey) {
-            Some(f) if (f & mask == mask) != on || (!on && f & mask != 0) => {}
-            _ => return,
-        }
+        let before = match self.group_flags(keys, gkey) {
+            Some(f) if (f & mask == mask) != on || (!on && f & mask != 0) => f,
+            other => return other.unwrap_or(0),
+        };
         let Some(((mut l, mut at), mut left)) = self.group_extent(keys, gkey) else {
-            return;
+            return before;
         };
         while left > 0 {
             let leaf = &mut self.leaves[l as usize];
@@ -343,6 +344,7 @@ impl DirtySet {
             left -= n;
             (l, at) = (leaf.next, 0);
         }
+        before
     }
 
     /// Whether any of group `gkey`'s dirty pages' slots satisfies `f`.

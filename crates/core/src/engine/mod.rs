@@ -1743,9 +1743,9 @@ impl Candidates for GroupView<'_> {
         self.dirty.group_has(self.keys, key, E_RECENT)
     }
     fn set_recent(&mut self, key: u64, on: bool) {
-        if !on && self.dirty.group_has(self.keys, key, E_RECENT) {
+        let before = self.dirty.set_group_flags(self.keys, key, E_RECENT, on);
+        if !on && before & E_RECENT != 0 {
             *self.skips += 1;
         }
-        self.dirty.set_group_flags(self.keys, key, E_RECENT, on);
     }
 }
