@@ -417,6 +417,19 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         r.stats.destage_distance_sectors_mean()
     );
     println!("stalls              {}", r.stats.stalls);
+    let m = &r.backing_members;
+    if m.read_service_ns + m.write_service_ns > 0 {
+        let per_op = |ns: u64, ops: u64| ns as f64 / 1e6 / ops.max(1) as f64;
+        println!(
+            "disk mechanism      reads {} at {:.2} ms each ({:.2} positioning), writes {} at {:.2} ms each ({:.2} positioning), summed over members",
+            m.reads,
+            per_op(m.read_service_ns, m.reads),
+            per_op(m.read_position_ns, m.reads),
+            m.writes,
+            per_op(m.write_service_ns, m.writes),
+            per_op(m.write_position_ns, m.writes)
+        );
+    }
     if r.requests == 0 {
         println!(
             "note                no request was measured: the workload ended within the warm-up of {} requests (see --warmup)",

@@ -103,6 +103,8 @@ pub struct SimReport {
     pub write_response_ms_mean: f64,
     pub stats: Stats,
     pub backing: DeviceStats,
+    /// The backing's physical members summed (a single device: itself).
+    pub backing_members: DeviceStats,
     pub workload: WorkloadStats,
     /// Requests the engine refused (larger than the cache, past the end of
     /// their volume), and why the first one was refused.
@@ -444,7 +446,7 @@ impl Simulation {
 
     pub fn run(&mut self, limits: RunLimits) -> Result<SimReport, SimError> {
         let mut m = Measure::new(limits.warmup_requests, limits.warmup_ns);
-        let mut warm_stats: Option<(Stats, DeviceStats)> = None;
+        let mut warm_stats: Option<(Stats, DeviceStats, DeviceStats)> = None;
         let mut rejected = 0u64;
         let mut draining = false;
         let mut timeline = Vec::new();
@@ -475,7 +477,11 @@ impl Simulation {
                 next_sample_ns = (self.now.0 / limits.timeline_ns + 1) * limits.timeline_ns;
             }
             if warm_stats.is_none() && m.warm() {
-                warm_stats = Some((self.engine.stats().clone(), self.backing.stats()));
+                warm_stats = Some((
+                    self.engine.stats().clone(),
+                    self.backing.stats(),
+                    DeviceStats::sum(&self.backing.member_stats()),
+                ));
             }
             let measured_enough = m.measured >= limits.measure_requests
                 || m.warm_at
@@ -539,8 +545,9 @@ impl Simulation {
             }
             None => 0,
         };
-        let (stats0, backing0) = warm_stats.unwrap_or_default();
+        let (stats0, backing0, members0) = warm_stats.unwrap_or_default();
         let backing1 = self.backing.stats();
+        let members1 = DeviceStats::sum(&self.backing.member_stats());
         Ok(SimReport {
             requests: m.measured,
             window_ns: m.window_ns(),
@@ -551,6 +558,7 @@ impl Simulation {
             write_response_ms_mean: m.mean_ms(m.all_ns - m.read_ns, m.measured - m.reads),
             stats: self.engine.stats().since(&stats0),
             backing: backing1.since(&backing0),
+            backing_members: members1.since(&members0),
             workload: self.workload.stats(),
             rejected_requests: rejected,
             first_rejection: self.first_rejection.take(),

@@ -255,6 +255,72 @@ mod device {
         assert!((mean_ms / 4.7 - 1.0).abs() < 0.1, "{mean_ms}");
     }
 
+    /// The mechanism-time counters: service splits into positioning and
+    /// transfer; a full-stroke random load positions for about a seek plus
+    /// half a turn, a narrow band at depth 16 for much less; read-ahead hits
+    /// position for nothing.
+    #[test]
+    fn hdd_counts_service_and_positioning() {
+        // One 4 KiB read on an idle disk: positioning is overhead and rotation,
+        // the rest is the transfer of 8 sectors of the outer zone.
+        let mut disk = hdd_with_qd(32);
+        let end = one_op(&mut disk, DevOpKind::Read, 0, 4 * KIB);
+        let s = disk.stats();
+        assert_eq!(
+            s.read_service_ns, end.0,
+            "one op from t=0: service is its whole time"
+        );
+        assert_eq!(s.read_service_ns, s.busy_ns);
+        assert_eq!((s.write_service_ns, s.write_position_ns), (0, 0));
+        let transfer_ns = s.read_service_ns - s.read_position_ns;
+        let expect_ns = 6_000_000 * 8 / disk.sectors_per_track(0) as u64;
+        assert!(
+            transfer_ns.abs_diff(expect_ns) <= 1,
+            "{transfer_ns} vs {expect_ns}"
+        );
+
+        let position_ms = |qd: usize, band: f64, kind: DevOpKind| {
+            let mut disk = hdd_with_qd(32);
+            let hi = ((disk.capacity_bytes() as f64 * band) as u64) / (4 * KIB) * (4 * KIB);
+            run_closed(&mut disk, qd, 4_000, random_ops(5, kind, 4 * KIB, 0, hi));
+            let s = disk.stats();
+            let (ops, service, position) = match kind {
+                DevOpKind::Write => (s.writes, s.write_service_ns, s.write_position_ns),
+                _ => (s.reads, s.read_service_ns, s.read_position_ns),
+            };
+            assert!(position < service);
+            assert_eq!(
+                service, s.busy_ns,
+                "{kind:?}: one kind of op, all busy time is its service"
+            );
+            position as f64 / ops as f64 / 1e6
+        };
+        let full_read = position_ms(1, 1.0, DevOpKind::Read);
+        let full_write = position_ms(1, 1.0, DevOpKind::Write);
+        let band = position_ms(16, 0.01, DevOpKind::Write);
+        println!("hdd positioning per 4 KiB op: full stroke QD1 read {full_read:.2} ms, write {full_write:.2} ms; 1% band QD16 write {band:.2} ms");
+        // Seek 4.7 ms + half a turn 3.0 ms + overhead 0.3 ms, and the settle for writes.
+        assert!((7.0..9.0).contains(&full_read), "{full_read}");
+        assert!(full_write > full_read, "writes settle");
+        assert!(band < 0.5 * full_write, "{band} vs {full_write}");
+
+        // Sequential 4 KiB reads at depth 1: read-ahead serves nearly all of
+        // them as the platter passes, with no positioning.
+        let mut disk = hdd_with_qd(32);
+        run_closed(&mut disk, 1, 200, |id| DevOp {
+            id,
+            kind: DevOpKind::Read,
+            offset_bytes: id * 4 * KIB,
+            len_bytes: 4 * KIB,
+        });
+        let s = disk.stats();
+        let mean_ms = s.read_position_ns as f64 / s.reads as f64 / 1e6;
+        assert!(
+            mean_ms < 0.1,
+            "sequential reads position for {mean_ms} ms each"
+        );
+    }
+
     fn member_totals(dev: &dyn DeviceModel) -> DeviceStats {
         let mut total = DeviceStats::default();
         for s in dev.member_stats() {

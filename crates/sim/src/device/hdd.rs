@@ -443,6 +443,7 @@ impl HddModel {
             }
         }
         let q = self.active.swap_remove(best_index);
+        let from_read_ahead = self.read_ahead_hit(&q);
         let (end_ns, end_cylinder, end_head) = match self.read_ahead {
             Some(ra) if self.read_ahead_hit(&q) => {
                 self.serve_from_read_ahead(ra, &q, now.0.max(q.ready.0))
@@ -461,6 +462,19 @@ impl HddModel {
         };
         assert!(end_ns > now.0, "service took no time");
         self.stats.busy_ns += end_ns - now.0;
+        // From read-ahead the command is served as the stream passes: no positioning.
+        let position_ns = if from_read_ahead {
+            0
+        } else {
+            best_key.0 - now.0
+        };
+        if q.is_write {
+            self.stats.write_service_ns += end_ns - now.0;
+            self.stats.write_position_ns += position_ns;
+        } else {
+            self.stats.read_service_ns += end_ns - now.0;
+            self.stats.read_position_ns += position_ns;
+        }
         self.in_service = Some(InService {
             id: q.id,
             is_write: q.is_write,

@@ -95,6 +95,15 @@ pub struct DeviceStats {
     /// Virtual time during which the device was working on at least one
     /// operation (for an HDD: the mechanism was committed to one).
     pub busy_ns: u64,
+    /// HDD only (zero for other models and for a RAID's own counters; see
+    /// its `member_stats`): mechanism time on reads and on writes, from the
+    /// start of positioning to the end of the transfer, and of it the time
+    /// before the first sector (seek or head switch, settle, rotational wait,
+    /// and any controller overhead not yet elapsed).
+    pub read_service_ns: u64,
+    pub write_service_ns: u64,
+    pub read_position_ns: u64,
+    pub write_position_ns: u64,
 }
 
 impl DeviceStats {
@@ -107,7 +116,28 @@ impl DeviceStats {
             read_bytes: self.read_bytes - earlier.read_bytes,
             write_bytes: self.write_bytes - earlier.write_bytes,
             busy_ns: self.busy_ns - earlier.busy_ns,
+            read_service_ns: self.read_service_ns - earlier.read_service_ns,
+            write_service_ns: self.write_service_ns - earlier.write_service_ns,
+            read_position_ns: self.read_position_ns - earlier.read_position_ns,
+            write_position_ns: self.write_position_ns - earlier.write_position_ns,
         }
+    }
+
+    /// Field-wise sum, e.g. over the members of an array.
+    pub fn sum<'a>(all: impl IntoIterator<Item = &'a DeviceStats>) -> DeviceStats {
+        all.into_iter()
+            .fold(DeviceStats::default(), |a, b| DeviceStats {
+                reads: a.reads + b.reads,
+                writes: a.writes + b.writes,
+                flushes: a.flushes + b.flushes,
+                read_bytes: a.read_bytes + b.read_bytes,
+                write_bytes: a.write_bytes + b.write_bytes,
+                busy_ns: a.busy_ns + b.busy_ns,
+                read_service_ns: a.read_service_ns + b.read_service_ns,
+                write_service_ns: a.write_service_ns + b.write_service_ns,
+                read_position_ns: a.read_position_ns + b.read_position_ns,
+                write_position_ns: a.write_position_ns + b.write_position_ns,
+            })
     }
 
     pub(crate) fn count_submit(&mut self, op: &DevOp) {
