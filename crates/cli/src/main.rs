@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use wcache_core::policy::destage_rate::{RateConfig, UnknownDestageRate, DESTAGE_RATE_NAMES};
 use wcache_core::{EngineConfig, WritePolicy};
-use wcache_sim::device::build_device;
+use wcache_sim::device::{build_device, build_device_with, HddParams};
 use wcache_sim::experiment::{self, wow};
 use wcache_sim::workload::{
     HrrwModel, Loop, RandomConfig, Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec,
@@ -116,6 +116,10 @@ struct OneRun {
     /// backing device).
     #[arg(long, value_parser = parse_footprint)]
     footprint: Option<u64>,
+    /// Command queue depth of each modelled disk, reordered SATF (hdd and the
+    /// arrays' members; one run only) [default: 32]. 1 serves in arrival order.
+    #[arg(long)]
+    disk_queue_depth: Option<usize>,
     /// Closed loop with this many requests outstanding (random, spc1, trace
     /// replay; default 16). With wow-spc1 it replaces the sweep's 64.
     #[arg(long)]
@@ -186,6 +190,10 @@ fn sim(args: SimArgs) -> Result<(), AnyError> {
         Some(_) if args.one.timeline.is_some() => {
             Err("--timeline records one run; it does not apply to a named experiment".into())
         }
+        Some(name) if args.one.disk_queue_depth.is_some() => Err(format!(
+            "--disk-queue-depth applies to one run, not to {name}: the experiments keep the model's disks"
+        )
+        .into()),
         Some(name) if name != "wow-spc1" && args.one.outstanding.is_some() => {
             Err(format!("--outstanding applies to one run or to wow-spc1, not to {name}").into())
         }
@@ -283,7 +291,14 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
             valid.join(", ")
         )
     })?;
-    let backing = build_device(&o.backend)?;
+    let mut disk = HddParams::ultrastar_10k();
+    if let Some(depth) = o.disk_queue_depth {
+        if !(1..=256).contains(&depth) {
+            return Err(format!("--disk-queue-depth {depth}: must be 1 to 256").into());
+        }
+        disk = disk.with_queue_depth(depth);
+    }
+    let backing = build_device_with(&o.backend, &disk)?;
     let cache = build_device(&o.cache_device)?;
     let group = o.group_size.unwrap_or(if o.backend.starts_with("raid5") {
         256 * 1024

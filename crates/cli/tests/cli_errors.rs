@@ -82,6 +82,14 @@ fn unknown_policies_and_devices() {
         &["sim", "wow-spc1", "--quick", "--outstanding", "0"],
         "at least 1 outstanding",
     );
+    fails_naming(
+        &["sim", "--disk-queue-depth", "0"],
+        "--disk-queue-depth 0: must be 1 to 256",
+    );
+    fails_naming(
+        &["sim", "wow-spc1", "--quick", "--disk-queue-depth", "4"],
+        "--disk-queue-depth applies to one run, not to wow-spc1",
+    );
     fails_naming(&["sim", "--write-policy", "sometimes"], "\"sometimes\"");
     fails_naming(&["sim", "--backend", "tape"], "\"tape\"");
     fails_naming(&["sim", "wow-foo"], "\"wow-foo\"");
@@ -172,6 +180,59 @@ fn a_good_run_succeeds_and_reports() {
     ]);
     assert!(stdout.contains("iops"), "{stdout}");
     assert!(stdout.contains("all correct"), "{stdout}");
+}
+
+/// `--disk-queue-depth` reaches the array's disks: at depth 1 they serve in
+/// arrival order, which is slower, and the mechanism line reports longer
+/// positioning for the reads.
+#[test]
+fn disk_queue_depth_reaches_the_disks() {
+    let run = |depth: &str| {
+        let stdout = succeeds(&[
+            "sim",
+            "--backend",
+            "raid10",
+            "--cache-pages",
+            "512",
+            "--warmup",
+            "1000",
+            "--requests",
+            "5000",
+            "--read-fraction",
+            "0.3",
+            "--disk-queue-depth",
+            depth,
+        ]);
+        let field = |line: &str, after: &str| -> f64 {
+            let l = stdout
+                .lines()
+                .find(|l| l.starts_with(line))
+                .unwrap_or_else(|| panic!("{stdout}"));
+            let rest = &l[l.find(after).expect(after) + after.len()..];
+            rest.split_whitespace()
+                .next()
+                .unwrap()
+                .trim_start_matches('(')
+                .parse()
+                .unwrap()
+        };
+        (
+            field("iops", "iops"),
+            field("disk mechanism", " at "),
+            field("disk mechanism", "ms each ("),
+        )
+    };
+    let (iops1, service1, position1) = run("1");
+    let (iops32, service32, position32) = run("32");
+    assert!(
+        iops32 > 1.2 * iops1,
+        "depth 32 {iops32} vs depth 1 {iops1} IOPS"
+    );
+    assert!(
+        position1 > position32 && position1 < service1,
+        "{position1} {service1}"
+    );
+    assert!(position32 < service32);
 }
 
 #[test]

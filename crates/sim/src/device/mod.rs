@@ -291,12 +291,20 @@ pub enum DeviceSpecError {
 /// `hdd` (one 10K RPM disk), `raid10` (2+2 of those, 64 KiB strips), `raid5`
 /// (4+1, 64 KiB strips), `ssd`, `nvram`.
 pub fn build_device(spec: &str) -> Result<Box<dyn DeviceModel>, DeviceSpecError> {
+    build_device_with(spec, &HddParams::ultrastar_10k())
+}
+
+/// [`build_device`] with other disk parameters for `hdd` and the arrays' members.
+pub fn build_device_with(
+    spec: &str,
+    hdd: &HddParams,
+) -> Result<Box<dyn DeviceModel>, DeviceSpecError> {
     let name = spec.trim();
     let device: Box<dyn DeviceModel> = match name {
-        "hdd" => Box::new(HddModel::new(HddParams::ultrastar_10k())),
-        "raid10" => Box::new(RaidModel::raid10_2x2_hdd()),
-        "raid5" => Box::new(RaidModel::raid5_4p1_hdd()),
-        "raid5-md" => Box::new(RaidModel::raid5_4p1_hdd().with_stripe_cache()),
+        "hdd" => Box::new(HddModel::new(hdd.clone())),
+        "raid10" => Box::new(RaidModel::raid10_2x2(hdd)),
+        "raid5" => Box::new(RaidModel::raid5_4p1(hdd)),
+        "raid5-md" => Box::new(RaidModel::raid5_4p1(hdd).with_stripe_cache()),
         "ssd" => Box::new(SsdModel::new(SsdParams::koller_pcie())),
         "nvram" => Box::new(NvramModel::new(NvramParams::dram())),
         _ => {

@@ -201,19 +201,27 @@ impl RaidModel {
 
     /// The WOW paper's RAID-10: 2+2 10K RPM disks, 64 KiB strips.
     pub fn raid10_2x2_hdd() -> RaidModel {
-        let params = HddParams::ultrastar_10k();
-        match RaidModel::hdd_array(RaidLevel::Raid10, &params, 4, STRIP_BYTES_DEFAULT) {
+        RaidModel::raid10_2x2(&HddParams::ultrastar_10k())
+    }
+
+    /// The same array of disks with `params`.
+    pub fn raid10_2x2(params: &HddParams) -> RaidModel {
+        match RaidModel::hdd_array(RaidLevel::Raid10, params, 4, STRIP_BYTES_DEFAULT) {
             Ok(raid) => raid,
-            Err(e) => panic!("default RAID-10 is valid: {e}"),
+            Err(e) => panic!("a 2+2 RAID-10 with 64 KiB strips is valid: {e}"),
         }
     }
 
     /// The WOW paper's RAID-5: 4+1 10K RPM disks, 64 KiB strips (256 KiB stripe).
     pub fn raid5_4p1_hdd() -> RaidModel {
-        let params = HddParams::ultrastar_10k();
-        match RaidModel::hdd_array(RaidLevel::Raid5, &params, 5, STRIP_BYTES_DEFAULT) {
+        RaidModel::raid5_4p1(&HddParams::ultrastar_10k())
+    }
+
+    /// The same array of disks with `params`.
+    pub fn raid5_4p1(params: &HddParams) -> RaidModel {
+        match RaidModel::hdd_array(RaidLevel::Raid5, params, 5, STRIP_BYTES_DEFAULT) {
             Ok(raid) => raid,
-            Err(e) => panic!("default RAID-5 is valid: {e}"),
+            Err(e) => panic!("a 4+1 RAID-5 with 64 KiB strips is valid: {e}"),
         }
     }
 
