@@ -117,7 +117,7 @@ struct OneRun {
     #[arg(long, value_parser = parse_footprint)]
     footprint: Option<u64>,
     /// Command queue depth of each modelled disk, reordered SATF (hdd and the
-    /// arrays' members; one run only) [default: 32]. 1 serves in arrival order.
+    /// arrays' members) [default: 32]. 1 serves in arrival order.
     #[arg(long)]
     disk_queue_depth: Option<usize>,
     /// Closed loop with this many requests outstanding (random, spc1, trace
@@ -186,14 +186,15 @@ fn main() -> ExitCode {
 type AnyError = Box<dyn std::error::Error>;
 
 fn sim(args: SimArgs) -> Result<(), AnyError> {
+    if let Some(depth) = args.one.disk_queue_depth {
+        if !(1..=256).contains(&depth) {
+            return Err(format!("--disk-queue-depth {depth}: must be 1 to 256").into());
+        }
+    }
     match &args.experiment {
         Some(_) if args.one.timeline.is_some() => {
             Err("--timeline records one run; it does not apply to a named experiment".into())
         }
-        Some(name) if args.one.disk_queue_depth.is_some() => Err(format!(
-            "--disk-queue-depth applies to one run, not to {name}: the experiments keep the model's disks"
-        )
-        .into()),
         Some(name) if name != "wow-spc1" && args.one.outstanding.is_some() => {
             Err(format!("--outstanding applies to one run or to wow-spc1, not to {name}").into())
         }
@@ -227,6 +228,10 @@ fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
         } else {
             "raid5"
         },
+        disk_queue_depth: args
+            .one
+            .disk_queue_depth
+            .unwrap_or(HddParams::ultrastar_10k().queue_depth),
     };
     let points = wow::points(name, &opts)?;
     let threads = args.threads.unwrap_or_else(|| {
@@ -293,9 +298,6 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     })?;
     let mut disk = HddParams::ultrastar_10k();
     if let Some(depth) = o.disk_queue_depth {
-        if !(1..=256).contains(&depth) {
-            return Err(format!("--disk-queue-depth {depth}: must be 1 to 256").into());
-        }
         disk = disk.with_queue_depth(depth);
     }
     let backing = build_device_with(&o.backend, &disk)?;

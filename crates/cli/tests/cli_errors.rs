@@ -87,8 +87,8 @@ fn unknown_policies_and_devices() {
         "--disk-queue-depth 0: must be 1 to 256",
     );
     fails_naming(
-        &["sim", "wow-spc1", "--quick", "--disk-queue-depth", "4"],
-        "--disk-queue-depth applies to one run, not to wow-spc1",
+        &["sim", "wow-spc1", "--quick", "--disk-queue-depth", "300"],
+        "--disk-queue-depth 300: must be 1 to 256",
     );
     fails_naming(&["sim", "--write-policy", "sometimes"], "\"sometimes\"");
     fails_naming(&["sim", "--backend", "tape"], "\"tape\"");

@@ -5,7 +5,7 @@
 pub mod svg;
 pub mod wow;
 
-use crate::device::{build_device, DeviceModel};
+use crate::device::{build_device, build_device_with, DeviceModel, HddParams};
 use crate::run::{RunLimits, SimError, SimReport, Simulation};
 use crate::workload::WorkloadSpec;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,6 +25,8 @@ pub struct Point {
     /// Open-loop target, 0 for closed loop.
     pub target_iops: f64,
     pub seed: u64,
+    /// Command queue depth of each disk of the backing.
+    pub disk_queue_depth: usize,
     pub engine: EngineConfig,
     pub workload: WorkloadSpec,
     pub limits: RunLimits,
@@ -38,7 +40,8 @@ pub struct Row {
 }
 
 pub fn run_point(p: &Point) -> Result<SimReport, SimError> {
-    let backing: Box<dyn DeviceModel> = build_device(p.backend).map_err(|e| {
+    let disk = HddParams::ultrastar_10k().with_queue_depth(p.disk_queue_depth);
+    let backing: Box<dyn DeviceModel> = build_device_with(p.backend, &disk).map_err(|e| {
         SimError::Workload(crate::workload::WorkloadError::InvalidConfig(e.to_string()))
     })?;
     let cache = build_device("nvram").map_err(|e| {

@@ -38,6 +38,9 @@ pub struct Options {
     pub spc1_outstanding: u64,
     /// The RAID-5 array: "raid5", or "raid5-md" (with a stripe cache).
     pub raid5: &'static str,
+    /// Command queue depth of every modelled disk (the model's 32 unless a
+    /// sensitivity run asks otherwise).
+    pub disk_queue_depth: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +121,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                                 nvs_pages: nvs,
                                 target_iops: 0.0,
                                 seed,
+                                disk_queue_depth: opts.disk_queue_depth,
                                 engine: engine(backend, policy, nvs, opts.rate),
                                 workload: WorkloadSpec::Random(RandomConfig::writes_closed(
                                     footprint,
@@ -153,6 +157,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                                 nvs_pages: nvs,
                                 target_iops: 0.0,
                                 seed,
+                                disk_queue_depth: opts.disk_queue_depth,
                                 engine: engine(backend, policy, nvs, opts.rate),
                                 workload: WorkloadSpec::Spc1(Spc1Config::closed(
                                     PARTIAL_BACKEND_BYTES,
@@ -206,6 +211,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                                 nvs_pages: nvs,
                                 target_iops: target,
                                 seed,
+                                disk_queue_depth: opts.disk_queue_depth,
                                 engine: engine(backend, policy, nvs, opts.rate),
                                 workload: WorkloadSpec::Spc1(spc1),
                                 limits: limits(opts, nvs, 40_000),
