@@ -436,15 +436,10 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     println!("stalls              {}", r.stats.stalls);
     let m = &r.backing_members;
     if m.read_service_ns + m.write_service_ns > 0 {
-        let per_op = |ns: u64, ops: u64| ns as f64 / 1e6 / ops.max(1) as f64;
+        let [read, read_position, write, write_position] = m.mechanism_ms_each();
         println!(
-            "disk mechanism      reads {} at {:.2} ms each ({:.2} positioning), writes {} at {:.2} ms each ({:.2} positioning), summed over members",
-            m.reads,
-            per_op(m.read_service_ns, m.reads),
-            per_op(m.read_position_ns, m.reads),
-            m.writes,
-            per_op(m.write_service_ns, m.writes),
-            per_op(m.write_position_ns, m.writes)
+            "disk mechanism      reads {} at {read:.2} ms each ({read_position:.2} positioning), writes {} at {write:.2} ms each ({write_position:.2} positioning), summed over members",
+            m.reads, m.writes,
         );
     }
     if r.requests == 0 {

@@ -346,3 +346,69 @@ fn an_experiment_runs_on_the_stripe_cache_array_when_asked() {
     assert!(dir.join("wow-spc1-raid5-md.svg").exists());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// An experiment's CSV carries the disks' queue depth and their mechanism
+/// time per operation, and WOW's skip count; `--disk-queue-depth` changes
+/// the first and slows the disks.
+#[test]
+fn experiment_rows_carry_disk_mechanism_and_skips() {
+    let column = |csv: &str, name: &str| -> Vec<String> {
+        let mut lines = csv.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        let i = header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no column {name}"));
+        lines
+            .map(|l| l.split(',').nth(i).unwrap().to_string())
+            .collect()
+    };
+    let run = |depth: &str| {
+        let (dir, _) = temp_file(&format!("qd{depth}-wow-random.csv"), "");
+        let out = dir.join("out");
+        succeeds(&[
+            "sim",
+            "wow-random",
+            "--quick",
+            "--disk-queue-depth",
+            depth,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let csv = std::fs::read_to_string(out.join("wow-random.csv")).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        csv
+    };
+    let deep = run("32");
+    let shallow = run("1");
+    assert!(column(&deep, "disk_queue_depth").iter().all(|d| d == "32"));
+    assert!(column(&shallow, "disk_queue_depth")
+        .iter()
+        .all(|d| d == "1"));
+    let mean = |csv: &str, name: &str| {
+        let v: Vec<f64> = column(csv, name)
+            .iter()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    for csv in [&deep, &shallow] {
+        let service = column(csv, "disk_write_ms");
+        let position = column(csv, "disk_write_position_ms");
+        for (s, p) in service.iter().zip(&position) {
+            let (s, p): (f64, f64) = (s.parse().unwrap(), p.parse().unwrap());
+            assert!(p > 0.0 && p < s, "positioning {p} of service {s}");
+        }
+    }
+    assert!(
+        mean(&shallow, "disk_write_position_ms") > mean(&deep, "disk_write_position_ms"),
+        "arrival order positions longer than SATF"
+    );
+    let policies = column(&deep, "policy");
+    let skips = column(&deep, "destage_skips");
+    for (policy, skips) in policies.iter().zip(&skips) {
+        if policy != "wow" {
+            assert_eq!(skips, "0", "{policy} never skips");
+        }
+    }
+}

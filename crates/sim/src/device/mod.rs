@@ -123,6 +123,18 @@ impl DeviceStats {
         }
     }
 
+    /// Mean milliseconds per operation: read service, read positioning,
+    /// write service, write positioning (0 where there was no operation).
+    pub fn mechanism_ms_each(&self) -> [f64; 4] {
+        let each = |ns: u64, ops: u64| ns as f64 / 1e6 / ops.max(1) as f64;
+        [
+            each(self.read_service_ns, self.reads),
+            each(self.read_position_ns, self.reads),
+            each(self.write_service_ns, self.writes),
+            each(self.write_position_ns, self.writes),
+        ]
+    }
+
     /// Field-wise sum, e.g. over the members of an array.
     pub fn sum<'a>(all: impl IntoIterator<Item = &'a DeviceStats>) -> DeviceStats {
         all.into_iter()

@@ -99,13 +99,15 @@ pub fn run_points(
     Ok(rows)
 }
 
-pub const CSV_HEADER: &str = "experiment,backend,footprint,policy,nvs_pages,target_iops,seed,iops,response_ms_mean,read_response_ms_mean,write_response_ms_mean,write_hit_ratio,destage_distance_mean,destages,destaged_pages,stalls,occupancy_pages_mean,high_threshold_pages,requests,warmup_s,window_s,backing_reads,backing_writes,sectors_checked";
+pub const CSV_HEADER: &str = "experiment,backend,footprint,policy,nvs_pages,target_iops,seed,iops,response_ms_mean,read_response_ms_mean,write_response_ms_mean,write_hit_ratio,destage_distance_mean,destages,destaged_pages,stalls,occupancy_pages_mean,high_threshold_pages,requests,warmup_s,window_s,backing_reads,backing_writes,sectors_checked,destage_skips,write_group_hits,write_group_hits_sequential,disk_queue_depth,disk_read_ms,disk_read_position_ms,disk_write_ms,disk_write_position_ms";
 
 pub fn csv_row(r: &Row) -> String {
     let p = &r.point;
     let m = &r.report;
+    // Member disks' mean mechanism time per operation (zero for models without heads).
+    let disk = m.backing_members.mechanism_ms_each();
     format!(
-        "{},{},{},{},{},{},{},{:.2},{:.3},{:.3},{:.3},{:.4},{:.1},{},{},{},{:.1},{},{},{:.1},{:.1},{},{},{}",
+        "{},{},{},{},{},{},{},{:.2},{:.3},{:.3},{:.3},{:.4},{:.1},{},{},{},{:.1},{},{},{:.1},{:.1},{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3}",
         p.experiment,
         p.backend,
         p.footprint,
@@ -130,6 +132,14 @@ pub fn csv_row(r: &Row) -> String {
         m.backing.reads,
         m.backing.writes,
         m.sectors_checked,
+        m.stats.destage_skips,
+        m.stats.write_group_hits,
+        m.stats.write_group_hits_sequential,
+        p.disk_queue_depth,
+        disk[0],
+        disk[1],
+        disk[2],
+        disk[3],
     )
 }
 
