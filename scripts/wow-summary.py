@@ -26,3 +26,15 @@ for (b, f, x) in sorted({k[:3] for k in cells}):
     hit = "/".join(f"{mean([float(r['write_hit_ratio']) for r in v[p]]):.3f}" for p in v)
     resp = "/".join(f"{mean([float(r['response_ms_mean']) for r in v[p]]):.1f}" for p in v)
     print(f"| {b} | {f} | {x:g} | {rng('lrw')} | {rng('cscan')} | {rng('wow')} | {m['wow']/m['lrw']:.2f} | {m['wow']/m['cscan']:.3f} | {hit} | {resp} | {len(iops['wow'])} |")
+
+if "disk_write_position_ms" in rows[0]:
+    # Rows written since the CSV carries the disks' mechanism time (mean over seeds).
+    print()
+    print(f"| backend | footprint | {sweep} | member write ms (positioning) LRW / CSCAN / WOW | member read ms (positioning) LRW / CSCAN / WOW | WOW skips per destage |")
+    print("|---|---|---|---|---|---|")
+    for (b, f, x) in sorted({k[:3] for k in cells}):
+        v = {p: cells[(b, f, x, p)] for p in ("lrw", "cscan", "wow")}
+        col = lambda p, c: mean([float(r[c]) for r in v[p]])
+        both = lambda kind: " / ".join(f"{col(p, f'disk_{kind}_ms'):.2f} ({col(p, f'disk_{kind}_position_ms'):.2f})" for p in v)
+        skips = col("wow", "destage_skips") / max(col("wow", "destages"), 1)
+        print(f"| {b} | {f} | {x:g} | {both('write')} | {both('read')} | {skips:.2f} |")
