@@ -5,7 +5,7 @@
 use crate::checker::{DataModel, IntegrityError, SECTOR_BYTES};
 use crate::device::{DevCompletion, DevOp, DevOpKind, DeviceModel, DeviceStats};
 use crate::workload::{IoRequest, ReqKind, Workload, WorkloadError, WorkloadStats};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use thiserror::Error;
 use wcache_core::time::Nanos;
 use wcache_core::types::{IoId, RequestId, VolumeId};
@@ -190,10 +190,10 @@ impl Simulation {
             workload,
             page_bytes,
             volume_base_bytes,
-            commands: HashMap::new(),
-            dev_ops: HashMap::new(),
+            commands: HashMap::default(),
+            dev_ops: HashMap::default(),
             next_op: 0,
-            arrivals: HashMap::new(),
+            arrivals: HashMap::default(),
             backlog: Vec::new(),
             first_rejection: None,
             data: check_data.then(|| DataModel::new(page_bytes)),
