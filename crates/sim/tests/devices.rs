@@ -322,14 +322,7 @@ mod device {
     }
 
     fn member_totals(dev: &dyn DeviceModel) -> DeviceStats {
-        let mut total = DeviceStats::default();
-        for s in dev.member_stats() {
-            total.reads += s.reads;
-            total.writes += s.writes;
-            total.read_bytes += s.read_bytes;
-            total.write_bytes += s.write_bytes;
-        }
-        total
+        DeviceStats::sum(&dev.member_stats())
     }
 
     /// Submits one op at t=0 and runs it to completion.

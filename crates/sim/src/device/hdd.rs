@@ -445,9 +445,7 @@ impl HddModel {
         let q = self.active.swap_remove(best_index);
         let from_read_ahead = self.read_ahead_hit(&q);
         let (end_ns, end_cylinder, end_head) = match self.read_ahead {
-            Some(ra) if self.read_ahead_hit(&q) => {
-                self.serve_from_read_ahead(ra, &q, now.0.max(q.ready.0))
-            }
+            Some(ra) if from_read_ahead => self.serve_from_read_ahead(ra, &q, now.0.max(q.ready.0)),
             _ => {
                 let (end_ns, end_cylinder, end_head) = self.transfer(best_key.0, &q);
                 self.read_ahead = (!q.is_write && self.read_ahead_sectors > 0).then(|| ReadAhead {
