@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (idempotent), then checks
-# formatting, lints, runs every test and a quick simulation. Fails on any
+# formatting, lints, runs every test and a quick simulation, all with the
+# `ci` profile's assertions on (Cargo.toml). Fails on any
 # error and when no tests ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,10 +40,10 @@ cargo fmt --all -- --check
 log "lints"
 cargo clippy --workspace --all-targets --release -- -D warnings
 
-log "tests"
+log "tests (profile ci: optimized, with debug assertions and overflow checks)"
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-cargo test --workspace --release 2>&1 | tee "$out"
+cargo test --workspace --profile ci 2>&1 | tee "$out"
 passed=$(grep -E '^test result: ok\.' "$out" | awk '{s += $4} END {print s + 0}')
 if grep -qE '^test result: FAILED' "$out"; then
   echo "FAILED: some tests failed"; exit 1
@@ -54,7 +55,7 @@ echo "tests passed: $passed"
 
 log "quick simulation"
 tmp=$(mktemp -d)
-"${CARGO_TARGET_DIR:-./target}"/release/wcache sim wow-random --quick --out "$tmp"
+"${CARGO_TARGET_DIR:-./target}"/ci/wcache sim wow-random --quick --out "$tmp"
 test -s "$tmp/wow-random.csv" || { echo "FAILED: no CSV written"; exit 1; }
 rows=$(($(wc -l < "$tmp/wow-random.csv") - 1))
 [ "$rows" -gt 0 ] || { echo "FAILED: empty CSV"; exit 1; }
