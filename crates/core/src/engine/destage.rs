@@ -1,0 +1,204 @@
+//! Destage: the candidate groups kept in step with the dirty set, the rate
+//! and order that pick groups, and the runs written to the backing.
+
+use super::*;
+
+impl Engine {
+    /// Take a page out of the dirty set (before its slot can be reused). If
+    /// that empties a candidate group, the group leaves the candidates.
+    pub(super) fn remove_dirty(&mut self, key: PageKey) {
+        let flags = self.dirty.remove(self.slots.keys(), key.0);
+        let gkey = self.dirty.group_of(key.0);
+        if flags & E_CANDIDATE != 0 && self.dirty.group_flags(self.slots.keys(), gkey).is_none() {
+            self.candidates -= 1;
+            self.order.remove(view!(self), gkey);
+        }
+    }
+
+    /// Keep the candidate set in step with a group: a candidate is a group
+    /// with a dirty page whose latest version is not being destaged.
+    pub(super) fn group_changed(&mut self, gkey: u64) {
+        let Some(flags) = self.dirty.group_flags(self.slots.keys(), gkey) else {
+            return;
+        };
+        let candidate = flags & E_CANDIDATE != 0;
+        let slots = &self.slots;
+        let undestaged = self.dirty.any_in_group(slots.keys(), gkey, |s| {
+            !slots.has(SlotIndex(s), FLAG_DESTAGING)
+        });
+        if undestaged && !candidate {
+            self.dirty
+                .set_group_flags(self.slots.keys(), gkey, E_CANDIDATE, true);
+            self.candidates += 1;
+            self.order.insert(view!(self), gkey);
+        } else if !undestaged && candidate {
+            self.dirty
+                .set_group_flags(self.slots.keys(), gkey, E_CANDIDATE, false);
+            self.candidates -= 1;
+            self.order.remove(view!(self), gkey);
+        }
+    }
+
+    pub(super) fn start_destages(&mut self) {
+        if self.destage_paused_until.is_some() {
+            return;
+        }
+        let mut fruitless = 0usize;
+        loop {
+            // The trickle needs both the last and the next destage sequential:
+            // look under the pointer only when the first holds.
+            let next_sequential = self.last_destage_sequential && {
+                let under = self.order.peek(&*view!(self));
+                under.is_some_and(|g| self.dirty.group_has(self.slots.keys(), g, E_SEQUENTIAL))
+            };
+            let input = RateInput {
+                occupancy_pages: self.dirty.pages() as u64,
+                capacity_pages: self.capacity_pages(),
+                last_destage_sequential: self.last_destage_sequential,
+                next_candidate_sequential: next_sequential,
+            };
+            let mut target = self.rate.target_outstanding(&input);
+            if self.draining || !self.stalled.is_empty() {
+                // Writes wait for room: destage at full rate whatever the thresholds say.
+                target = self.config.rate.destages_max;
+            }
+            if self.destages_in_flight >= target || fruitless > self.candidates {
+                return;
+            }
+            let Some(gkey) = self.order.pick(view!(self)) else {
+                return;
+            };
+            let keys = self.slots.keys();
+            self.dirty.set_group_flags(keys, gkey, E_CANDIDATE, false);
+            self.candidates -= 1;
+            self.stats.destage_picks += 1;
+            self.last_destage_sequential = self.dirty.group_has(keys, gkey, E_SEQUENTIAL);
+            if self.issue_group_destages(gkey) == 0 {
+                fruitless += 1;
+            }
+            self.group_changed(gkey);
+        }
+    }
+
+    /// Destage every dirty, written page of group `gkey` as contiguous runs.
+    /// Returns the number of destage requests issued.
+    pub(super) fn issue_group_destages(&mut self, gkey: u64) -> u32 {
+        let mut group = std::mem::take(&mut self.positions);
+        self.dirty.group_slots(self.slots.keys(), gkey, &mut group);
+        let vol = PageKey(gkey).volume();
+        let mut issued = 0;
+        let mut run: Vec<SlotIndex> = Vec::new();
+        let mut run_start = 0u64;
+        for &s in &group {
+            let slot = SlotIndex(s);
+            let key = self.slots.key(slot);
+            let page = key.page().0;
+            let ready = self.slots.state(slot) == SlotState::Dirty
+                && !self.slots.has(slot, FLAG_DESTAGING)
+                && (self.old_versions.is_empty() || !self.old_versions.contains_key(&key.0));
+            let breaks_run = !ready || run_start + run.len() as u64 != page;
+            if breaks_run && !run.is_empty() {
+                self.issue_destage(vol, PageIndex(run_start), std::mem::take(&mut run));
+                issued += 1;
+            }
+            if ready {
+                if run.is_empty() {
+                    run_start = page;
+                }
+                self.slots.set_flag(slot, FLAG_DESTAGING, true);
+                run.push(slot);
+            }
+        }
+        if !run.is_empty() {
+            self.issue_destage(vol, PageIndex(run_start), run);
+            issued += 1;
+        }
+        self.positions = group;
+        issued
+    }
+
+    pub(super) fn issue_destage(
+        &mut self,
+        volume: VolumeId,
+        first_page: PageIndex,
+        slots: Vec<SlotIndex>,
+    ) {
+        self.stats.destages += 1;
+        self.stats.destaged_pages += slots.len() as u64;
+        let sector = self.geometry.page_offset_bytes(first_page) / 512;
+        if let Some(last) = self.last_destage_sector {
+            self.stats.destage_distance_sectors_sum += last.abs_diff(sector) as u128;
+            self.stats.destage_distance_pairs += 1;
+        }
+        self.last_destage_sector = Some(sector);
+        self.destages_in_flight += 1;
+        let io = self.new_io(IoCtx::Destage {
+            slots: slots.clone(),
+        });
+        self.commands.push_back(IoCommand::Destage {
+            io,
+            volume,
+            first_page,
+            slots,
+        });
+    }
+
+    pub(super) fn finish_destage(
+        &mut self,
+        now: Nanos,
+        slots: Vec<SlotIndex>,
+        result: Result<(), IoError>,
+    ) {
+        self.destages_in_flight -= 1;
+        // A destage request is a run within one group: its candidacy is
+        // settled once, after every page of the run.
+        let gkey = self.dirty.group_of(self.slots.key(slots[0]).0);
+        let mut any_dirty = false;
+        for &slot in &slots {
+            debug_assert!(self.slots.has(slot, FLAG_DESTAGING));
+            self.slots.set_flag(slot, FLAG_DESTAGING, false);
+            match self.slots.state(slot) {
+                SlotState::Dirty => {
+                    any_dirty = true;
+                    let key = self.slots.key(slot);
+                    debug_assert_eq!(self.dirty.group_of(key.0), gkey);
+                    if result.is_ok() {
+                        self.remove_dirty(key);
+                        // A persistent cache keeps no clean copy under a dirty
+                        // record: evicting it later would reuse the slot while
+                        // recovery could still find the old page there.
+                        if self.config.keep_clean && !self.config.persistent {
+                            self.slots.set_state(slot, SlotState::Clean);
+                            self.replacement.insert(slot, key);
+                        } else {
+                            // Counted as an old version until its record is freed.
+                            self.retire(slot);
+                            self.release_slot_if_free(slot);
+                        }
+                    }
+                }
+                SlotState::Stale => {
+                    // Persistent caches count the old version until its free record is durable.
+                    if !self.config.persistent {
+                        self.remove_old(slot);
+                    }
+                    self.release_slot_if_free(slot);
+                }
+                other => debug_assert!(false, "destaged slot in state {other:?}"),
+            }
+        }
+        if any_dirty {
+            self.group_changed(gkey);
+        }
+        self.rate
+            .destage_done(self.dirty.pages() as u64, self.capacity_pages());
+        match result {
+            Ok(()) => self.destage_retry_ns = DESTAGE_RETRY_NS_MIN,
+            Err(_) => {
+                self.stats.destage_errors += 1;
+                self.destage_paused_until = Some(Nanos(now.0 + self.destage_retry_ns));
+                self.destage_retry_ns = (self.destage_retry_ns * 2).min(DESTAGE_RETRY_NS_MAX);
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Requests: validation, the request and I/O tables, answering, deferral of
+//! pieces behind an in-flight page version, and the stall queue.
+
+use super::*;
+
+impl Engine {
+    pub fn handle_request(&mut self, now: Nanos, req: Request) -> Result<(), SubmitError> {
+        let vol = self
+            .volumes
+            .get(req.volume.0 as usize)
+            .ok_or(SubmitError::UnknownVolume(req.volume.0))?;
+        let end = req.offset_bytes.checked_add(req.len_bytes);
+        if req.kind != RequestKind::Flush && end.is_none_or(|e| e > vol.size_bytes) {
+            return Err(SubmitError::OutOfRange {
+                volume: req.volume.0,
+                offset_bytes: req.offset_bytes,
+                len_bytes: req.len_bytes,
+                size_bytes: vol.size_bytes,
+            });
+        }
+        let is_write = matches!(req.kind, RequestKind::Write | RequestKind::WriteZeroes);
+        if is_write {
+            let pages = self.pages_of(req.offset_bytes, req.len_bytes);
+            if pages > self.slots.len() as u64
+                && self.config.write_policy != WritePolicy::WriteAround
+            {
+                return Err(SubmitError::LargerThanCache {
+                    pages,
+                    slots: self.slots.len() as u64,
+                });
+            }
+        }
+        if self.reqs_live >= self.config.requests_max {
+            return Err(SubmitError::Busy(self.config.requests_max));
+        }
+        let ri = self.alloc_req(req);
+        match req.kind {
+            RequestKind::Read => self.admit_read(ri),
+            RequestKind::Write | RequestKind::WriteZeroes => {
+                if self.stalled.is_empty() && self.has_room_for(ri) {
+                    self.admit_write(ri);
+                } else {
+                    self.stats.stalls += 1;
+                    self.req_mut(ri).stalled_at = Some(now);
+                    self.stalled.push_back(ri);
+                }
+            }
+            RequestKind::Trim => self.admit_trim(ri),
+            RequestKind::Flush => {
+                // Every acknowledged write is durable already (see IoCommand's contract).
+                self.stats.flushes += 1;
+            }
+        }
+        self.maybe_finish(ri);
+        self.drain_stalls(now);
+        self.start_destages();
+        self.emit_frees(now);
+        Ok(())
+    }
+
+    pub(super) fn pages_of(&self, offset_bytes: u64, len_bytes: u64) -> u64 {
+        if len_bytes == 0 {
+            return 0;
+        }
+        let first = self.geometry.page_of(offset_bytes).0;
+        let last = self.geometry.page_of(offset_bytes + len_bytes - 1).0;
+        last - first + 1
+    }
+
+    pub(super) fn alloc_req(&mut self, r: Request) -> u32 {
+        let ri = match self.reqs_free.pop() {
+            Some(ri) => ri,
+            None => {
+                self.reqs.push(None);
+                (self.reqs.len() - 1) as u32
+            }
+        };
+        // Reuse the vectors of an earlier request where possible.
+        let (mut reserved, mut finalize) = (Vec::new(), Vec::new());
+        if let Some(old) = self.reqs[ri as usize].take() {
+            reserved = old.reserved;
+            finalize = old.finalize;
+            reserved.clear();
+            finalize.clear();
+        }
+        self.reqs[ri as usize] = Some(Req {
+            id: r.id,
+            kind: r.kind,
+            volume: r.volume,
+            offset_bytes: r.offset_bytes,
+            len_bytes: r.len_bytes,
+            flags: r.flags,
+            pending: 0,
+            failed: None,
+            stalled_at: None,
+            reserved,
+            finalize,
+        });
+        self.reqs_live += 1;
+        ri
+    }
+
+    pub(super) fn req(&self, ri: u32) -> &Req {
+        self.reqs[ri as usize].as_ref().expect("live request")
+    }
+    pub(super) fn req_mut(&mut self, ri: u32) -> &mut Req {
+        self.reqs[ri as usize].as_mut().expect("live request")
+    }
+
+    /// Answer the request if nothing of it is pending.
+    pub(super) fn maybe_finish(&mut self, ri: u32) {
+        let r = self.req(ri);
+        if r.pending > 0 || r.stalled_at.is_some() {
+            return;
+        }
+        let failed = r.failed;
+        let finalize = std::mem::take(&mut self.req_mut(ri).finalize);
+        for &slot in &finalize {
+            self.finalize_through(slot, failed.is_none());
+        }
+        let r = self.req_mut(ri);
+        r.finalize = finalize;
+        debug_assert!(r.reserved.is_empty(), "reserved slots left over");
+        let response = Response {
+            id: r.id,
+            result: failed.map_or(Ok(()), Err),
+        };
+        let r = self.reqs[ri as usize].as_mut().expect("live request");
+        r.pending = u32::MAX; // poison: a dead request
+        self.responses.push_back(response);
+        self.reqs_free.push(ri);
+        self.reqs_live -= 1;
+    }
+
+    pub(super) fn fail(&mut self, ri: u32, e: IoError) {
+        self.stats.io_errors += 1;
+        let r = self.req_mut(ri);
+        r.failed.get_or_insert(e);
+    }
+
+    pub(super) fn defer(&mut self, on: SlotIndex, d: Deferred) {
+        self.deferred.entry(on.0).or_default().push_back(d);
+    }
+
+    /// Run the pieces that waited for `slot` to be written, in arrival order.
+    pub(super) fn release_waiters(&mut self, slot: SlotIndex) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let Some(mut waiters) = self.deferred.remove(&slot.0) else {
+            return;
+        };
+        while let Some(d) = waiters.pop_front() {
+            match d {
+                Deferred::Write {
+                    req,
+                    piece,
+                    through,
+                } => {
+                    self.req_mut(req).pending -= 1;
+                    self.issue_write_piece(req, piece, through);
+                }
+                Deferred::Read { req, piece } => {
+                    self.req_mut(req).pending -= 1;
+                    self.issue_read_piece(req, piece);
+                }
+            }
+        }
+    }
+
+    pub(super) fn new_io(&mut self, ctx: IoCtx) -> IoId {
+        let idx = match self.ios_free.pop() {
+            Some(i) => i,
+            None => {
+                self.ios.push(None);
+                self.io_gens.push(0);
+                (self.ios.len() - 1) as u32
+            }
+        };
+        self.ios[idx as usize] = Some(ctx);
+        IoId(((self.io_gens[idx as usize] as u64) << 32) | idx as u64)
+    }
+
+    pub(super) fn take_io(&mut self, io: IoId) -> Option<IoCtx> {
+        let idx = (io.0 & 0xffff_ffff) as usize;
+        let gen = (io.0 >> 32) as u32;
+        if self.io_gens.get(idx) != Some(&gen) {
+            return None;
+        }
+        let ctx = self.ios[idx].take()?;
+        self.io_gens[idx] = gen.wrapping_add(1);
+        self.ios_free.push(idx as u32);
+        Some(ctx)
+    }
+
+    /// Admit stalled writes, oldest first, while room allows.
+    pub(super) fn drain_stalls(&mut self, now: Nanos) {
+        while let Some(&ri) = self.stalled.front() {
+            if !self.has_room_for(ri) {
+                return;
+            }
+            self.stalled.pop_front();
+            let r = self.req_mut(ri);
+            let since = r
+                .stalled_at
+                .take()
+                .expect("stalled request has a stall time");
+            self.stats.stall_ns_total += now.saturating_sub(since).0;
+            self.admit_write(ri);
+            self.maybe_finish(ri);
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Page versions in slots: allocation (free or evicted clean), retirement,
+//! old versions kept in order until freed, and the batched `FreeSlots`.
+
+use super::*;
+
+impl Engine {
+    pub(super) fn alloc_slot(&mut self, key: PageKey) -> SlotIndex {
+        if let Some(s) = self.slots.pop_free() {
+            return s;
+        }
+        loop {
+            let victim = self
+                .replacement
+                .evict_for(key)
+                .expect("admission counted an evictable slot");
+            debug_assert_eq!(self.slots.state(victim), SlotState::Clean);
+            self.stats.evictions += 1;
+            self.slots.unmap(victim);
+            if self.slots.pins(victim) > 0 {
+                // Someone still reads it: it leaves the cache and is freed later.
+                self.slots.set_state(victim, SlotState::Stale);
+                continue;
+            }
+            self.slots.set_state(victim, SlotState::Free);
+            return victim;
+        }
+    }
+
+    pub(super) fn release_slot_if_free(&mut self, slot: SlotIndex) {
+        if self.slots.freeable(slot) {
+            self.free_slot(slot);
+        }
+    }
+
+    pub(super) fn unpin(&mut self, slot: SlotIndex) {
+        if self.slots.unpin(slot) {
+            self.free_slot(slot);
+        }
+    }
+
+    /// A stale slot nothing uses any more: back to the pool, or (persistent
+    /// caches) first through a `FreeSlots` command, in version order among
+    /// its page's old versions.
+    pub(super) fn free_slot(&mut self, slot: SlotIndex) {
+        debug_assert!(self.slots.freeable(slot));
+        if !self.config.persistent {
+            self.slots.push_free(slot);
+            return;
+        }
+        self.slots.set_flag(slot, FLAG_FREEING, true);
+        if self.slots.has(slot, FLAG_OLD) {
+            self.send_oldest_free(self.slots.key(slot).0);
+        } else {
+            self.slots.set_flag(slot, FLAG_FREE_SENT, true);
+            self.to_free.push(slot);
+        }
+    }
+
+    /// Issue the free of a page's oldest old version, once it is freeable and
+    /// not already sent.
+    pub(super) fn send_oldest_free(&mut self, key: u64) {
+        let Some(&front) = self.old_versions.get(&key).and_then(|q| q.front()) else {
+            return;
+        };
+        if self.slots.has(front, FLAG_FREEING) && !self.slots.has(front, FLAG_FREE_SENT) {
+            self.slots.set_flag(front, FLAG_FREE_SENT, true);
+            self.to_free.push(front);
+        }
+    }
+
+    /// Emit the gathered frees as one command once there are enough of them,
+    /// once the oldest has waited `FREE_DELAY_NS`, or at once when room or a
+    /// drain waits for them (`now` = `Nanos::MAX` forces it). Freeing later is
+    /// always safe: a slot only stays out of the pool longer.
+    pub(super) fn emit_frees(&mut self, now: Nanos) {
+        if self.to_free.is_empty() {
+            self.frees_due = None;
+            return;
+        }
+        let due = *self
+            .frees_due
+            .get_or_insert(Nanos(now.0.saturating_add(FREE_DELAY_NS)));
+        let urgent = self.to_free.len() >= FREE_BATCH_SLOTS
+            || now >= due
+            || !self.stalled.is_empty()
+            || self.draining;
+        if !urgent {
+            return;
+        }
+        self.frees_due = None;
+        let slots = std::mem::take(&mut self.to_free);
+        let io = self.new_io(IoCtx::FreeSlots {
+            slots: slots.clone(),
+        });
+        self.commands.push_back(IoCommand::FreeSlots { io, slots });
+    }
+
+    /// Append `slot` to its page's old versions (it is the newest of them).
+    pub(super) fn push_old(&mut self, slot: SlotIndex) {
+        self.slots.set_flag(slot, FLAG_OLD, true);
+        self.old_versions
+            .entry(self.slots.key(slot).0)
+            .or_default()
+            .push_back(slot);
+    }
+
+    /// Take `slot` out of its page's old versions, if it is there.
+    pub(super) fn remove_old(&mut self, slot: SlotIndex) {
+        if !self.slots.has(slot, FLAG_OLD) {
+            return;
+        }
+        self.slots.set_flag(slot, FLAG_OLD, false);
+        let key = self.slots.key(slot).0;
+        let queue = self
+            .old_versions
+            .get_mut(&key)
+            .expect("old version was queued");
+        queue.retain(|&s| s != slot);
+        if queue.is_empty() {
+            self.old_versions.remove(&key);
+        }
+    }
+
+    /// Make the current version of a page not current any more.
+    pub(super) fn retire(&mut self, slot: SlotIndex) {
+        self.retire_version(slot);
+        self.slots.unmap(slot);
+    }
+
+    /// Retire `old` in favour of a new version in `new` (an overwrite).
+    pub(super) fn supersede(&mut self, old: SlotIndex, new: SlotIndex) {
+        self.retire_version(old);
+        self.slots.remap(old, new);
+    }
+
+    /// What retiring a version means, apart from the directory entry.
+    pub(super) fn retire_version(&mut self, slot: SlotIndex) {
+        if self.slots.state(slot) == SlotState::Clean {
+            self.replacement.remove(slot);
+        }
+        if self.config.persistent || self.slots.has(slot, FLAG_DESTAGING) {
+            self.push_old(slot);
+        }
+        self.slots.set_state(slot, SlotState::Stale);
+    }
+}

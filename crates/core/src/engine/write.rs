@@ -1,0 +1,409 @@
+//! Writes and trims: room and routing, copy-on-write page versions, their
+//! completion (write-back) or finalization (write-through), and undo on error.
+
+use super::*;
+
+impl Engine {
+    pub(super) fn has_room_for(&self, ri: u32) -> bool {
+        let r = self.req(ri);
+        if self.config.write_policy == WritePolicy::WriteAround && !self.around_busy(ri) {
+            return true;
+        }
+        let need = self.pages_of(r.offset_bytes, r.len_bytes);
+        if self.slots.free_count() + self.slots.evictable() < need {
+            return false;
+        }
+        // Write-through: two backing writes of one page must not race, so a
+        // write waits while an earlier one to its pages is in flight.
+        self.config.write_policy == WritePolicy::WriteBack || !self.overlaps_inflight(ri)
+    }
+
+    /// True while an older version of `key`'s page is being destaged.
+    pub(super) fn older_version_destaging(&self, key: PageKey) -> bool {
+        self.old_versions
+            .get(&key.0)
+            .is_some_and(|q| q.iter().any(|&s| self.slots.has(s, FLAG_DESTAGING)))
+    }
+
+    /// A write-around over pages with a newer or in-flight version in the
+    /// cache cannot bypass them without losing them: it goes through the cache.
+    pub(super) fn around_busy(&self, ri: u32) -> bool {
+        let r = self.req(ri);
+        self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
+            let key = PageKey::new(r.volume, p.page);
+            self.older_version_destaging(key)
+                || self
+                    .slots
+                    .lookup(key)
+                    .is_some_and(|s| self.slots.state(s) != SlotState::Clean)
+        })
+    }
+
+    pub(super) fn overlaps_inflight(&self, ri: u32) -> bool {
+        let r = self.req(ri);
+        self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
+            self.slots
+                .lookup(PageKey::new(r.volume, p.page))
+                .is_some_and(|s| self.slots.state(s) == SlotState::Filling)
+        })
+    }
+
+    /// A slot for a new version of `key`: a free one, else an evicted clean one.
+    /// Callers have checked that one exists.
+
+    pub(super) fn admit_write(&mut self, ri: u32) {
+        self.stats.writes += 1;
+        let r = self.req(ri);
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        let mut through = self.config.write_policy == WritePolicy::WriteThrough;
+        if self.config.write_policy == WritePolicy::WriteAround {
+            if !self.around_busy(ri) {
+                return self.admit_write_around(ri);
+            }
+            through = true;
+        }
+        // Take the slots now, so deferred pieces never wait for room.
+        for piece in self.geometry.pieces(off, len) {
+            let slot = self.alloc_slot(PageKey::new(vol, piece.page));
+            self.req_mut(ri).reserved.push(slot);
+        }
+        let first_page = self.geometry.page_of(off);
+        let sequential_start =
+            first_page.0 > 0 && self.page_dirty(PageKey::new(vol, PageIndex(first_page.0 - 1)));
+        let mut pieces = self.geometry.pieces(off, len).peekable();
+        let mut first_group = true;
+        while let Some(&first) = pieces.peek() {
+            let (gnum, _) = self.geometry.group_of(first.page);
+            let gkey = PageKey::new(vol, PageIndex(gnum)).0;
+            let sequential = sequential_start || !first_group;
+            first_group = false;
+            let was_candidate = self.dirty.group_has(self.slots.keys(), gkey, E_CANDIDATE);
+            let mut page_hit = false;
+            while let Some(&piece) = pieces.peek() {
+                if self.geometry.group_of(piece.page).0 != gnum {
+                    break;
+                }
+                pieces.next();
+                self.stats.write_pages += 1;
+                self.write_seq += 1;
+                let key = PageKey::new(vol, piece.page);
+                self.write_filter[Self::write_bucket(key)] = self.write_seq;
+                if self.page_dirty(key) {
+                    self.stats.write_page_hits += 1;
+                    if self
+                        .slots
+                        .lookup(key)
+                        .is_some_and(|s| self.slots.has(s, FLAG_DESTAGING))
+                    {
+                        self.stats.write_page_hits_destaging += 1;
+                    }
+                    page_hit = true;
+                }
+                self.issue_write_piece(ri, piece, through);
+            }
+            self.dirty
+                .set_group_flags(self.slots.keys(), gkey, E_SEQUENTIAL, sequential);
+            if was_candidate {
+                self.stats.write_group_hits += 1;
+                self.stats.write_group_hits_sequential += sequential as u64;
+                let hit = GroupHit {
+                    page_hit,
+                    sequential,
+                };
+                self.order.hit(view!(self), gkey, hit);
+            }
+        }
+        if through {
+            self.issue_backing_write(ri);
+        }
+    }
+
+    pub(super) fn admit_write_around(&mut self, ri: u32) {
+        let r = self.req(ri);
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        for piece in self.geometry.pieces(off, len) {
+            self.stats.write_pages += 1;
+            self.write_seq += 1;
+            let key = PageKey::new(vol, piece.page);
+            self.write_filter[Self::write_bucket(key)] = self.write_seq;
+            if let Some(slot) = self.slots.lookup(key) {
+                debug_assert_eq!(self.slots.state(slot), SlotState::Clean);
+                self.retire(slot);
+                self.release_slot_if_free(slot);
+            }
+        }
+        self.issue_backing_write(ri);
+    }
+
+    pub(super) fn issue_backing_write(&mut self, ri: u32) {
+        let r = self.req(ri);
+        let src = if r.kind == RequestKind::WriteZeroes {
+            Source::Zero
+        } else {
+            Source::Request {
+                req: r.id,
+                offset_bytes: 0,
+            }
+        };
+        let (volume, offset_bytes, len_bytes, fua) =
+            (r.volume, r.offset_bytes, r.len_bytes, r.flags.fua);
+        for piece in self.geometry.pieces(offset_bytes, len_bytes) {
+            self.backing_writes_in_flight[Self::write_bucket(PageKey::new(volume, piece.page))] +=
+                1;
+        }
+        self.req_mut(ri).pending += 1;
+        let io = self.new_io(IoCtx::WriteBacking { req: ri });
+        self.commands.push_back(IoCommand::WriteBacking {
+            io,
+            volume,
+            offset_bytes,
+            len_bytes,
+            src,
+            fua,
+        });
+    }
+
+    /// The page's latest version is newer than the backing (it is in the
+    /// dirty set): its current slot is dirty, or being filled to be dirty.
+    pub(super) fn page_dirty(&self, key: PageKey) -> bool {
+        self.slots
+            .lookup(key)
+            .is_some_and(|s| match self.slots.state(s) {
+                SlotState::Dirty => true,
+                SlotState::Filling => !self.slots.has(s, FLAG_FILL_CLEAN),
+                _ => false,
+            })
+    }
+
+    /// Write one page version into a fresh slot (copy-on-write), or wait for
+    /// the page's in-flight version first. The dirty bookkeeping happens here,
+    /// when the version is issued, so a deferred piece sees the page as the
+    /// earlier write left it (written, or reverted after an error).
+    pub(super) fn issue_write_piece(&mut self, ri: u32, piece: PagePiece, through: bool) {
+        let r = self.req(ri);
+        let (vol, id, kind) = (r.volume, r.id, r.kind);
+        let key = PageKey::new(vol, piece.page);
+        let cur = self.slots.lookup(key);
+        if let Some(c) = cur {
+            if self.slots.state(c) == SlotState::Filling {
+                self.req_mut(ri).pending += 1;
+                self.defer(
+                    c,
+                    Deferred::Write {
+                        req: ri,
+                        piece,
+                        through,
+                    },
+                );
+                return;
+            }
+        }
+        // Write-through keeps a page clean unless it holds newer data than the
+        // backing, or an older version of it is being destaged: that destage
+        // could land after this write's backing write, so this version stays
+        // dirty and is destaged after it (destages of a page go in order).
+        let dirty_before = self.page_dirty(key);
+        let through_clean = through && !dirty_before;
+        let clean = through_clean && !self.older_version_destaging(key);
+        let undo = Undo {
+            made_dirty: !clean && !dirty_before,
+            through_clean: through_clean && clean,
+        };
+        let slot = self
+            .req_mut(ri)
+            .reserved
+            .pop()
+            .expect("slot reserved at admission");
+        let ps = self.geometry.page_size_bytes();
+        let base = if piece.is_whole_page(ps) {
+            PageBase::None
+        } else if let Some(c) = cur {
+            PageBase::Slot(c)
+        } else {
+            PageBase::Backing {
+                volume: vol,
+                page: piece.page,
+            }
+        };
+        let old = cur.map(|c| {
+            let state = self.slots.state(c);
+            self.slots.pin(c);
+            self.supersede(c, slot);
+            (c, state)
+        });
+        if old.is_none() {
+            self.slots.map(slot, key);
+        }
+        self.slots.set_state(slot, SlotState::Filling);
+        self.slots.set_flag(slot, FLAG_FILL_CLEAN, clean);
+        if !clean {
+            // The new version is the page's entry in the dirty set. It is not
+            // being destaged, so a group that is a candidate stays one.
+            let flags = if dirty_before {
+                self.dirty.replace(self.slots.keys(), key.0, slot.0)
+            } else {
+                self.dirty.insert(self.slots.keys(), slot.0)
+            };
+            if flags & E_CANDIDATE == 0 {
+                self.group_changed(self.dirty.group_of(key.0));
+            }
+        }
+        let src = if kind == RequestKind::WriteZeroes {
+            Source::Zero
+        } else {
+            Source::Request {
+                req: id,
+                offset_bytes: piece.req_offset_bytes,
+            }
+        };
+        self.req_mut(ri).pending += 1;
+        if self.config.write_policy != WritePolicy::WriteBack {
+            self.req_mut(ri).finalize.push(slot);
+        }
+        let io = self.new_io(IoCtx::Fill {
+            req: ri,
+            slot,
+            old,
+            undo,
+        });
+        // Write-through versions are recorded dirty too: the backing may miss
+        // the write if the host crashes before it completes.
+        let record = self.record(key, true);
+        self.commands.push_back(IoCommand::WritePage {
+            io,
+            slot,
+            base,
+            patch: Patch {
+                page_offset_bytes: piece.page_offset_bytes,
+                len_bytes: piece.len_bytes,
+                src,
+            },
+            record,
+        });
+    }
+
+    /// The record of a new page version, with the next version number.
+    pub(super) fn record(&mut self, key: PageKey, dirty: bool) -> SlotRecord {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        SlotRecord { key, seq, dirty }
+    }
+
+    /// Write-back: a page write completed; the slot is now the page's version.
+    pub(super) fn finish_fill(&mut self, slot: SlotIndex) {
+        debug_assert_eq!(self.slots.state(slot), SlotState::Filling);
+        if self.slots.has(slot, FLAG_FILL_CLEAN) {
+            self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
+            self.slots.set_state(slot, SlotState::Clean);
+            self.replacement.insert(slot, self.slots.key(slot));
+        } else {
+            self.slots.set_state(slot, SlotState::Dirty);
+        }
+        self.release_waiters(slot);
+    }
+
+    /// Write-through: the request is done; its page versions become final.
+    /// If the backing write failed, a clean-intent version becomes dirty so it
+    /// is destaged later rather than lost.
+    pub(super) fn finalize_through(&mut self, slot: SlotIndex, backing_ok: bool) {
+        if self.slots.state(slot) != SlotState::Filling {
+            return;
+        }
+        if !backing_ok && self.slots.has(slot, FLAG_FILL_CLEAN) {
+            self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
+            let key = self.slots.key(slot);
+            self.mark_dirty(key);
+        }
+        if self.config.persistent && self.slots.has(slot, FLAG_FILL_CLEAN) {
+            // Its record says dirty (see `record`): a persistent cache keeps no
+            // clean copy under a dirty record; the version leaves through FreeSlots.
+            self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
+            self.retire(slot);
+            self.release_slot_if_free(slot);
+            self.release_waiters(slot);
+            return;
+        }
+        self.finish_fill(slot);
+    }
+
+    /// Bookkeeping for a page that becomes dirty outside admission.
+    /// Its current slot must be the dirty version and not yet in the set.
+    pub(super) fn mark_dirty(&mut self, key: PageKey) {
+        let slot = self.slots.lookup(key).expect("dirty page has a slot");
+        if self.dirty.insert(self.slots.keys(), slot.0) & E_CANDIDATE == 0 {
+            self.group_changed(self.dirty.group_of(key.0));
+        }
+    }
+
+    /// Undo an admitted write's page version after its write failed.
+    pub(super) fn revert_fill(
+        &mut self,
+        slot: SlotIndex,
+        old: Option<(SlotIndex, SlotState)>,
+        undo: Undo,
+    ) {
+        let key = self.slots.key(slot);
+        // A version meant dirty is the page's entry in the dirty set.
+        let in_dirty_set = !self.slots.has(slot, FLAG_FILL_CLEAN);
+        self.slots.unmap(slot);
+        self.slots.set_state(slot, SlotState::Stale);
+        self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
+        let restored = old.filter(|_| !undo.through_clean);
+        if let Some((o, state)) = restored {
+            // The previous version becomes current again.
+            self.remove_old(o);
+            self.slots.map(o, key);
+            self.slots.set_state(
+                o,
+                if state == SlotState::Clean {
+                    SlotState::Clean
+                } else {
+                    SlotState::Dirty
+                },
+            );
+            if state == SlotState::Clean {
+                self.replacement.insert(o, key);
+            }
+        }
+        if in_dirty_set {
+            if undo.made_dirty {
+                self.remove_dirty(key);
+            } else {
+                // The page was dirty before: its previous version is again.
+                let (o, _) = restored.expect("a dirty page's previous version");
+                self.dirty.replace(self.slots.keys(), key.0, o.0);
+            }
+            self.group_changed(self.dirty.group_of(key.0));
+        }
+        self.release_slot_if_free(slot);
+        self.release_waiters(slot);
+    }
+
+    pub(super) fn admit_trim(&mut self, ri: u32) {
+        self.stats.trims += 1;
+        let r = self.req(ri);
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        let ps = self.geometry.page_size_bytes();
+        let pieces: Vec<PagePiece> = self
+            .geometry
+            .pieces(off, len)
+            .filter(|p| p.is_whole_page(ps))
+            .collect();
+        for piece in pieces {
+            let key = PageKey::new(vol, piece.page);
+            let Some(slot) = self.slots.lookup(key) else {
+                continue;
+            };
+            match self.slots.state(slot) {
+                SlotState::Filling => continue, // advisory: leave in-flight versions alone
+                SlotState::Dirty => {
+                    self.remove_dirty(key);
+                    self.retire(slot);
+                    self.group_changed(self.dirty.group_of(key.0));
+                }
+                _ => self.retire(slot),
+            }
+            self.release_slot_if_free(slot);
+        }
+    }
+}
