@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use wcache_core::{EngineConfig, WritePolicy};
+use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::device::file::SyncMode;
 use wcache_io::format::VolumeEntry;
 use wcache_io::{CacheStore, Driver, DriverConfig};
@@ -97,7 +97,7 @@ pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
         page_size_bytes: page,
         group_size_bytes: page.max(64 * 1024),
         cache_slots: store.layout().slot_count,
-        write_policy: WritePolicy::WriteBack,
+        write_policy: WritePolicyKind::WriteBack,
         ..EngineConfig::default()
     };
     let driver = Driver::recover(

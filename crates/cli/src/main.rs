@@ -12,8 +12,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use wcache_core::policy::destage_rate::{RateConfig, UnknownDestageRate, DESTAGE_RATE_NAMES};
-use wcache_core::{EngineConfig, WritePolicy};
+use wcache_core::policy::destage_rate::{RateConfig, DESTAGE_RATES};
+use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_sim::device::{build_device, build_device_with, HddParams};
 use wcache_sim::experiment::{self, wow};
 use wcache_sim::workload::{
@@ -105,6 +105,13 @@ struct OneRun {
     /// Clean-page replacement: lru, clock, arc.
     #[arg(long, default_value = "lru")]
     replacement: String,
+    /// Admission: all (every write enters the cache).
+    #[arg(long, default_value = "all")]
+    admission: String,
+    /// Writes continuing a sequential stream of this many bytes bypass the
+    /// cache (e.g. 4M; 0: no cutoff).
+    #[arg(long, default_value = "0", value_parser = parse_cutoff)]
+    sequential_cutoff: u64,
     /// Keep destaged pages and read misses as clean cached pages.
     #[arg(long)]
     read_cache: bool,
@@ -211,12 +218,7 @@ fn sim(args: SimArgs) -> Result<(), AnyError> {
 }
 
 fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
-    let rate = DESTAGE_RATE_NAMES
-        .iter()
-        .find(|n| n.eq_ignore_ascii_case(&args.one.rate))
-        .ok_or_else(|| UnknownDestageRate {
-            name: args.one.rate.clone(),
-        })?;
+    let rate = DESTAGE_RATES.find(&args.one.rate)?.name;
     let opts = wow::Options {
         quick: args.quick,
         seeds: args.seeds,
@@ -311,7 +313,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         page_size_bytes: o.page_size,
         group_size_bytes: group,
         cache_slots: o.cache_pages,
-        write_policy: WritePolicy::from_name(&o.write_policy)?,
+        write_policy: WritePolicyKind::from_name(&o.write_policy)?,
         destage_order: o.order.clone(),
         destage_rate: o.rate.clone(),
         rate: RateConfig {
@@ -321,6 +323,8 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
             ..RateConfig::default()
         },
         replacement: o.replacement.clone(),
+        admission: o.admission.clone(),
+        sequential_cutoff_bytes: o.sequential_cutoff,
         read_insert: o.read_cache,
         keep_clean: o.read_cache,
         requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
@@ -503,4 +507,9 @@ fn parse_footprint(text: &str) -> Result<u64, String> {
         return Err(format!("{text:?} is less than one 4 KiB page"));
     }
     Ok(bytes)
+}
+
+fn parse_cutoff(text: &str) -> Result<u64, String> {
+    wcache_io::device::parse_size_bytes(text)
+        .ok_or_else(|| format!("{text:?} is not a size (e.g. 0, 1M, 4M)"))
 }

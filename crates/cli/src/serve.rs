@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use clap::Args;
 use wcache_core::types::VolumeId;
-use wcache_core::{EngineConfig, IoError, RequestFlags, RequestKind, SubmitError, WritePolicy};
+use wcache_core::{EngineConfig, IoError, RequestFlags, RequestKind, SubmitError, WritePolicyKind};
 use wcache_io::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMode};
 use wcache_io::device::parse_size_bytes;
 use wcache_io::format::VolumeEntry;
@@ -352,11 +352,11 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         .unwrap_or_else(|| args.data_dir.join("cache.img").display().to_string());
     let cache_in_memory = cache_spec == "mem";
     let policy = match (&args.write_policy, args.volatile_write_back_for_benchmarks) {
-        (None, false) if cache_in_memory => WritePolicy::WriteThrough,
-        (None, _) => WritePolicy::WriteBack,
+        (None, false) if cache_in_memory => WritePolicyKind::WriteThrough,
+        (None, _) => WritePolicyKind::WriteBack,
         (Some(name), flag) => {
-            let p = WritePolicy::from_name(name)?;
-            if flag && p != WritePolicy::WriteBack {
+            let p = WritePolicyKind::from_name(name)?;
+            if flag && p != WritePolicyKind::WriteBack {
                 return Err(ServeError::ConflictingPolicy(name.clone()).into());
             }
             p
@@ -377,7 +377,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     if args.volatile_write_back_for_benchmarks && !cache_in_memory {
         return Err(ServeError::WriteBackCacheNotVolatile { cache: cache_spec }.into());
     }
-    if policy == WritePolicy::WriteBack && cache_in_memory {
+    if policy == WritePolicyKind::WriteBack && cache_in_memory {
         if !args.volatile_write_back_for_benchmarks {
             return Err(ServeError::WriteBackNeedsRecovery.into());
         }
@@ -722,10 +722,10 @@ fn report_errors(driver: &Driver, stop: &AtomicBool) {
     }
 }
 
-fn policy_name(p: WritePolicy) -> &'static str {
+fn policy_name(p: WritePolicyKind) -> &'static str {
     match p {
-        WritePolicy::WriteBack => "write-back",
-        WritePolicy::WriteThrough => "write-through",
-        WritePolicy::WriteAround => "write-around",
+        WritePolicyKind::WriteBack => "write-back",
+        WritePolicyKind::WriteThrough => "write-through",
+        WritePolicyKind::WriteAround => "write-around",
     }
 }

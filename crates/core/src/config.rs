@@ -2,40 +2,17 @@
 //! validation that names the field that is wrong.
 
 use crate::geometry::{Geometry, GeometryError};
-use crate::policy::destage_order::{build_destage_order, UnknownDestageOrder, DESTAGE_ORDER_NAMES};
-use crate::policy::destage_rate::{
-    build_destage_rate, RateConfig, RateConfigError, UnknownDestageRate,
-};
-use crate::policy::replacement::build_replacement;
+use crate::policy::admission::ADMISSIONS;
+use crate::policy::destage_order::DESTAGE_ORDERS;
+use crate::policy::destage_rate::{RateConfig, RateConfigError, DESTAGE_RATES};
+use crate::policy::registry::UnknownPolicy;
+use crate::policy::replacement::REPLACEMENTS;
+pub use crate::policy::write_policy::WritePolicyKind;
 use thiserror::Error;
 
 /// Most cache slots an engine takes (2 TiB of 4 KiB pages): a slot index
 /// shares a 32-bit dirty-set entry with three flag bits.
 pub const CACHE_SLOTS_MAX: u64 = 1 << 29;
-
-/// How writes reach the backing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WritePolicy {
-    /// Acknowledge once the cache device holds the write; destage later.
-    WriteBack,
-    /// Acknowledge once both cache and backing hold it; the cached copy is clean.
-    WriteThrough,
-    /// Write to the backing only, dropping cached copies.
-    WriteAround,
-}
-
-impl WritePolicy {
-    pub const NAMES: &'static [&'static str] = &["write-back", "write-through", "write-around"];
-
-    pub fn from_name(name: &str) -> Result<WritePolicy, ConfigError> {
-        match name.to_ascii_lowercase().as_str() {
-            "write-back" | "wb" => Ok(WritePolicy::WriteBack),
-            "write-through" | "wt" => Ok(WritePolicy::WriteThrough),
-            "write-around" | "wa" => Ok(WritePolicy::WriteAround),
-            _ => Err(ConfigError::UnknownWritePolicy(name.to_string())),
-        }
-    }
-}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
@@ -44,7 +21,12 @@ pub struct EngineConfig {
     pub group_size_bytes: u64,
     /// Pages the cache device holds.
     pub cache_slots: u64,
-    pub write_policy: WritePolicy,
+    pub write_policy: WritePolicyKind,
+    /// Admission policy by name (`policy::admission::ADMISSIONS`).
+    pub admission: String,
+    /// Writes continuing a sequential stream of at least this many bytes
+    /// bypass the cache (0: no cutoff).
+    pub sequential_cutoff_bytes: u64,
     pub destage_order: String,
     pub destage_rate: String,
     pub rate: RateConfig,
@@ -70,7 +52,9 @@ impl Default for EngineConfig {
             page_size_bytes: 4096,
             group_size_bytes: 64 * 1024,
             cache_slots: 65536,
-            write_policy: WritePolicy::WriteBack,
+            write_policy: WritePolicyKind::WriteBack,
+            admission: "all".into(),
+            sequential_cutoff_bytes: 0,
             destage_order: "wow".into(),
             destage_rate: "adaptive".into(),
             rate: RateConfig::default(),
@@ -93,16 +77,11 @@ pub enum ConfigError {
     CacheSmallerThanGroup { slots: u64, group_pages: u32 },
     #[error("cache_slots = {0}: at most {max} slots", max = CACHE_SLOTS_MAX)]
     CacheTooLarge(u64),
-    #[error("destage_order: {0}")]
-    DestageOrder(#[from] UnknownDestageOrder),
-    #[error("destage_rate: {0}")]
-    DestageRate(#[from] UnknownDestageRate),
+    /// A policy name no policy of its family answers to (the message names the family).
+    #[error("{0}")]
+    Policy(#[from] UnknownPolicy),
     #[error("rate: {0}")]
     Rate(#[from] RateConfigError),
-    #[error("replacement: {0}")]
-    Replacement(String),
-    #[error("write_policy: unknown {0:?}; valid: write-back, write-through, write-around")]
-    UnknownWritePolicy(String),
     #[error("requests_max = 0: at least one request must be allowed")]
     NoRequests,
 }
@@ -126,17 +105,15 @@ impl EngineConfig {
     /// creates or formats a cache device, whose size it learns later.
     pub fn validate_settings(&self) -> Result<Geometry, ConfigError> {
         let geometry = Geometry::new(self.page_size_bytes, self.group_size_bytes)?;
-        build_destage_order(&self.destage_order)?;
-        build_destage_rate(&self.destage_rate, self.rate)?;
+        // Names are checked against the registries; nothing is built here.
+        DESTAGE_ORDERS.find(&self.destage_order)?;
+        DESTAGE_RATES.find(&self.destage_rate)?;
+        REPLACEMENTS.find(&self.replacement)?;
+        ADMISSIONS.find(&self.admission)?;
         self.rate.validate()?;
-        build_replacement(&self.replacement, 1)
-            .map_err(|e| ConfigError::Replacement(e.to_string()))?;
         if self.requests_max == 0 {
             return Err(ConfigError::NoRequests);
         }
-        debug_assert!(
-            DESTAGE_ORDER_NAMES.contains(&self.destage_order.to_ascii_lowercase().as_str())
-        );
         Ok(geometry)
     }
 }

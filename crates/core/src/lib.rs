@@ -12,5 +12,5 @@ pub mod time;
 pub mod types;
 
 pub use command::*;
-pub use config::{ConfigError, EngineConfig, WritePolicy};
+pub use config::{ConfigError, EngineConfig, WritePolicyKind};
 pub use engine::{Engine, EngineError, RecoveredSlot, RecoveryError, Stats};

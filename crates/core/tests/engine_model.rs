@@ -520,9 +520,9 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
         1..5u64,
         prop_oneof![Just(8u64), Just(24u64), Just(64u64)],
         prop_oneof![
-            Just(WritePolicy::WriteBack),
-            Just(WritePolicy::WriteThrough),
-            Just(WritePolicy::WriteAround)
+            Just(WritePolicyKind::WriteBack),
+            Just(WritePolicyKind::WriteThrough),
+            Just(WritePolicyKind::WriteAround)
         ],
         prop_oneof![Just("lrw"), Just("cscan"), Just("wow")],
         prop_oneof![Just("lru"), Just("clock"), Just("arc")],
@@ -530,6 +530,9 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
         any::<bool>(),
         prop_oneof![Just("linear"), Just("adaptive")],
         any::<bool>(),
+        // Sequential cutoff in pages (0: none): bypassed writes must never
+        // let an older cached version come back over them.
+        prop_oneof![3 => Just(0u64), 1 => Just(1u64), 1 => Just(3u64), 1 => Just(8u64)],
     )
         .prop_map(
             |(
@@ -543,8 +546,10 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                 read_insert,
                 rate,
                 persistent,
+                cutoff_pages,
             )| {
                 EngineConfig {
+                    sequential_cutoff_bytes: cutoff_pages * page,
                     persistent,
                     page_size_bytes: page,
                     group_size_bytes: page * group_pages,
@@ -684,9 +689,9 @@ fn a_long_run_with_crashes_loses_no_acknowledged_write() {
         _ => Op::CompleteMany(1 + (next() % 8) as usize),
     });
     for policy in [
-        WritePolicy::WriteBack,
-        WritePolicy::WriteThrough,
-        WritePolicy::WriteAround,
+        WritePolicyKind::WriteBack,
+        WritePolicyKind::WriteThrough,
+        WritePolicyKind::WriteAround,
     ] {
         let config = EngineConfig {
             page_size_bytes: 4096,
@@ -715,7 +720,7 @@ fn write_around_bypass_is_not_undone_by_an_unfreed_older_record() {
         page_size_bytes: 4096,
         group_size_bytes: 4096,
         cache_slots: 64,
-        write_policy: WritePolicy::WriteAround,
+        write_policy: WritePolicyKind::WriteAround,
         read_insert: true,
         persistent: true,
         ..EngineConfig::default()

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use wcache_core::policy::replacement::{build_replacement, Replacement, REPLACEMENT_NAMES};
+use wcache_core::policy::replacement::{build_replacement, Replacement, REPLACEMENTS};
 use wcache_core::types::{PageKey, SlotIndex};
 
 const TRACE_REQUESTS: usize = 100_000;
@@ -138,9 +138,10 @@ fn our_misses(name: &str, size_pages: usize, trace: &[u64]) -> u64 {
 }
 
 fn our_table(trace: &[u64]) -> Vec<(String, Vec<u64>)> {
-    REPLACEMENT_NAMES
-        .iter()
-        .map(|&name| {
+    REPLACEMENTS
+        .names()
+        .into_iter()
+        .map(|name| {
             let counts = CACHE_SIZES_PAGES
                 .iter()
                 .map(|&size| our_misses(name, size, trace))
@@ -210,7 +211,7 @@ fn run_oracle(trace: &[u64]) -> Oracle {
         .arg("--sizes")
         .arg(sizes.join(","))
         .arg("--policies")
-        .arg(REPLACEMENT_NAMES.join(","))
+        .arg(REPLACEMENTS.names().join(","))
         .output();
     let _ = std::fs::remove_file(&trace_path);
     let output = match output {

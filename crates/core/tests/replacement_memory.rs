@@ -2,7 +2,7 @@
 //! change in per-slot state is seen (the engine's budget is 32 bytes of
 //! metadata per cached 4 KiB page, all structures together).
 
-use wcache_core::policy::replacement::{build_replacement, REPLACEMENT_NAMES};
+use wcache_core::policy::replacement::{build_replacement, REPLACEMENTS};
 
 const SLOTS: usize = 1 << 20; // 4 GiB of 4 KiB pages
 
@@ -24,7 +24,7 @@ fn expected_bytes(name: &str) -> usize {
 
 #[test]
 fn replacement_metadata_bytes_per_slot() {
-    for &name in REPLACEMENT_NAMES {
+    for name in REPLACEMENTS.names() {
         let policy = build_replacement(name, SLOTS).expect("listed name builds");
         let bytes = policy.metadata_bytes();
         eprintln!("{name}: {:.3} bytes per slot", bytes as f64 / SLOTS as f64);

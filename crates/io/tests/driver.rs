@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wcache_core::types::VolumeId;
-use wcache_core::{EngineConfig, RequestFlags, RequestKind, WritePolicy};
+use wcache_core::{EngineConfig, RequestFlags, RequestKind, WritePolicyKind};
 use wcache_io::device::file::{FileDevice, FileOptions, SyncMode};
 use wcache_io::{
     BlockDevice, Driver, DriverConfig, EmulatedDevice, FaultPlan, FaultyDevice, MemDevice, Payload,
@@ -49,7 +49,7 @@ impl RangeLock {
     }
 }
 
-fn config(policy: WritePolicy, slots: u64) -> EngineConfig {
+fn config(policy: WritePolicyKind, slots: u64) -> EngineConfig {
     EngineConfig {
         page_size_bytes: 4096,
         group_size_bytes: 16 * 1024,
@@ -66,7 +66,7 @@ struct Rig {
     shadow: Arc<Vec<Mutex<Vec<u8>>>>,
 }
 
-fn rig(policy: WritePolicy, slots: u64, volumes: usize) -> Rig {
+fn rig(policy: WritePolicyKind, slots: u64, volumes: usize) -> Rig {
     let cache = Arc::new(MemDevice::new(slots * 4096));
     let backings: Vec<Arc<MemDevice>> = (0..volumes)
         .map(|_| Arc::new(MemDevice::new(VOLUME_BYTES)))
@@ -173,7 +173,7 @@ fn backing_equals_shadow(rig: &Rig) {
 
 #[test]
 fn write_back_random_overlapping_requests_read_acknowledged_data_and_drain_to_backing() {
-    let rig = rig(WritePolicy::WriteBack, 32, 2);
+    let rig = rig(WritePolicyKind::WriteBack, 32, 2);
     let checked = hammer(&rig, 4, 600, 1);
     assert!(checked > 100_000, "only {checked} bytes read back");
     let stats = rig.driver.engine_stats();
@@ -189,7 +189,7 @@ fn write_back_random_overlapping_requests_read_acknowledged_data_and_drain_to_ba
 
 #[test]
 fn write_through_random_overlapping_requests_keep_backing_current() {
-    let rig = rig(WritePolicy::WriteThrough, 48, 2);
+    let rig = rig(WritePolicyKind::WriteThrough, 48, 2);
     let checked = hammer(&rig, 4, 500, 3);
     assert!(checked > 50_000, "only {checked} bytes read back");
     assert_eq!(
@@ -208,7 +208,7 @@ fn backing_eio_on_destage_is_retried_and_loses_nothing() {
     let plan = FaultPlan::new();
     let faulty: Arc<dyn BlockDevice> = Arc::new(FaultyDevice::new(backing.clone(), plan.clone()));
     let driver = Driver::new(
-        config(WritePolicy::WriteBack, slots),
+        config(WritePolicyKind::WriteBack, slots),
         cache,
         vec![faulty],
         DriverConfig::default(),
@@ -266,7 +266,7 @@ fn cache_write_error_fails_the_request_and_keeps_old_data() {
     ));
     let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(VOLUME_BYTES));
     let driver = Driver::new(
-        config(WritePolicy::WriteBack, slots),
+        config(WritePolicyKind::WriteBack, slots),
         cache,
         vec![backing],
         DriverConfig::default(),
@@ -292,8 +292,8 @@ fn cache_write_error_fails_the_request_and_keeps_old_data() {
 fn file_devices_with_fdatasync_and_dsync_round_trip_through_the_driver() {
     let dir = tempfile::tempdir().expect("tempdir");
     for (policy, sync) in [
-        (WritePolicy::WriteThrough, SyncMode::Fdatasync),
-        (WritePolicy::WriteBack, SyncMode::Dsync),
+        (WritePolicyKind::WriteThrough, SyncMode::Fdatasync),
+        (WritePolicyKind::WriteBack, SyncMode::Dsync),
     ] {
         let open = |name: &str, size: u64| -> Arc<dyn BlockDevice> {
             Arc::new(
@@ -340,7 +340,7 @@ fn file_devices_with_fdatasync_and_dsync_round_trip_through_the_driver() {
 
 #[test]
 fn oversized_and_wrong_payloads_are_refused() {
-    let r = rig(WritePolicy::WriteThrough, 16, 1);
+    let r = rig(WritePolicyKind::WriteThrough, 16, 1);
     let err = r
         .driver
         .write(VolumeId(0), VOLUME_BYTES - 10, &[0u8; 20], false)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wcache_core::types::VolumeId;
-use wcache_core::{EngineConfig, WritePolicy};
+use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::{BlockDevice, Driver, DriverConfig, MemDevice, NbdDevice};
 
 fn have(tool: &str) -> bool {
@@ -80,7 +80,7 @@ fn nbd_device_round_trips_against_nbdkit_and_backs_the_driver() {
     let config = EngineConfig {
         cache_slots: 64,
         group_size_bytes: 16 * 1024,
-        write_policy: WritePolicy::WriteBack,
+        write_policy: WritePolicyKind::WriteBack,
         ..EngineConfig::default()
     };
     let driver = Driver::new(

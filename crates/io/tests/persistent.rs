@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wcache_core::types::VolumeId;
-use wcache_core::{EngineConfig, WritePolicy};
+use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::device::file::{FileDevice, FileOptions, SyncMode};
 use wcache_io::format::VolumeEntry;
 use wcache_io::store::{BadSlot, OpenError};
@@ -41,7 +41,7 @@ fn volumes(size_bytes: u64) -> Vec<VolumeEntry> {
 fn start(
     cache: Arc<dyn BlockDevice>,
     backing: Arc<dyn BlockDevice>,
-    policy: WritePolicy,
+    policy: WritePolicyKind,
 ) -> (Driver, wcache_io::store::OpenReport) {
     let (store, found, report) =
         CacheStore::open_or_format(cache, PAGE_BYTES, volumes(backing.len_bytes()), false)
@@ -105,7 +105,7 @@ fn restarts_keep_every_acknowledged_write(direct: bool) {
     let mut shadow = vec![0u8; VOLUME_BYTES as usize];
     for round in 0..6u64 {
         let cache = open_file(&cache_path, cache_bytes, direct);
-        let (driver, report) = start(cache, backing.clone(), WritePolicy::WriteBack);
+        let (driver, report) = start(cache, backing.clone(), WritePolicyKind::WriteBack);
         assert_eq!(report.formatted, round == 0);
         assert!(report.discarded.is_empty(), "{:?}", report.discarded);
         check_reads(&driver, &shadow);
@@ -118,7 +118,7 @@ fn restarts_keep_every_acknowledged_write(direct: bool) {
         driver.shutdown(); // no drain, no clean flag: as after a kill
     }
     let cache = open_file(&cache_path, cache_bytes, direct);
-    let (driver, _) = start(cache, backing.clone(), WritePolicy::WriteBack);
+    let (driver, _) = start(cache, backing.clone(), WritePolicyKind::WriteBack);
     driver.drain().expect("drain");
     let mut on_backing = vec![0u8; VOLUME_BYTES as usize];
     backing.read_at(&mut on_backing, 0).expect("read backing");
@@ -142,7 +142,7 @@ fn damaged_records_and_data_are_discarded_and_reported() {
     let cache_bytes = 8192 + 64 * PAGE_BYTES;
     let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(VOLUME_BYTES));
     let cache = open_file(&cache_path, cache_bytes, false);
-    let (driver, _) = start(cache.clone(), backing.clone(), WritePolicy::WriteBack);
+    let (driver, _) = start(cache.clone(), backing.clone(), WritePolicyKind::WriteBack);
     // Two versions of page 0 (the old one freed by the engine), page 1 once.
     for (page, byte) in [(0u64, 1u8), (1, 2), (0, 3)] {
         let data = vec![byte; PAGE_BYTES as usize];
@@ -175,7 +175,7 @@ fn damaged_records_and_data_are_discarded_and_reported() {
         )
         .expect("corrupt record");
     cache.flush().expect("flush");
-    let (driver, report) = start(cache.clone(), backing.clone(), WritePolicy::WriteBack);
+    let (driver, report) = start(cache.clone(), backing.clone(), WritePolicyKind::WriteBack);
     assert_eq!(report.discarded.len(), 2, "{:?}", report.discarded);
     assert!(report
         .discarded
@@ -189,7 +189,7 @@ fn damaged_records_and_data_are_discarded_and_reported() {
     driver.shutdown();
     drop(driver);
     // The scrub freed them durably: a second open finds nothing wrong.
-    let (_driver, report) = start(cache, backing, WritePolicy::WriteBack);
+    let (_driver, report) = start(cache, backing, WritePolicyKind::WriteBack);
     assert!(report.discarded.is_empty());
 }
 
@@ -200,7 +200,7 @@ fn another_configuration_with_dirty_pages_is_refused_without_force() {
     let cache_bytes = 8192 + 64 * PAGE_BYTES;
     let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(VOLUME_BYTES));
     let cache = open_file(&cache_path, cache_bytes, false);
-    let (driver, _) = start(cache.clone(), backing, WritePolicy::WriteBack);
+    let (driver, _) = start(cache.clone(), backing, WritePolicyKind::WriteBack);
     driver
         .write(VolumeId(0), 0, &[7u8; PAGE_BYTES as usize], true)
         .expect("write");

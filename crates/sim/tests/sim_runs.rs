@@ -3,7 +3,7 @@
 //! the WOW effects the experiments rely on.
 
 use wcache_core::time::Nanos;
-use wcache_core::{EngineConfig, WritePolicy};
+use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_sim::device::build_device;
 use wcache_sim::run::{RunLimits, SimReport, Simulation};
 use wcache_sim::workload::{Loop, RandomConfig, Spc1Config, WorkloadSpec};
@@ -51,9 +51,9 @@ fn checked(warmup: u64, measure: u64) -> RunLimits {
 #[test]
 fn random_reads_and_writes_return_acknowledged_data_under_every_policy() {
     for policy in [
-        WritePolicy::WriteBack,
-        WritePolicy::WriteThrough,
-        WritePolicy::WriteAround,
+        WritePolicyKind::WriteBack,
+        WritePolicyKind::WriteThrough,
+        WritePolicyKind::WriteAround,
     ] {
         for order in ["lrw", "cscan", "wow"] {
             let mut config = engine(order, 256, 64 * 1024);

@@ -18,6 +18,7 @@ impl Engine {
                 slot,
                 old,
                 undo,
+                through,
             } => {
                 if let Some((o, _)) = old {
                     if result.is_ok() {
@@ -26,7 +27,8 @@ impl Engine {
                 }
                 match result {
                     Ok(()) => {
-                        if self.config.write_policy == WritePolicy::WriteBack {
+                        // A write-through version waits for its request (`finalize_through`).
+                        if !through {
                             self.finish_fill(slot);
                         }
                     }
@@ -98,7 +100,7 @@ impl Engine {
                 }
                 done_req = Some(req);
             }
-            IoCtx::WriteBacking { req } => {
+            IoCtx::WriteBacking { req, around } => {
                 // A read miss issued while this write was in flight may have
                 // read the old bytes: it must not insert them.
                 let r = self.req(req);
@@ -108,6 +110,7 @@ impl Engine {
                     let bucket = Self::write_bucket(PageKey::new(vol, piece.page));
                     self.write_filter[bucket] = self.write_seq;
                     self.backing_writes_in_flight[bucket] -= 1;
+                    self.bypasses_in_flight[bucket] -= around as u32;
                 }
                 if let Err(e) = result {
                     self.fail(req, e);

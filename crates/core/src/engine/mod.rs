@@ -23,11 +23,13 @@ mod stats;
 pub use stats::Stats;
 
 use crate::command::*;
-use crate::config::{ConfigError, EngineConfig, WritePolicy};
+use crate::config::{ConfigError, EngineConfig};
 use crate::geometry::{Geometry, PagePiece};
-use crate::policy::destage_order::{build_destage_order, Candidates, DestageOrder, GroupHit};
-use crate::policy::destage_rate::{build_destage_rate, DestageRate, RateInput};
-use crate::policy::replacement::{build_replacement, Replacement};
+use crate::policy::admission::{build_admission, Admission, Admit, WriteInfo};
+use crate::policy::destage_order::{Candidates, DestageOrder, GroupHit, DESTAGE_ORDERS};
+use crate::policy::destage_rate::{DestageRate, RateInput, DESTAGE_RATES};
+use crate::policy::replacement::{Replacement, REPLACEMENTS};
+use crate::policy::write_policy::{WriteAround, WritePolicy, WriteRoute};
 use crate::time::Nanos;
 use crate::types::*;
 use dirty::{DirtySet, E_CANDIDATE, E_RECENT, E_SEQUENTIAL};
@@ -138,6 +140,8 @@ struct Req {
     reserved: Vec<SlotIndex>,
     /// Write-through: slots that become final when the whole request is done.
     finalize: Vec<SlotIndex>,
+    /// Admission sent this write around the cache.
+    bypass: bool,
 }
 
 /// What a deferred piece will do when the slot it waits for is written.
@@ -172,6 +176,8 @@ enum IoCtx {
         slot: SlotIndex,
         old: Option<(SlotIndex, SlotState)>,
         undo: Undo,
+        /// Written through: the version becomes final with its request.
+        through: bool,
     },
     InsertFill {
         req: u32,
@@ -194,6 +200,8 @@ enum IoCtx {
     },
     WriteBacking {
         req: u32,
+        /// A bypass (nothing of it in the cache), counted in `bypasses_in_flight`.
+        around: bool,
     },
     Destage {
         slots: Vec<SlotIndex>,
@@ -209,6 +217,8 @@ pub struct Engine {
     dirty: DirtySet,
     /// Groups in the destage order's candidate set (flag `E_CANDIDATE`).
     candidates: usize,
+    admission: Box<dyn Admission>,
+    write_policy: Box<dyn WritePolicy>,
     order: Box<dyn DestageOrder>,
     rate: Box<dyn DestageRate>,
     replacement: Box<dyn Replacement>,
@@ -254,6 +264,10 @@ pub struct Engine {
     write_filter: Vec<u64>,
     /// Backing writes in flight per filter bucket.
     backing_writes_in_flight: Vec<u32>,
+    /// Of those, bypass writes: a write through the cache to one of their
+    /// pages waits for them (its page base could be read from the backing
+    /// before the bypass lands, and bring old bytes back over it).
+    bypasses_in_flight: Vec<u32>,
     positions: Vec<u32>,
     stats: Stats,
 }
@@ -262,10 +276,11 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Result<Engine, ConfigError> {
         let geometry = config.validate()?;
         let slots = config.cache_slots as u32;
-        let replacement = build_replacement(&config.replacement, slots as usize)
-            .map_err(|e| ConfigError::Replacement(e.to_string()))?;
-        let order = build_destage_order(&config.destage_order)?;
-        let rate = build_destage_rate(&config.destage_rate, config.rate)?;
+        let replacement = REPLACEMENTS.build(&config.replacement, slots as usize)?;
+        let order = DESTAGE_ORDERS.build(&config.destage_order, ())?;
+        let rate = DESTAGE_RATES.build(&config.destage_rate, config.rate)?;
+        let admission = build_admission(&config.admission, config.sequential_cutoff_bytes)?;
+        let write_policy = config.write_policy.build();
         let requests_max = config.requests_max as usize;
         Ok(Engine {
             dirty: DirtySet::new(geometry.group_pages()),
@@ -273,6 +288,8 @@ impl Engine {
             slots: Slots::new(slots, requests_max * 4),
             geometry,
             volumes: Vec::new(),
+            admission,
+            write_policy,
             order,
             rate,
             replacement,
@@ -300,6 +317,7 @@ impl Engine {
             write_seq: 0,
             write_filter: vec![0; WRITE_FILTER_BUCKETS],
             backing_writes_in_flight: vec![0; WRITE_FILTER_BUCKETS],
+            bypasses_in_flight: vec![0; WRITE_FILTER_BUCKETS],
             positions: Vec::with_capacity(geometry.group_pages() as usize),
             stats: Stats::default(),
             config,
@@ -450,7 +468,9 @@ impl Engine {
             + self.dirty.heap_bytes()
             + self.order.metadata_bytes()
             + self.replacement.metadata_bytes()
+            + self.admission.metadata_bytes()
             + self.write_filter.capacity() * 8
+            + (self.backing_writes_in_flight.capacity() + self.bypasses_in_flight.capacity()) * 4
             + self.reqs.capacity() * std::mem::size_of::<Option<Req>>()
     }
 

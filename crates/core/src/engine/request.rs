@@ -21,9 +21,7 @@ impl Engine {
         let is_write = matches!(req.kind, RequestKind::Write | RequestKind::WriteZeroes);
         if is_write {
             let pages = self.pages_of(req.offset_bytes, req.len_bytes);
-            if pages > self.slots.len() as u64
-                && self.config.write_policy != WritePolicy::WriteAround
-            {
+            if pages > self.slots.len() as u64 && !self.write_policy.may_bypass() {
                 return Err(SubmitError::LargerThanCache {
                     pages,
                     slots: self.slots.len() as u64,
@@ -37,6 +35,13 @@ impl Engine {
         match req.kind {
             RequestKind::Read => self.admit_read(ri),
             RequestKind::Write | RequestKind::WriteZeroes => {
+                let write = WriteInfo {
+                    volume: req.volume,
+                    offset_bytes: req.offset_bytes,
+                    len_bytes: req.len_bytes,
+                    flags: req.flags,
+                };
+                self.req_mut(ri).bypass = self.admission.admit_write(&write) == Admit::Bypass;
                 if self.stalled.is_empty() && self.has_room_for(ri) {
                     self.admit_write(ri);
                 } else {
@@ -95,6 +100,7 @@ impl Engine {
             stalled_at: None,
             reserved,
             finalize,
+            bypass: false,
         });
         self.reqs_live += 1;
         ri

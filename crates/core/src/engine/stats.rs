@@ -39,6 +39,9 @@ counters! {
     write_group_hits: u64,
     /// Of those, pairs whose write was sequential (WOW lines 2-4 leave the bit alone).
     write_group_hits_sequential: u64,
+    /// Write requests sent to the backing only (write-around, or not
+    /// admitted), their cached clean copies dropped.
+    write_bypasses: u64,
     trims: u64,
     flushes: u64,
     /// Write requests that found no room and waited for destages.

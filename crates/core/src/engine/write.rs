@@ -4,18 +4,35 @@
 use super::*;
 
 impl Engine {
+    /// Where write `ri` goes: around the cache if admission said so (by
+    /// write-around's rule, so no cached version is lost), else where the
+    /// write policy sends it.
+    pub(super) fn route_of(&self, ri: u32) -> WriteRoute {
+        let mut bypass_would_lose = || self.around_busy(ri);
+        if self.req(ri).bypass {
+            WriteAround.route(&mut bypass_would_lose)
+        } else {
+            self.write_policy.route(&mut bypass_would_lose)
+        }
+    }
+
     pub(super) fn has_room_for(&self, ri: u32) -> bool {
         let r = self.req(ri);
-        if self.config.write_policy == WritePolicy::WriteAround && !self.around_busy(ri) {
+        let route = self.route_of(ri);
+        if route == WriteRoute::Backing {
             return true;
+        }
+        if self.overlaps_bypass(ri) {
+            return false;
         }
         let need = self.pages_of(r.offset_bytes, r.len_bytes);
         if self.slots.free_count() + self.slots.evictable() < need {
             return false;
         }
-        // Write-through: two backing writes of one page must not race, so a
-        // write waits while an earlier one to its pages is in flight.
-        self.config.write_policy == WritePolicy::WriteBack || !self.overlaps_inflight(ri)
+        // Two backing writes of one page must not race, so a write that
+        // goes to the backing now waits while an earlier one to its pages is
+        // in flight.
+        route == WriteRoute::Cache || !self.overlaps_inflight(ri)
     }
 
     /// True while an older version of `key`'s page is being destaged.
@@ -26,16 +43,28 @@ impl Engine {
     }
 
     /// A write-around over pages with a newer or in-flight version in the
-    /// cache cannot bypass them without losing them: it goes through the cache.
+    /// cache cannot bypass them without losing them: it goes through the
+    /// cache. Nor can it bypass an older version not gone for good: one
+    /// being destaged could land after it, and (persistent caches) one whose
+    /// dirty record is not yet freed would come back over it after a crash.
     pub(super) fn around_busy(&self, ri: u32) -> bool {
         let r = self.req(ri);
         self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
             let key = PageKey::new(r.volume, p.page);
-            self.older_version_destaging(key)
+            self.old_versions.contains_key(&key.0)
                 || self
                     .slots
                     .lookup(key)
                     .is_some_and(|s| self.slots.state(s) != SlotState::Clean)
+        })
+    }
+
+    /// A bypass write to one of `ri`'s pages may be in flight (by filter
+    /// bucket: a collision only delays).
+    pub(super) fn overlaps_bypass(&self, ri: u32) -> bool {
+        let r = self.req(ri);
+        self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
+            self.bypasses_in_flight[Self::write_bucket(PageKey::new(r.volume, p.page))] > 0
         })
     }
 
@@ -55,13 +84,11 @@ impl Engine {
         self.stats.writes += 1;
         let r = self.req(ri);
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
-        let mut through = self.config.write_policy == WritePolicy::WriteThrough;
-        if self.config.write_policy == WritePolicy::WriteAround {
-            if !self.around_busy(ri) {
-                return self.admit_write_around(ri);
-            }
-            through = true;
-        }
+        let through = match self.route_of(ri) {
+            WriteRoute::Backing => return self.admit_write_around(ri),
+            WriteRoute::Cache => false,
+            WriteRoute::CacheAndBacking => true,
+        };
         // Take the slots now, so deferred pieces never wait for room.
         for piece in self.geometry.pieces(off, len) {
             let slot = self.alloc_slot(PageKey::new(vol, piece.page));
@@ -114,11 +141,12 @@ impl Engine {
             }
         }
         if through {
-            self.issue_backing_write(ri);
+            self.issue_backing_write(ri, false);
         }
     }
 
     pub(super) fn admit_write_around(&mut self, ri: u32) {
+        self.stats.write_bypasses += 1;
         let r = self.req(ri);
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
         for piece in self.geometry.pieces(off, len) {
@@ -132,10 +160,10 @@ impl Engine {
                 self.release_slot_if_free(slot);
             }
         }
-        self.issue_backing_write(ri);
+        self.issue_backing_write(ri, true);
     }
 
-    pub(super) fn issue_backing_write(&mut self, ri: u32) {
+    pub(super) fn issue_backing_write(&mut self, ri: u32, around: bool) {
         let r = self.req(ri);
         let src = if r.kind == RequestKind::WriteZeroes {
             Source::Zero
@@ -148,11 +176,12 @@ impl Engine {
         let (volume, offset_bytes, len_bytes, fua) =
             (r.volume, r.offset_bytes, r.len_bytes, r.flags.fua);
         for piece in self.geometry.pieces(offset_bytes, len_bytes) {
-            self.backing_writes_in_flight[Self::write_bucket(PageKey::new(volume, piece.page))] +=
-                1;
+            let bucket = Self::write_bucket(PageKey::new(volume, piece.page));
+            self.backing_writes_in_flight[bucket] += 1;
+            self.bypasses_in_flight[bucket] += around as u32;
         }
         self.req_mut(ri).pending += 1;
-        let io = self.new_io(IoCtx::WriteBacking { req: ri });
+        let io = self.new_io(IoCtx::WriteBacking { req: ri, around });
         self.commands.push_back(IoCommand::WriteBacking {
             io,
             volume,
@@ -257,7 +286,7 @@ impl Engine {
             }
         };
         self.req_mut(ri).pending += 1;
-        if self.config.write_policy != WritePolicy::WriteBack {
+        if through {
             self.req_mut(ri).finalize.push(slot);
         }
         let io = self.new_io(IoCtx::Fill {
@@ -265,6 +294,7 @@ impl Engine {
             slot,
             old,
             undo,
+            through,
         });
         // Write-through versions are recorded dirty too: the backing may miss
         // the write if the host crashes before it completes.

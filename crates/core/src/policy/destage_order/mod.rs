@@ -16,7 +16,8 @@ pub use cscan::Cscan;
 pub use lrw::Lrw;
 pub use wow::Wow;
 
-use thiserror::Error;
+pub use super::registry::UnknownPolicy;
+use super::registry::{Entry, Registry};
 
 /// What one request did to one candidate group it wrote (Fig. 4 lines 1-9):
 /// the group was already a candidate (a write-group hit), and some page it
@@ -62,23 +63,33 @@ pub trait DestageOrder: Send {
     fn metadata_bytes(&self) -> usize;
 }
 
-pub const DESTAGE_ORDER_NAMES: &[&str] = &["lrw", "cscan", "wow"];
+/// The destage orders; a new one adds its line here.
+pub static DESTAGE_ORDERS: Registry<dyn DestageOrder, ()> = Registry {
+    family: "destage order",
+    entries: &[
+        Entry {
+            name: "lrw",
+            aliases: &[],
+            help: "least recently written group first",
+            build: |()| Box::new(Lrw::default()),
+        },
+        Entry {
+            name: "cscan",
+            aliases: &[],
+            help: "ascending addresses, wrapping around",
+            build: |()| Box::new(Cscan::default()),
+        },
+        Entry {
+            name: "wow",
+            aliases: &[],
+            help: "CSCAN skipping groups written since the pointer passed (WOW, Fig. 4)",
+            build: |()| Box::new(Wow::default()),
+        },
+    ],
+};
 
-#[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown destage order {name:?}; valid: lrw, cscan, wow")]
-pub struct UnknownDestageOrder {
-    pub name: String,
-}
-
-pub fn build_destage_order(name: &str) -> Result<Box<dyn DestageOrder>, UnknownDestageOrder> {
-    match name.to_ascii_lowercase().as_str() {
-        "lrw" => Ok(Box::new(Lrw::default())),
-        "cscan" => Ok(Box::new(Cscan::default())),
-        "wow" => Ok(Box::new(Wow::default())),
-        _ => Err(UnknownDestageOrder {
-            name: name.to_string(),
-        }),
-    }
+pub fn build_destage_order(name: &str) -> Result<Box<dyn DestageOrder>, UnknownPolicy> {
+    DESTAGE_ORDERS.build(name, ())
 }
 
 #[cfg(test)]

@@ -9,6 +9,9 @@ pub use linear::LinearThreshold;
 
 use thiserror::Error;
 
+pub use super::registry::UnknownPolicy;
+use super::registry::{Entry, Registry};
+
 /// The paper's defaults, as named configuration.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RateConfig {
@@ -95,23 +98,28 @@ pub trait DestageRate: Send {
     fn thresholds_pages(&self, capacity_pages: u64) -> (u64, u64);
 }
 
-pub const DESTAGE_RATE_NAMES: &[&str] = &["linear", "adaptive"];
-
-#[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown destage rate {name:?}; valid: linear, adaptive")]
-pub struct UnknownDestageRate {
-    pub name: String,
-}
+/// The destage rates; a new one adds its line here.
+pub static DESTAGE_RATES: Registry<dyn DestageRate, RateConfig> = Registry {
+    family: "destage rate",
+    entries: &[
+        Entry {
+            name: "linear",
+            aliases: &[],
+            help: "WOW's linear threshold between the low and high watermarks",
+            build: |c| Box::new(LinearThreshold::new(c)),
+        },
+        Entry {
+            name: "adaptive",
+            aliases: &[],
+            help: "the linear threshold with WOW's adaptive high watermark",
+            build: |c| Box::new(AdaptiveThreshold::new(c)),
+        },
+    ],
+};
 
 pub fn build_destage_rate(
     name: &str,
     config: RateConfig,
-) -> Result<Box<dyn DestageRate>, UnknownDestageRate> {
-    match name.to_ascii_lowercase().as_str() {
-        "linear" => Ok(Box::new(LinearThreshold::new(config))),
-        "adaptive" => Ok(Box::new(AdaptiveThreshold::new(config))),
-        _ => Err(UnknownDestageRate {
-            name: name.to_string(),
-        }),
-    }
+) -> Result<Box<dyn DestageRate>, UnknownPolicy> {
+    DESTAGE_RATES.build(name, config)
 }

@@ -3,7 +3,7 @@
 //!
 //! Policies index their state by slot (arrays sized at start, O(1) per call).
 //! Each policy lives in its own file and is built by name through
-//! [`build_replacement`]; `docs/replacement.md` compares them.
+//! [`REPLACEMENTS`]; `docs/replacement.md` compares them.
 //!
 //! Constructor convention: every policy has `Policy::new(slots: usize)`, which
 //! sizes all its metadata for slot indices `0..slots`, and `Policy::NAME`.
@@ -17,6 +17,8 @@ pub use arc::Arc;
 pub use clock::Clock;
 pub use lru::Lru;
 
+pub use super::registry::UnknownPolicy;
+use super::registry::{Entry, Registry};
 use crate::types::{PageKey, SlotIndex};
 
 /// A clean-page replacement policy. The engine calls, for each clean page:
@@ -49,30 +51,34 @@ pub trait Replacement: Send {
     fn metadata_bytes(&self) -> usize;
 }
 
-/// Names accepted by [`build_replacement`], in the order docs list them.
-pub const REPLACEMENT_NAMES: &[&str] = &[Lru::NAME, Clock::NAME, Arc::NAME];
-
-/// A replacement policy name that the registry does not know.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown replacement policy {name:?} (valid: {})", REPLACEMENT_NAMES.join(", "))]
-pub struct UnknownPolicy {
-    pub name: String,
-}
+/// The clean-page replacement policies; a new one adds its line here.
+pub static REPLACEMENTS: Registry<dyn Replacement, usize> = Registry {
+    family: "replacement policy",
+    entries: &[
+        Entry {
+            name: Lru::NAME,
+            aliases: &[],
+            help: "least recently used clean page first",
+            build: |slots| Box::new(Lru::new(slots)),
+        },
+        Entry {
+            name: Clock::NAME,
+            aliases: &[],
+            help: "CLOCK: second chance by a reference bit",
+            build: |slots| Box::new(Clock::new(slots)),
+        },
+        Entry {
+            name: Arc::NAME,
+            aliases: &[],
+            help: "ARC: adaptive between recency and frequency, with ghost history",
+            build: |slots| Box::new(Arc::new(slots)),
+        },
+    ],
+};
 
 /// Build the policy called `name` (ASCII case ignored) for `slots` slots.
 pub fn build_replacement(name: &str, slots: usize) -> Result<Box<dyn Replacement>, UnknownPolicy> {
-    let policy: Box<dyn Replacement> = if name.eq_ignore_ascii_case(Lru::NAME) {
-        Box::new(Lru::new(slots))
-    } else if name.eq_ignore_ascii_case(Clock::NAME) {
-        Box::new(Clock::new(slots))
-    } else if name.eq_ignore_ascii_case(Arc::NAME) {
-        Box::new(Arc::new(slots))
-    } else {
-        return Err(UnknownPolicy {
-            name: name.to_owned(),
-        });
-    };
-    Ok(policy)
+    REPLACEMENTS.build(name, slots)
 }
 
 #[cfg(test)]
@@ -81,7 +87,7 @@ mod tests {
 
     #[test]
     fn registry_builds_every_name() {
-        for &name in REPLACEMENT_NAMES {
+        for name in REPLACEMENTS.names() {
             let policy = build_replacement(name, 8).expect("listed name builds");
             assert_eq!(policy.name(), name);
             assert!(policy.is_empty());
@@ -98,7 +104,7 @@ mod tests {
         assert_eq!(error.name, "lfu");
         assert_eq!(
             error.to_string(),
-            "unknown replacement policy \"lfu\" (valid: lru, clock, arc)"
+            "unknown replacement policy \"lfu\"; valid: lru, clock, arc"
         );
     }
 }

@@ -1,0 +1,147 @@
+//! Write POLICY: what an admitted write does (Koller et al., FAST'13): keep
+//! it in the cache only and destage it later, send it to the backing at once
+//! beside the cached copy, or send it around the cache. The engine asks the
+//! policy for each write's route and keeps the mechanism (versions, dirty
+//! set, ordering of backing writes) itself; a policy never touches engine
+//! state.
+//!
+//! Each policy lives in its own file and is built by name from
+//! [`WRITE_POLICIES`]; `docs/consistency.md` states what each one promises.
+
+mod write_around;
+mod write_back;
+mod write_through;
+
+pub use write_around::WriteAround;
+pub use write_back::WriteBack;
+pub use write_through::WriteThrough;
+
+pub use super::registry::UnknownPolicy;
+use super::registry::{Entry, Registry};
+
+/// Where a write's bytes go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteRoute {
+    /// New page versions in the cache, dirty: acknowledged once they are
+    /// durable there, destaged later.
+    Cache,
+    /// New page versions in the cache and the write to the backing at once:
+    /// acknowledged when both are done; the versions are clean once the
+    /// backing holds the bytes (dirty if the backing write failed).
+    CacheAndBacking,
+    /// The backing only; cached clean copies of its pages are dropped.
+    Backing,
+}
+
+/// A write policy. `route` is asked when a write is admitted (and, while it
+/// stalls, each time room is checked); it must be a pure function of its
+/// inputs.
+pub trait WritePolicy: Send {
+    fn name(&self) -> &'static str;
+    /// The route of one write. `bypass_would_lose` tells whether the cache
+    /// holds a version of one of its pages that a backing-only write would
+    /// lose or race (a dirty or in-flight version, or an older one being
+    /// destaged); call it only when the answer matters (it walks the pages).
+    fn route(&self, bypass_would_lose: &mut dyn FnMut() -> bool) -> WriteRoute;
+    /// Whether writes may go around the cache, so that one larger than the
+    /// cache is accepted rather than refused.
+    fn may_bypass(&self) -> bool {
+        false
+    }
+}
+
+/// The write policies; a new one adds its file and its line here.
+pub static WRITE_POLICIES: Registry<dyn WritePolicy, ()> = Registry {
+    family: "write policy",
+    entries: &[
+        Entry {
+            name: "write-back",
+            aliases: &["wb"],
+            help: "acknowledged once the cache device holds the write; destaged later",
+            build: |()| Box::new(WriteBack),
+        },
+        Entry {
+            name: "write-through",
+            aliases: &["wt"],
+            help: "acknowledged once cache and backing hold the write; the cached copy is clean",
+            build: |()| Box::new(WriteThrough),
+        },
+        Entry {
+            name: "write-around",
+            aliases: &["wa"],
+            help: "written to the backing only, dropping cached copies",
+            build: |()| Box::new(WriteAround),
+        },
+    ],
+};
+
+/// The typed choice of a write policy in a configuration (the registry's
+/// names as an enum, so configurations compare and copy cheaply).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritePolicyKind {
+    WriteBack,
+    WriteThrough,
+    WriteAround,
+}
+
+impl WritePolicyKind {
+    pub const ALL: [WritePolicyKind; 3] = [
+        WritePolicyKind::WriteBack,
+        WritePolicyKind::WriteThrough,
+        WritePolicyKind::WriteAround,
+    ];
+
+    /// The registry name.
+    pub fn name(self) -> &'static str {
+        WRITE_POLICIES.entries[self as usize].name
+    }
+
+    /// The policy called `name` or an alias (ASCII case ignored).
+    pub fn from_name(name: &str) -> Result<WritePolicyKind, UnknownPolicy> {
+        let entry = WRITE_POLICIES.find(name)?;
+        let kind = Self::ALL.into_iter().find(|k| k.name() == entry.name);
+        Ok(kind.expect("every registered write policy has a kind"))
+    }
+
+    pub fn build(self) -> Box<dyn WritePolicy> {
+        (WRITE_POLICIES.entries[self as usize].build)(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_registry_agree() {
+        assert_eq!(WritePolicyKind::ALL.len(), WRITE_POLICIES.entries.len());
+        for kind in WritePolicyKind::ALL {
+            assert_eq!(kind.build().name(), kind.name());
+            assert_eq!(WritePolicyKind::from_name(kind.name()), Ok(kind));
+        }
+        assert_eq!(
+            WritePolicyKind::from_name("WT"),
+            Ok(WritePolicyKind::WriteThrough)
+        );
+        assert_eq!(
+            WritePolicyKind::from_name("write-sideways")
+                .unwrap_err()
+                .to_string(),
+            "unknown write policy \"write-sideways\"; valid: write-back, write-through, write-around"
+        );
+    }
+
+    #[test]
+    fn routes() {
+        let mut lose = || true;
+        let mut keep = || false;
+        let wb = WritePolicyKind::WriteBack.build();
+        assert_eq!(wb.route(&mut lose), WriteRoute::Cache);
+        let wt = WritePolicyKind::WriteThrough.build();
+        assert_eq!(wt.route(&mut lose), WriteRoute::CacheAndBacking);
+        let wa = WritePolicyKind::WriteAround.build();
+        assert_eq!(wa.route(&mut keep), WriteRoute::Backing);
+        assert_eq!(wa.route(&mut lose), WriteRoute::CacheAndBacking);
+        assert!(wa.may_bypass() && !wb.may_bypass() && !wt.may_bypass());
+    }
+}
