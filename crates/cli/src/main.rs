@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Simulate: a named experiment (wow-random, wow-spc1, wow-latency) or, with no name, one configuration.
-    Sim(SimArgs),
+    Sim(Box<SimArgs>),
     /// Serve cached volumes over NBD (no arguments: a demo in ./wcache-data).
     Serve(serve::ServeArgs),
     /// Show a cache device: superblock, state, dirty/clean pages per volume.
@@ -175,7 +175,7 @@ struct OneRun {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Sim(args) => sim(args),
+        Command::Sim(args) => sim(*args),
         Command::Serve(args) => serve::serve(args),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Check(args) => check::check(args),

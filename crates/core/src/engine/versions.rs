@@ -4,6 +4,8 @@
 use super::*;
 
 impl Engine {
+    /// A slot for a new version of `key`: a free one, else an evicted clean one.
+    /// Callers have checked that one exists.
     pub(super) fn alloc_slot(&mut self, key: PageKey) -> SlotIndex {
         if let Some(s) = self.slots.pop_free() {
             return s;

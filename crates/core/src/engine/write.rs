@@ -77,9 +77,6 @@ impl Engine {
         })
     }
 
-    /// A slot for a new version of `key`: a free one, else an evicted clean one.
-    /// Callers have checked that one exists.
-
     pub(super) fn admit_write(&mut self, ri: u32) {
         self.stats.writes += 1;
         let r = self.req(ri);
