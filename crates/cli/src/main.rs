@@ -38,7 +38,7 @@ enum Command {
     /// Simulate: a named experiment (wow-random, wow-spc1, wow-latency) or, with no name, one configuration.
     Sim(Box<SimArgs>),
     /// Serve cached volumes over NBD (no arguments: a demo in ./wcache-data).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Show a cache device: superblock, state, dirty/clean pages per volume.
     Inspect(inspect::InspectArgs),
     /// Verify every checksum of a cache device (non-zero exit if corrupt).
@@ -176,7 +176,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => sim(*args),
-        Command::Serve(args) => serve::serve(args),
+        Command::Serve(args) => serve::serve(*args),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Check(args) => check::check(args),
         Command::Flush(args) => flush::flush(args),
