@@ -16,7 +16,7 @@ use std::process::Command;
 use std::time::Instant;
 use wcache_core::time::Nanos;
 use wcache_core::EngineConfig;
-use wcache_sim::device::build_device;
+use wcache_models::build_device;
 use wcache_sim::workload::{Replay, TraceConfig, TraceFormat, TraceWorkload};
 use wcache_sim::{RunLimits, Simulation};
 

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 use wcache_core::EngineConfig;
-use wcache_sim::device::build_device;
+use wcache_models::build_device;
 use wcache_sim::workload::{RandomConfig, Spc1Config, WorkloadSpec, OUTSTANDING_MAX_DEFAULT};
 use wcache_sim::{RunLimits, Simulation};
 

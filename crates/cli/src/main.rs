@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use wcache_core::policy::destage_rate::{RateConfig, DESTAGE_RATES};
 use wcache_core::{EngineConfig, WritePolicyKind};
-use wcache_sim::device::{build_device, build_device_with, HddParams};
+use wcache_models::{build_device, build_device_with, HddParams};
 use wcache_sim::experiment::{self, wow};
 use wcache_sim::workload::{
     HrrwModel, Loop, RandomConfig, Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec,

@@ -142,7 +142,7 @@ pub enum ServeError {
     BadExport(String),
     #[error("export name {0:?} given twice")]
     DuplicateExport(String),
-    #[error("backing {spec:?}: unknown emulated model {model:?} (valid: {})", wcache_sim::device::DEVICE_NAMES.join(", "))]
+    #[error("backing {spec:?}: unknown emulated model {model:?} (valid: {})", wcache_models::DEVICE_NAMES.join(", "))]
     BadModel { spec: String, model: String },
     #[error(
         "cache of {cache_bytes} bytes holds fewer than one write group of {group_bytes} bytes"
@@ -295,7 +295,7 @@ pub(crate) fn open_backing(
             spec: spec.to_string(),
             model: rest.to_string(),
         })?;
-        if !wcache_sim::device::DEVICE_NAMES.contains(&model) {
+        if !wcache_models::DEVICE_NAMES.contains(&model) {
             return Err(ServeError::BadModel {
                 spec: spec.to_string(),
                 model: model.to_string(),

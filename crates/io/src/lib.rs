@@ -3,7 +3,7 @@
 //! This crate exists so that the sans-IO engine of `wcache-core` can run on
 //! real storage: `device` defines the one narrow `BlockDevice` trait (with
 //! its durability contract) and its implementations (file or block device,
-//! memory, remote NBD export, a simulator model emulated in real time, a
+//! memory, remote NBD export, a device model emulated in real time, a
 //! fault-injecting wrapper); `driver` runs one engine against a cache device
 //! and one backing device per volume on a pool of threads; `format` and
 //! `store` are the on-device format of a persistent cache (superblock, slot

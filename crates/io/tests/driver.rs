@@ -369,7 +369,7 @@ fn oversized_and_wrong_payloads_are_refused() {
 #[test]
 fn emulated_hdd_gives_disk_like_iops_at_qd1() {
     // The whole disk (36.4 GB, sparse in memory): seeks span every cylinder.
-    let capacity_bytes = wcache_sim::device::build_device("hdd")
+    let capacity_bytes = wcache_models::build_device("hdd")
         .expect("hdd")
         .capacity_bytes();
     let store = Arc::new(MemDevice::new(capacity_bytes));

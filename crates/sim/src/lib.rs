@@ -2,7 +2,6 @@
 //! engine in virtual time against device models and workloads.
 
 pub mod checker;
-pub mod device;
 pub mod experiment;
 pub mod run;
 pub mod workload;

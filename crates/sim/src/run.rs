@@ -3,13 +3,13 @@
 //! Deterministic: the same inputs give the same report, bit for bit.
 
 use crate::checker::{DataModel, IntegrityError, SECTOR_BYTES};
-use crate::device::{DevCompletion, DevOp, DevOpKind, DeviceModel, DeviceStats};
 use crate::workload::{IoRequest, ReqKind, Workload, WorkloadError, WorkloadStats};
 use rustc_hash::FxHashMap as HashMap;
 use thiserror::Error;
 use wcache_core::time::Nanos;
 use wcache_core::types::{IoId, RequestId, VolumeId};
 use wcache_core::*;
+use wcache_models::{DevCompletion, DevOp, DevOpKind, DeviceModel, DeviceStats};
 
 #[derive(Debug, Error)]
 pub enum SimError {

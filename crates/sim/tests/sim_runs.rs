@@ -4,7 +4,7 @@
 
 use wcache_core::time::Nanos;
 use wcache_core::{EngineConfig, WritePolicyKind};
-use wcache_sim::device::build_device;
+use wcache_models::build_device;
 use wcache_sim::run::{RunLimits, SimReport, Simulation};
 use wcache_sim::workload::{Loop, RandomConfig, Spc1Config, WorkloadSpec};
 

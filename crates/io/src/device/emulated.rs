@@ -1,5 +1,5 @@
-//! `EmulatedDevice`: a simulator device model (HDD, RAID, SSD) run in real
-//! time in front of a real data store.
+//! `EmulatedDevice`: a device model of `wcache-models` (HDD, RAID, SSD) run
+//! in real time in front of a real data store.
 //!
 //! It exists so that a single machine can show what a cache does for a slow
 //! disk: every operation is submitted to the model at the current real time
@@ -15,9 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use wcache_core::time::Nanos;
-use wcache_sim::device::{
-    build_device, DevCompletion, DevOp, DevOpKind, DeviceModel, SECTOR_BYTES,
-};
+use wcache_models::{build_device, DevCompletion, DevOp, DevOpKind, DeviceModel, SECTOR_BYTES};
 
 use super::{check_range, BlockDevice, DeviceError};
 

@@ -5,12 +5,12 @@
 pub mod svg;
 pub mod wow;
 
-use crate::device::{build_device, build_device_with, DeviceModel, HddParams};
 use crate::run::{RunLimits, SimError, SimReport, Simulation};
 use crate::workload::WorkloadSpec;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use wcache_core::EngineConfig;
+use wcache_models::{build_device, build_device_with, DeviceModel, HddParams};
 
 /// One simulation to run.
 #[derive(Clone, Debug)]

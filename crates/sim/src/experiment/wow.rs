@@ -7,11 +7,11 @@
 
 use super::svg::{Chart, Series};
 use super::{Point, Row};
-use crate::device::build_device;
 use crate::run::RunLimits;
 use crate::workload::{RandomConfig, Spc1Config, WorkloadSpec, OUTSTANDING_MAX_DEFAULT};
 use wcache_core::time::Nanos;
 use wcache_core::EngineConfig;
+use wcache_models::build_device;
 
 pub const EXPERIMENTS: &[&str] = &["wow-random", "wow-spc1", "wow-latency"];
 pub const POLICIES: &[&str] = &["lrw", "cscan", "wow"];

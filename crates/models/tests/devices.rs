@@ -1,12 +1,12 @@
 //! Device models against the figures they must reproduce (docs/sim-models.md).
 //! Run with `-- --nocapture` to see the measured sanity figures.
 
-/// Grouped under `device` so that `cargo test -p wcache-sim device` selects them.
+/// Grouped under `device` so that `cargo test --workspace device` selects them.
 mod device {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
     use wcache_core::time::Nanos;
-    use wcache_sim::device::{
+    use wcache_models::{
         build_device, DevCompletion, DevOp, DevOpKind, DeviceModel, DeviceSpecError, DeviceStats,
         HddModel, HddParams, NvramModel, NvramParams, RaidLevel, RaidModel, SsdModel, SsdParams,
         DEVICE_NAMES,
@@ -226,6 +226,39 @@ mod device {
             inner < 0.7 * outer && inner > 18.0,
             "outer {outer} inner {inner}"
         );
+    }
+
+    #[test]
+    fn hdd_geometry_matches_spec() {
+        let disk = HddModel::new(HddParams::ultrastar_10k());
+        assert_eq!(disk.cylinders(), 15_110);
+        let gb = disk.capacity_bytes() as f64 / 1e9;
+        assert!((36.0..36.8).contains(&gb), "capacity {gb} GB");
+        assert_eq!(disk.sectors_per_track(0), 470);
+        assert_eq!(disk.sectors_per_track(disk.capacity_sectors() - 1), 270);
+        let last = disk.chs(disk.capacity_sectors() - 1);
+        assert_eq!(last.cylinder, 15_109);
+        assert_eq!(last.head, 11);
+        assert_eq!(last.sector, 269);
+        let first = disk.chs(0);
+        assert_eq!((first.cylinder, first.head, first.sector), (0, 0, 0));
+        assert_eq!(disk.chs(470).head, 1);
+        assert_eq!(disk.chs(470 * 12).cylinder, 1);
+    }
+
+    #[test]
+    fn hdd_seek_curve_hits_spec_points() {
+        let disk = HddModel::new(HddParams::ultrastar_10k());
+        assert_eq!(disk.seek_ns(0, DevOpKind::Read), 0);
+        assert_eq!(disk.seek_ns(1, DevOpKind::Read), 1_000_000);
+        assert_eq!(disk.seek_ns(15_109, DevOpKind::Read), 10_500_000);
+        assert_eq!(disk.seek_ns(1, DevOpKind::Write), 1_500_000);
+        let mut previous = 0;
+        for d in 1..15_110 {
+            let s = disk.seek_ns(d, DevOpKind::Read);
+            assert!(s >= previous, "seek curve falls at {d}");
+            previous = s;
+        }
     }
 
     #[test]

@@ -1,9 +1,17 @@
-//! Device models: what a backing store or cache device costs in virtual time.
+//! wcache-models: device models (HDD, RAID, SSD, NVRAM), what a backing store
+//! or cache device costs in virtual time.
 //!
-//! Every model is itself sans-IO and event driven, like the engine: the
-//! simulator `submit`s operations at a virtual time, asks `next_event_time`,
-//! and calls `advance` to collect the operations that have completed by then.
-//! Models never look at data; the simulator's data model does that separately.
+//! A crate of its own because two users need the models and neither should
+//! pull in the other: the simulator (`wcache-sim`) runs them in virtual time,
+//! and the real-I/O crate (`wcache-io`) runs them in real time behind an
+//! emulated block device. So nothing here may do I/O, read a clock, sleep or
+//! spawn: time is always an argument, as in the engine.
+//!
+//! Every model is itself sans-IO and event driven, like the engine: the caller
+//! `submit`s operations at a virtual time, asks `next_event_time`, and calls
+//! `advance` to collect the operations that have completed by then. Models
+//! never look at data; the caller keeps it (the simulator's data model, an
+//! emulated device's store).
 //! Models must be deterministic: the same calls give the same completions.
 
 use std::collections::VecDeque;
