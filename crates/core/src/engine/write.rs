@@ -240,40 +240,8 @@ impl Engine {
             .reserved
             .pop()
             .expect("slot reserved at admission");
-        let ps = self.geometry.page_size_bytes();
-        let base = if piece.is_whole_page(ps) {
-            PageBase::None
-        } else if let Some(c) = cur {
-            PageBase::Slot(c)
-        } else {
-            PageBase::Backing {
-                volume: vol,
-                page: piece.page,
-            }
-        };
-        let old = cur.map(|c| {
-            let state = self.slots.state(c);
-            self.slots.pin(c);
-            self.supersede(c, slot);
-            (c, state)
-        });
-        if old.is_none() {
-            self.slots.map(slot, key);
-        }
-        self.slots.set_state(slot, SlotState::Filling);
-        self.slots.set_flag(slot, FLAG_FILL_CLEAN, clean);
-        if !clean {
-            // The new version is the page's entry in the dirty set. It is not
-            // being destaged, so a group that is a candidate stays one.
-            let flags = if dirty_before {
-                self.dirty.replace(self.slots.keys(), key.0, slot.0)
-            } else {
-                self.dirty.insert(self.slots.keys(), slot.0)
-            };
-            if flags & E_CANDIDATE == 0 {
-                self.group_changed(self.dirty.group_of(key.0));
-            }
-        }
+        let base = self.page_base(vol, piece, cur);
+        let old = self.install_version(key, slot, cur, clean, dirty_before);
         let src = if kind == RequestKind::WriteZeroes {
             Source::Zero
         } else {
@@ -307,6 +275,62 @@ impl Engine {
             },
             record,
         });
+    }
+
+    /// What a new version of `piece`'s page is built on: nothing (the piece
+    /// covers it), the current version, or the backing's page (a stage).
+    fn page_base(&self, volume: VolumeId, piece: PagePiece, cur: Option<SlotIndex>) -> PageBase {
+        if piece.is_whole_page(self.geometry.page_size_bytes()) {
+            PageBase::None
+        } else if let Some(c) = cur {
+            PageBase::Slot(c)
+        } else {
+            PageBase::Backing {
+                volume,
+                page: piece.page,
+            }
+        }
+    }
+
+    /// Make `slot` the current version of `key` (being filled), superseding
+    /// `cur` (pinned until the fill is done, since the new version may be
+    /// built on it), and put it in the dirty set unless it is meant clean.
+    /// Returns the superseded version and its state before.
+    fn install_version(
+        &mut self,
+        key: PageKey,
+        slot: SlotIndex,
+        cur: Option<SlotIndex>,
+        clean: bool,
+        dirty_before: bool,
+    ) -> Option<(SlotIndex, SlotState)> {
+        debug_assert_eq!(self.slots.state(slot), SlotState::Free);
+        let old = cur.map(|c| {
+            let state = self.slots.state(c);
+            self.slots.pin(c);
+            self.supersede(c, slot);
+            (c, state)
+        });
+        if old.is_none() {
+            self.slots.map(slot, key);
+        }
+        self.slots.set_state(slot, SlotState::Filling);
+        self.slots.set_flag(slot, FLAG_FILL_CLEAN, clean);
+        if !clean {
+            // The new version is the page's entry in the dirty set. It is not
+            // being destaged, so a group that is a candidate stays one.
+            let flags = if dirty_before {
+                self.dirty.replace(self.slots.keys(), key.0, slot.0)
+            } else {
+                self.dirty.insert(self.slots.keys(), slot.0)
+            };
+            if flags & E_CANDIDATE == 0 {
+                self.group_changed(self.dirty.group_of(key.0));
+            }
+        }
+        debug_assert_eq!(self.slots.lookup(key), Some(slot));
+        debug_assert_eq!(self.page_dirty(key), !clean);
+        old
     }
 
     /// The record of a new page version, with the next version number.
