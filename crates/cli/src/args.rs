@@ -8,22 +8,22 @@ use wcache_io::{SyncMode, VolumeSpec};
 #[derive(Debug, thiserror::Error)]
 pub enum ArgError {
     #[error("--{option}: cannot parse size {text:?} (examples: 4096, 64K, 1G)")]
-    BadSize { option: &'static str, text: String },
+    Size { option: &'static str, text: String },
     #[error("--{option}: unknown sync mode {text:?}; valid: fdatasync, dsync, nvram")]
-    BadSyncMode { option: &'static str, text: String },
+    SyncMode { option: &'static str, text: String },
     #[error("--export {0:?}: expected NAME=BACKING")]
-    BadExport(String),
+    Export(String),
 }
 
 pub fn size_arg(option: &'static str, text: &str) -> Result<u64, ArgError> {
-    parse_size_bytes(text).ok_or_else(|| ArgError::BadSize {
+    parse_size_bytes(text).ok_or_else(|| ArgError::Size {
         option,
         text: text.to_string(),
     })
 }
 
 pub fn sync_arg(option: &'static str, text: &str) -> Result<SyncMode, ArgError> {
-    SyncMode::from_name(text).ok_or_else(|| ArgError::BadSyncMode {
+    SyncMode::from_name(text).ok_or_else(|| ArgError::SyncMode {
         option,
         text: text.to_string(),
     })
@@ -36,7 +36,7 @@ pub fn export_args(exports: &[String]) -> Result<Vec<VolumeSpec>, ArgError> {
         .map(|e| {
             let (name, backing) = e
                 .split_once('=')
-                .ok_or_else(|| ArgError::BadExport(e.clone()))?;
+                .ok_or_else(|| ArgError::Export(e.clone()))?;
             Ok(VolumeSpec {
                 name: name.to_string(),
                 backing: backing.to_string(),

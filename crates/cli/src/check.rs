@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::Args;
+use wcache_io::cache::open_existing_cache_device;
 use wcache_io::device::file::SyncMode;
 use wcache_io::store::BadSlot;
-use wcache_io::cache::open_existing_cache_device;
 use wcache_io::CacheStore;
 
 use crate::tools::{describe, AnyError};

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use wcache_io::device::file::SyncMode;
 use wcache_io::cache::open_existing_cache_device;
+use wcache_io::device::file::SyncMode;
 use wcache_io::CacheStore;
 
 use crate::tools::{describe, AnyError};

@@ -24,8 +24,7 @@ use clap::Args;
 use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicy};
 use wcache_io::cache::Monitor;
 use wcache_io::{
-    Cache, CacheConfig, CacheDeviceSpec, CloseReport, DriverConfig, DriverError, Volume,
-    VolumeSpec,
+    Cache, CacheConfig, CacheDeviceSpec, CloseReport, DriverConfig, DriverError, Volume, VolumeSpec,
 };
 use wcache_nbd::{Export, ExportError, Server, ServerConfig, ServerStats};
 
@@ -299,7 +298,10 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
     }
     if volumes.is_empty() {
         let file = args.data_dir.join("backing.img");
-        volumes.push(volume_spec("disk", format!("emulated-hdd:{}", file.display())));
+        volumes.push(volume_spec(
+            "disk",
+            format!("emulated-hdd:{}", file.display()),
+        ));
     }
     Ok(CacheConfig {
         cache: CacheDeviceSpec::parse(&cache_spec, cache_size_bytes, cache_sync, args.direct),

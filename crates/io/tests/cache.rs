@@ -99,7 +99,10 @@ fn format_then_reopen_recovers_every_acknowledged_write() {
     assert!(report.formatted && report.reformatted.is_none());
     assert_eq!(cache.volumes()[0].size_bytes(), BACKING_BYTES);
     assert_eq!(cache.device().size_bytes, CACHE_BYTES);
-    assert!(write_pages(&cache, 20, 1) > 0, "write-back keeps them dirty");
+    assert!(
+        write_pages(&cache, 20, 1) > 0,
+        "write-back keeps them dirty"
+    );
     let closed = cache.close().expect("close");
     assert!(closed.recorded_clean);
     assert!(closed.dirty_pages > 0);
@@ -115,7 +118,9 @@ fn format_then_reopen_recovers_every_acknowledged_write() {
     let cache = Cache::open(&cfg).expect("reopen after a crash");
     assert!(!cache.open_report().expect("persistent").was_clean);
     assert_pages(&cache, 20, 1);
-    cache.drain(std::time::Duration::from_secs(10), |_| {}).expect("drain");
+    cache
+        .drain(std::time::Duration::from_secs(10), |_| {})
+        .expect("drain");
     let closed = cache.close().expect("close");
     assert_eq!(closed.dirty_pages, 0);
     let on_backing = std::fs::read(&backing).expect("backing");
@@ -310,7 +315,10 @@ fn offline_drain_needs_the_exact_volume_table_and_empties_the_cache() {
         .err()
         .expect("blank");
     assert!(matches!(e, CacheError::Blank(_)), "{e}");
-    assert!(std::fs::read(&blank).expect("blank").iter().all(|&b| b == 0));
+    assert!(std::fs::read(&blank)
+        .expect("blank")
+        .iter()
+        .all(|&b| b == 0));
 
     let cache =
         Cache::open_offline(&offline(&cache_path, vec![volume("disk", &backing)])).expect("open");
@@ -378,7 +386,8 @@ fn volumes_end_at_the_last_whole_block_and_take_every_request_kind() {
         ("odd", 4608, 5000)
     );
     assert_eq!(v.block_size_bytes(), 512);
-    v.write(4096, &[0x11; 512], true).expect("write the last block");
+    v.write(4096, &[0x11; 512], true)
+        .expect("write the last block");
     let mut buf = [0u8; 512];
     v.read(4096, &mut buf).expect("read");
     assert_eq!(buf, [0x11; 512]);
