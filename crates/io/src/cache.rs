@@ -134,6 +134,19 @@ impl CacheDeviceSpec {
     pub fn is_memory(&self) -> bool {
         matches!(self, CacheDeviceSpec::Memory { .. })
     }
+
+    /// The size the device will have when it does not exist yet (memory,
+    /// or a file to be created); `None` for an existing file or device.
+    fn size_bytes_if_new(&self) -> Option<u64> {
+        match self {
+            CacheDeviceSpec::Memory { size_bytes } => Some(*size_bytes),
+            CacheDeviceSpec::File {
+                path,
+                create_size_bytes,
+                ..
+            } => Some(*create_size_bytes).filter(|_| !path.exists()),
+        }
+    }
 }
 
 /// One volume: its name (the NBD export name) and its backing's spec.
@@ -357,6 +370,11 @@ impl Cache {
     /// in service (not clean until `close`).
     pub fn open(config: &CacheConfig) -> Result<Cache, CacheError> {
         config.check()?;
+        let persistent = !config.cache.is_memory();
+        if let Some(size_bytes) = config.cache.size_bytes_if_new() {
+            // Refused before the file is created.
+            check_cache_size(&config.engine, size_bytes, persistent)?;
+        }
         let backings = open_backings(
             &config.volumes,
             config.backing_sync,
@@ -364,22 +382,16 @@ impl Cache {
             Some(config.block_size_bytes),
         )?;
         let (cache, device) = open_cache_device(&config.cache)?;
+        check_cache_size(&config.engine, device.size_bytes, persistent)?;
         let mut engine = config.engine.clone();
-        let page = engine.page_size_bytes;
-        if device.size_bytes < engine.group_size_bytes {
-            return Err(CacheError::CacheTooSmall {
-                cache_bytes: device.size_bytes,
-                group_bytes: engine.group_size_bytes,
-            });
-        }
-        engine.cache_slots = device.size_bytes / page.max(1);
+        engine.cache_slots = device.size_bytes / engine.page_size_bytes.max(1);
         let (driver, report) = match config.cache {
             CacheDeviceSpec::Memory { .. } => {
                 let driver = Driver::new(engine, cache, backings.clone(), config.driver.clone())?;
                 (driver, None)
             }
             CacheDeviceSpec::File { .. } => {
-                preflight(&engine, cache.as_ref(), &backings)?;
+                check_alignment(engine.page_size_bytes, cache.as_ref(), &backings)?;
                 let entries = volume_entries(&config.volumes, &backings)?;
                 let (driver, report) = start_persistent(
                     engine,
@@ -601,28 +613,45 @@ fn start_persistent(
 }
 
 /// What the driver would refuse once the device is formatted, checked
-/// before anything is written to it: the engine's configuration with the
-/// slot count the format gives, and the page size against each device's
-/// alignment (O_DIRECT).
-fn preflight(
+/// before anything is written to it: a cache smaller than one write group,
+/// and (persistent) the engine's configuration with the slot count the
+/// format gives a device of `size_bytes`.
+fn check_cache_size(
     engine: &EngineConfig,
+    size_bytes: u64,
+    persistent: bool,
+) -> Result<(), CacheError> {
+    if size_bytes < engine.group_size_bytes {
+        return Err(CacheError::CacheTooSmall {
+            cache_bytes: size_bytes,
+            group_bytes: engine.group_size_bytes,
+        });
+    }
+    if persistent {
+        if let Ok(layout) = Layout::for_device(size_bytes, engine.page_size_bytes) {
+            let mut config = engine.clone();
+            config.cache_slots = layout.slot_count;
+            config.validate()?;
+        }
+    }
+    Ok(())
+}
+
+/// The page size against each device's alignment (O_DIRECT), checked
+/// before the cache device is formatted or written.
+fn check_alignment(
+    page_size_bytes: u64,
     cache: &dyn BlockDevice,
     backings: &[Arc<dyn BlockDevice>],
 ) -> Result<(), CacheError> {
-    let page = engine.page_size_bytes;
-    if let Ok(layout) = Layout::for_device(cache.len_bytes(), page) {
-        let mut config = engine.clone();
-        config.cache_slots = layout.slot_count;
-        config.validate()?;
-    }
     let devices = std::iter::once(cache).chain(backings.iter().map(|b| b.as_ref()));
     for dev in devices {
         let alignment_bytes = dev.alignment_bytes();
-        if alignment_bytes > 1 && !page.is_multiple_of(alignment_bytes as u64) {
+        if alignment_bytes > 1 && !page_size_bytes.is_multiple_of(alignment_bytes as u64) {
             return Err(DriverError::PageNotAligned {
                 device: dev.name(),
                 alignment_bytes,
-                page_size_bytes: page,
+                page_size_bytes,
             }
             .into());
         }

@@ -255,10 +255,7 @@ fn bad_settings_and_specs_are_named_and_touch_no_cache() {
             .err()
             .unwrap_or_else(|| panic!("{what}: accepted"));
         assert!(e.to_string().contains(needle), "{what}: {e}");
-        if !what.contains("write group") && !what.contains("fit the formatted") {
-            assert!(!fresh.exists(), "{what}: created the cache device");
-        }
-        let _ = std::fs::remove_file(&fresh);
+        assert!(!fresh.exists(), "{what}: created the cache device");
     }
     // An existing cache with dirty pages: not one byte changes.
     let cache = Cache::open(&good).expect("format");
