@@ -13,11 +13,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::Args;
+use wcache_io::cache::open_existing_cache_device;
 use wcache_io::device::file::SyncMode;
 use wcache_io::store::BadSlot;
 use wcache_io::CacheStore;
 
-use crate::tools::{describe, open_cache, AnyError};
+use crate::tools::{describe, AnyError};
 
 /// Verify every checksum of a cache device; non-zero exit if anything is corrupt.
 #[derive(Args, Debug)]
@@ -39,7 +40,7 @@ pub struct Corrupt {
 }
 
 pub fn check(args: CheckArgs) -> Result<(), AnyError> {
-    let dev = open_cache(&args.cache, SyncMode::Fdatasync)?;
+    let dev = open_existing_cache_device(&args.cache, SyncMode::Fdatasync)?;
     // A bad superblock is an error that names the field.
     let store = CacheStore::open(dev)?;
     let sb = store.superblock();

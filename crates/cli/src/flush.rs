@@ -4,20 +4,17 @@
 //! ETA, then frees every record and records a clean state. The exports must
 //! be the ones the superblock names (same order, sizes and backings): a
 //! drain to the wrong backing would corrupt it, so this must never guess.
+//! The lifecycle is `wcache_io::cache`; this file is wiring and output.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use wcache_core::{EngineConfig, WritePolicyKind};
-use wcache_io::device::file::SyncMode;
-use wcache_io::format::VolumeEntry;
-use wcache_io::{CacheStore, Driver, DriverConfig};
+use wcache_io::{Cache, DriverConfig, OfflineConfig};
 
-use crate::serve::{backing_identity, open_backing};
-use crate::tools::{open_cache, AnyError};
+use crate::args::{export_args, sync_arg};
+use crate::tools::AnyError;
 
 /// Destage every dirty page of a cache device to its backings (offline), then mark it clean.
 #[derive(Args, Debug)]
@@ -37,81 +34,24 @@ pub struct FlushArgs {
     stall_timeout_s: u64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum FlushError {
-    #[error("--export {0:?}: expected NAME=BACKING")]
-    BadExport(String),
-    #[error("--backing-sync: unknown sync mode {0:?}; valid: fdatasync, dsync, nvram")]
-    BadSyncMode(String),
-    #[error("the exports given do not match the cache's volume table: the cache has [{cache}], given [{given}]")]
-    Mismatch { cache: String, given: String },
-    #[error("no progress for {stall_s} s ({dirty_pages} dirty pages left; last error: {last_error}); the pages stay in the cache")]
-    Stalled {
-        stall_s: u64,
-        dirty_pages: u64,
-        last_error: String,
-    },
-}
-
-fn show(volumes: &[VolumeEntry]) -> String {
-    volumes
-        .iter()
-        .map(|v| format!("{}={} ({} bytes)", v.name, v.identity, v.size_bytes))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
-    let sync = SyncMode::from_name(&args.backing_sync)
-        .ok_or_else(|| FlushError::BadSyncMode(args.backing_sync.clone()))?;
-    let dev = open_cache(&args.cache, SyncMode::Fdatasync)?;
-    let sb = CacheStore::read_superblock(dev.as_ref())?;
-    let mut backings = Vec::new();
-    let mut given = Vec::new();
-    for e in &args.exports {
-        let (name, spec) = e
-            .split_once('=')
-            .ok_or_else(|| FlushError::BadExport(e.clone()))?;
-        let backing = open_backing(spec, sync, None)?;
-        given.push(VolumeEntry::new(
-            name,
-            backing.len_bytes(),
-            &backing_identity(spec),
-        )?);
-        backings.push(backing);
-    }
-    if given != sb.volumes {
-        return Err(FlushError::Mismatch {
-            cache: show(&sb.volumes),
-            given: show(&given),
-        }
-        .into());
-    }
-    let page = sb.layout.page_size_bytes;
-    let (store, found, report) = CacheStore::open_or_format(dev, page, given, false)?;
-    for bad in &report.discarded {
-        eprintln!("wcache flush: discarded a damaged record: {bad}");
-    }
-    store.set_clean(false, true)?;
-    let config = EngineConfig {
-        page_size_bytes: page,
-        group_size_bytes: page.max(64 * 1024),
-        cache_slots: store.layout().slot_count,
-        write_policy: WritePolicyKind::WriteBack,
-        ..EngineConfig::default()
+    let config = OfflineConfig {
+        backing_sync: sync_arg("backing-sync", &args.backing_sync)?,
+        volumes: export_args(&args.exports)?,
+        cache_path: args.cache.clone(),
+        driver: DriverConfig { io_threads: 4 },
     };
-    let driver = Driver::recover(
-        config,
-        Arc::new(store),
-        found,
-        backings,
-        DriverConfig { io_threads: 4 },
-    )?;
-    let total = driver.dirty_pages();
+    let cache = Cache::open_offline(&config)?;
+    if let Some(report) = cache.open_report() {
+        for bad in &report.discarded {
+            eprintln!("wcache flush: discarded a damaged record: {bad}");
+        }
+    }
+    let total = cache.dirty_pages();
     println!(
         "wcache flush: {} dirty pages ({} MiB) to destage",
         total,
-        (total * page) >> 20
+        (total * cache.page_size_bytes()) >> 20
     );
     let bar = ProgressBar::new(total);
     bar.set_style(
@@ -121,46 +61,19 @@ pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
         .progress_chars("=> "),
     );
     let stall = Duration::from_secs(args.stall_timeout_s.max(1));
-    let mut last_dirty = total;
-    let mut last_progress = std::time::Instant::now();
-    loop {
-        match driver.drain_timeout(Duration::from_millis(200)) {
-            Ok(()) => break,
-            Err(wcache_io::DriverError::DrainTimeout { dirty_pages, .. }) => {
-                bar.set_position(total.saturating_sub(dirty_pages));
-                if dirty_pages < last_dirty {
-                    last_dirty = dirty_pages;
-                    last_progress = std::time::Instant::now();
-                } else if last_progress.elapsed() >= stall {
-                    bar.abandon();
-                    let stats = driver.stats();
-                    driver.shutdown();
-                    if let Some(store) = driver.store() {
-                        store.set_clean(true, false)?;
-                    }
-                    return Err(FlushError::Stalled {
-                        stall_s: stall.as_secs(),
-                        dirty_pages,
-                        last_error: stats.last_error.unwrap_or_else(|| "none".into()),
-                    }
-                    .into());
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
+    let drained = cache.drain(stall, |dirty| bar.set_position(total.saturating_sub(dirty)));
+    if let Err(e) = drained {
+        bar.abandon();
+        // The pages stay in the cache, which is left in a clean state.
+        cache.close()?;
+        return Err(e.into());
     }
     bar.set_position(total);
     bar.finish();
-    driver.shutdown();
-    let store = driver.store().expect("a recovered driver has a store");
-    if driver.is_clean() {
-        store.free_all_records()?;
-    }
-    store.set_clean(true, false)?;
-    let stats = driver.stats();
+    let closed = cache.close()?;
     println!(
         "wcache flush: done: {total} pages destaged, {} backing errors retried; the cache is clean and empty",
-        stats.backing_errors
+        closed.stats.backing_errors
     );
     Ok(())
 }

@@ -5,10 +5,11 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use wcache_io::cache::open_existing_cache_device;
 use wcache_io::device::file::SyncMode;
 use wcache_io::CacheStore;
 
-use crate::tools::{describe, open_cache, AnyError};
+use crate::tools::{describe, AnyError};
 
 /// Show a cache device's superblock, state, and pages per volume.
 #[derive(Args, Debug)]
@@ -19,7 +20,7 @@ pub struct InspectArgs {
 }
 
 pub fn inspect(args: InspectArgs) -> Result<(), AnyError> {
-    let dev = open_cache(&args.cache, SyncMode::Fdatasync)?;
+    let dev = open_existing_cache_device(&args.cache, SyncMode::Fdatasync)?;
     let store = CacheStore::open(dev)?;
     let sb = store.superblock();
     let scan = store.scan(true)?;

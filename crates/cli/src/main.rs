@@ -1,6 +1,7 @@
 //! The `wcache` binary: one command line for every part of wcache.
 //! `wcache sim` runs the simulator: one configuration, or a named experiment.
 
+mod args;
 mod check;
 mod flush;
 mod inspect;

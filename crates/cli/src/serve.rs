@@ -1,35 +1,34 @@
 //! `wcache serve`: cached volumes over NBD on real devices.
 //!
-//! This module exists to wire the pieces together — devices from their specs,
-//! one `Driver` (one engine, one cache device) with a volume per `--export`,
-//! and the NBD server with an `Export` per volume that forwards to the driver
-//! — and to refuse configurations that would break the durability promise.
-//! A cache file or block device is persistent (`wcache_io::store`): it is
-//! formatted, or opened and recovered (every acknowledged dirty page comes
-//! back after a kill or power loss), and a cache holding another
-//! configuration's dirty pages is refused without `--force`. Write-back is
-//! the default there. A cache in process memory (`--cache mem`) keeps nothing,
-//! so write-back on it needs the loud benchmark-only flag. It must never make
-//! cache decisions (the engine does) or move bytes itself (the driver does).
+//! This module exists to wire the pieces together: it turns the arguments
+//! into a `CacheConfig`, starts the cache with the lifecycle every front end
+//! uses (`wcache_io::cache`: devices from their specs, format or recovery,
+//! refusal of another configuration's dirty cache without `--force`, one
+//! `Driver` with a volume per `--export`), serves each volume over NBD
+//! through a thin `Export` adapter, and closes the cache cleanly on SIGTERM
+//! or SIGINT. A cache file or block device is persistent and write-back by
+//! default; a cache in process memory (`--cache mem`) keeps nothing, so
+//! write-back on it needs the loud benchmark-only flag. It must never make
+//! cache decisions (the engine does), move bytes itself (the driver does),
+//! or open, format or recover a cache other than through the lifecycle.
 
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use clap::Args;
-use wcache_core::types::VolumeId;
-use wcache_core::{EngineConfig, IoError, RequestFlags, RequestKind, SubmitError, WritePolicyKind};
-use wcache_io::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMode};
-use wcache_io::device::parse_size_bytes;
-use wcache_io::format::VolumeEntry;
+use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
+use wcache_io::cache::Monitor;
 use wcache_io::{
-    BlockDevice, CacheStore, Driver, DriverConfig, DriverError, EmulatedDevice, MemDevice,
-    NbdDevice, Payload,
+    Cache, CacheConfig, CacheDeviceSpec, CloseReport, DriverConfig, DriverError, Volume, VolumeSpec,
 };
-use wcache_nbd::{Export, ExportError, Server, ServerConfig};
+use wcache_nbd::{Export, ExportError, Server, ServerConfig, ServerStats};
+
+use crate::args::{export_args, size_arg, sync_arg};
 
 type AnyError = Box<dyn std::error::Error>;
 
@@ -119,42 +118,8 @@ pub struct ServeArgs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error(
-        "write-back is refused with --cache mem: it acknowledges writes that only the cache \
-         holds, and process memory loses them on any exit or crash. Use a cache file or device \
-         (persistent, recovered after a crash), --write-policy write-through, or for benchmarks \
-         only --volatile-write-back-for-benchmarks."
-    )]
-    WriteBackNeedsRecovery,
-    #[error(
-        "--volatile-write-back-for-benchmarks needs the cache in process memory (--cache mem), so \
-         nobody mistakes it for a durable cache; {cache} is a file (persistent: write-back \
-         needs no flag there)"
-    )]
-    WriteBackCacheNotVolatile { cache: String },
     #[error("--volatile-write-back-for-benchmarks means write-back, but --write-policy is {0}")]
     ConflictingPolicy(String),
-    #[error("--{option}: cannot parse size {text:?} (examples: 4096, 64K, 1G)")]
-    BadSize { option: &'static str, text: String },
-    #[error("--{option}: unknown sync mode {text:?}; valid: fdatasync, dsync, nvram")]
-    BadSyncMode { option: &'static str, text: String },
-    #[error("--export {0:?}: expected NAME=BACKING")]
-    BadExport(String),
-    #[error("export name {0:?} given twice")]
-    DuplicateExport(String),
-    #[error("backing {spec:?}: unknown emulated model {model:?} (valid: {})", wcache_models::DEVICE_NAMES.join(", "))]
-    BadModel { spec: String, model: String },
-    #[error(
-        "cache of {cache_bytes} bytes holds fewer than one write group of {group_bytes} bytes"
-    )]
-    CacheTooSmall { cache_bytes: u64, group_bytes: u64 },
-    #[error("backing {backing} of export {export:?} is {bytes} bytes: smaller than one block of {block} bytes (--block-size)")]
-    BackingTooSmall {
-        export: String,
-        backing: String,
-        bytes: u64,
-        block: u32,
-    },
     #[error("cannot create {path}: {source}")]
     CreateDir {
         path: String,
@@ -167,13 +132,8 @@ pub enum ServeError {
     },
 }
 
-/// One volume served over NBD, forwarding every call to the shared driver.
-struct VolumeExport {
-    driver: Arc<Driver>,
-    volume: VolumeId,
-    size_bytes: u64,
-    block_size_min_bytes: u32,
-}
+/// One volume served over NBD: every call goes to the cache's volume handle.
+struct NbdVolume(Volume);
 
 fn export_error(e: DriverError) -> ExportError {
     match e {
@@ -188,12 +148,12 @@ fn export_error(e: DriverError) -> ExportError {
     }
 }
 
-impl Export for VolumeExport {
+impl Export for NbdVolume {
     fn size_bytes(&self) -> u64 {
-        self.size_bytes
+        self.0.size_bytes()
     }
     fn block_size_min_bytes(&self) -> u32 {
-        self.block_size_min_bytes
+        self.0.block_size_bytes()
     }
     fn multi_conn(&self) -> bool {
         // One cache serves every connection, and every acknowledged write is
@@ -201,20 +161,16 @@ impl Export for VolumeExport {
         true
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-        self.driver
-            .read(self.volume, offset, buf)
-            .map_err(export_error)
+        self.0.read(offset, buf).map_err(export_error)
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
-        self.driver
-            .write(self.volume, offset, data, fua)
-            .map_err(export_error)
+        self.0.write(offset, data, fua).map_err(export_error)
     }
     fn flush(&self) -> Result<(), ExportError> {
-        self.driver.flush(self.volume).map_err(export_error)
+        self.0.flush().map_err(export_error)
     }
     fn trim(&self, offset: u64, length_bytes: u64, fua: bool) -> Result<(), ExportError> {
-        self.no_payload(RequestKind::Trim, offset, length_bytes, fua)
+        self.0.trim(offset, length_bytes, fua).map_err(export_error)
     }
     fn write_zeroes(
         &self,
@@ -223,31 +179,8 @@ impl Export for VolumeExport {
         fua: bool,
         _no_hole: bool,
     ) -> Result<(), ExportError> {
-        self.no_payload(RequestKind::WriteZeroes, offset, length_bytes, fua)
-    }
-}
-
-impl VolumeExport {
-    fn no_payload(
-        &self,
-        kind: RequestKind,
-        offset: u64,
-        length_bytes: u64,
-        fua: bool,
-    ) -> Result<(), ExportError> {
-        let flags = RequestFlags {
-            fua,
-            ..RequestFlags::default()
-        };
-        self.driver
-            .submit(
-                self.volume,
-                kind,
-                offset,
-                length_bytes,
-                flags,
-                Payload::None,
-            )
+        self.0
+            .write_zeroes(offset, length_bytes, fua)
             .map_err(export_error)
     }
 }
@@ -261,64 +194,6 @@ fn parse_block_size(text: &str) -> Result<u32, String> {
             "{text:?} is not a power of two of at most {max} bytes"
         )),
     }
-}
-
-fn size_arg(option: &'static str, text: &str) -> Result<u64, ServeError> {
-    parse_size_bytes(text).ok_or_else(|| ServeError::BadSize {
-        option,
-        text: text.to_string(),
-    })
-}
-
-fn sync_arg(option: &'static str, text: &str) -> Result<SyncMode, ServeError> {
-    SyncMode::from_name(text).ok_or_else(|| ServeError::BadSyncMode {
-        option,
-        text: text.to_string(),
-    })
-}
-
-/// Opens a backing from its spec (see `--backing`); a missing file is
-/// created sparse when `create_size_bytes` is given.
-pub(crate) fn open_backing(
-    spec: &str,
-    sync: SyncMode,
-    create_size_bytes: Option<u64>,
-) -> Result<Arc<dyn BlockDevice>, AnyError> {
-    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") {
-        return Ok(Arc::new(NbdDevice::connect(spec, 4)?));
-    }
-    if let Some(size) = spec.strip_prefix("mem:") {
-        return Ok(Arc::new(MemDevice::new(size_arg("backing", size)?)));
-    }
-    if let Some(rest) = spec.strip_prefix("emulated-") {
-        let (model, inner) = rest.split_once(':').ok_or_else(|| ServeError::BadModel {
-            spec: spec.to_string(),
-            model: rest.to_string(),
-        })?;
-        if !wcache_models::DEVICE_NAMES.contains(&model) {
-            return Err(ServeError::BadModel {
-                spec: spec.to_string(),
-                model: model.to_string(),
-            }
-            .into());
-        }
-        let store = open_backing(inner, sync, create_size_bytes)?;
-        return Ok(Arc::new(EmulatedDevice::with_model_name(model, store)?));
-    }
-    let options = FileOptions {
-        sync,
-        direct: false,
-        create_size_bytes: create_size_bytes.filter(|_| !Path::new(spec).exists()),
-        map: false,
-    };
-    Ok(Arc::new(FileDevice::open(Path::new(spec), options)?))
-}
-
-fn ensure_dir(dir: &Path) -> Result<(), ServeError> {
-    std::fs::create_dir_all(dir).map_err(|source| ServeError::CreateDir {
-        path: dir.display().to_string(),
-        source,
-    })
 }
 
 /// Blocks SIGINT and SIGTERM in this thread and every thread it starts
@@ -344,14 +219,67 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> i32 {
 
 pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     let signals = block_stop_signals();
+    // Every setting is checked before any file is touched.
+    let config = cache_config(&args)?;
+    config.check()?;
+    if config.is_volatile_write_back() {
+        warn_volatile_write_back();
+    }
+    let defaults_used = args.cache.is_none() || (args.backing.is_none() && args.exports.is_empty());
+    if defaults_used || (args.socket.is_none() && args.listen.is_none()) {
+        ensure_dir(&args.data_dir)?;
+    }
+    let cache = Cache::open(&config)?;
+    print_open_report(&cache);
+    let reporter = ErrorReporter::start(cache.monitor())?;
 
-    // Policy first: refuse before touching any file.
+    let mut builder = Server::builder();
+    for volume in cache.volumes() {
+        builder = builder.export(volume.name(), Arc::new(NbdVolume(volume.clone())));
+    }
+    let server_config = ServerConfig {
+        workers_count: args.workers.max(1),
+        receive_poll: Duration::from_micros(args.poll_us),
+        ..ServerConfig::default()
+    };
+    let mut server = builder.config(server_config).start()?;
+    let (socket, uris) = listen(&args, &mut server, cache.volumes())?;
+    print_banner(&args, &config, &cache, socket.as_deref(), &uris);
+
+    let signal = wait_for_stop_signal(&signals);
+    eprintln!("wcache: signal {signal}: stopping (no new connections; in-flight requests finish)");
+    let served = server.stats();
+    server.stop();
+    reporter.stop();
+    let closed = cache.close()?;
+    if closed.recorded_clean {
+        eprintln!(
+            "wcache: clean shutdown recorded; {} dirty pages stay in the cache and are \
+             destaged after the next start (or by wcache flush)",
+            closed.dirty_pages
+        );
+    } else if closed.dirty_pages > 0 {
+        eprintln!(
+            "wcache: {} dirty pages were never destaged (volatile write-back): they are lost",
+            closed.dirty_pages
+        );
+    }
+    if let Some(path) = &socket {
+        let _ = std::fs::remove_file(path);
+    }
+    print_stop_stats(&closed, &served);
+    Ok(())
+}
+
+/// The lifecycle's configuration from the arguments (parsing only: no file
+/// is touched here).
+fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
     let cache_spec = args
         .cache
         .clone()
         .unwrap_or_else(|| args.data_dir.join("cache.img").display().to_string());
     let cache_in_memory = cache_spec == "mem";
-    let policy = match (&args.write_policy, args.volatile_write_back_for_benchmarks) {
+    let write_policy = match (&args.write_policy, args.volatile_write_back_for_benchmarks) {
         (None, false) if cache_in_memory => WritePolicyKind::WriteThrough,
         (None, _) => WritePolicyKind::WriteBack,
         (Some(name), flag) => {
@@ -363,185 +291,92 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         }
     };
     let cache_size_bytes = size_arg("cache-size", &args.cache_size)?;
-    // The cache's size is known once it is open; everything else is checked
-    // now, so that a bad setting never creates or formats a cache device.
-    let mut config = EngineConfig {
-        page_size_bytes: args.page_size,
-        group_size_bytes: args.group_size,
-        write_policy: policy,
-        destage_order: args.order.clone(),
-        destage_rate: args.rate.clone(),
-        ..EngineConfig::default()
-    };
-    config.validate_settings()?;
-    if args.volatile_write_back_for_benchmarks && !cache_in_memory {
-        return Err(ServeError::WriteBackCacheNotVolatile { cache: cache_spec }.into());
-    }
-    if policy == WritePolicyKind::WriteBack && cache_in_memory {
-        if !args.volatile_write_back_for_benchmarks {
-            return Err(ServeError::WriteBackNeedsRecovery.into());
-        }
-        eprintln!("{}", "!".repeat(78));
-        eprintln!("!! WARNING: volatile write-back FOR BENCHMARKS ONLY.");
-        eprintln!("!! Writes are acknowledged from a cache in volatile memory with no crash");
-        eprintln!("!! recovery: a crash, kill or power loss LOSES acknowledged writes, and");
-        eprintln!("!! dirty pages not destaged at exit are lost. Never put real data here.");
-        eprintln!("{}", "!".repeat(78));
-    }
-
-    let defaults_used = args.cache.is_none() || (args.backing.is_none() && args.exports.is_empty());
-    if defaults_used || (args.socket.is_none() && args.listen.is_none()) {
-        ensure_dir(&args.data_dir)?;
-    }
     let cache_sync = sync_arg("cache-sync", &args.cache_sync)?;
-    let mut named: Vec<(String, String)> = Vec::new();
-    for e in &args.exports {
-        let (name, spec) = e
-            .split_once('=')
-            .ok_or_else(|| ServeError::BadExport(e.clone()))?;
-        if named.iter().any(|(n, _)| n == name) {
-            return Err(ServeError::DuplicateExport(name.to_string()).into());
-        }
-        named.push((name.to_string(), spec.to_string()));
+    let mut volumes = export_args(&args.exports)?;
+    if let Some(backing) = &args.backing {
+        volumes.insert(0, volume_spec("disk", backing.clone()));
     }
-    if let Some(b) = &args.backing {
-        named.insert(0, ("disk".to_string(), b.clone()));
-    }
-    if named.is_empty() {
+    if volumes.is_empty() {
         let file = args.data_dir.join("backing.img");
-        named.push((
-            "disk".to_string(),
+        volumes.push(volume_spec(
+            "disk",
             format!("emulated-hdd:{}", file.display()),
         ));
     }
-    let backing_sync = sync_arg("backing-sync", &args.backing_sync)?;
-    let backing_size_bytes = size_arg("backing-size", &args.backing_size)?;
-    let mut backings = Vec::new();
-    for (name, spec) in &named {
-        let backing = open_backing(spec, backing_sync, Some(backing_size_bytes))?;
-        if backing.len_bytes() < args.block_size as u64 {
-            return Err(ServeError::BackingTooSmall {
-                export: name.clone(),
-                backing: backing.name(),
-                bytes: backing.len_bytes(),
-                block: args.block_size,
-            }
-            .into());
-        }
-        backings.push(backing);
+    Ok(CacheConfig {
+        cache: CacheDeviceSpec::parse(&cache_spec, cache_size_bytes, cache_sync, args.direct),
+        volumes,
+        backing_sync: sync_arg("backing-sync", &args.backing_sync)?,
+        backing_create_size_bytes: Some(size_arg("backing-size", &args.backing_size)?),
+        engine: EngineConfig {
+            page_size_bytes: args.page_size,
+            group_size_bytes: args.group_size,
+            write_policy,
+            destage_order: args.order.clone(),
+            destage_rate: args.rate.clone(),
+            ..EngineConfig::default()
+        },
+        driver: DriverConfig {
+            io_threads: args.io_threads.max(1),
+        },
+        block_size_bytes: args.block_size,
+        force: args.force,
+        volatile_write_back: args.volatile_write_back_for_benchmarks,
+    })
+}
+
+fn volume_spec(name: &str, backing: String) -> VolumeSpec {
+    VolumeSpec {
+        name: name.to_string(),
+        backing,
     }
-    // NBD clients address whole blocks: an export ends at the last whole
-    // block of its backing (a tail under one block is kept, not exported).
-    let export_bytes = |i: usize| {
-        let len = backings[i].len_bytes();
-        len - len % args.block_size.max(1) as u64
-    };
+}
 
-    let mut cache_mapped = false;
-    let cache: Arc<dyn BlockDevice> = if cache_in_memory {
-        Arc::new(MemDevice::new(cache_size_bytes))
-    } else {
-        let path = Path::new(&cache_spec);
-        let options = FileOptions {
-            sync: cache_sync,
-            direct: args.direct,
-            create_size_bytes: Some(cache_size_bytes).filter(|_| !path.exists()),
-            map: true,
-        };
-        let device = FileDevice::open(path, options)?;
-        cache_mapped = device.is_mapped();
-        Arc::new(device)
-    };
+fn warn_volatile_write_back() {
+    eprintln!("{}", "!".repeat(78));
+    eprintln!("!! WARNING: volatile write-back FOR BENCHMARKS ONLY.");
+    eprintln!("!! Writes are acknowledged from a cache in volatile memory with no crash");
+    eprintln!("!! recovery: a crash, kill or power loss LOSES acknowledged writes, and");
+    eprintln!("!! dirty pages not destaged at exit are lost. Never put real data here.");
+    eprintln!("{}", "!".repeat(78));
+}
 
-    let page = args.page_size;
-    let cache_bytes = cache.len_bytes();
-    if cache_bytes < args.group_size {
-        return Err(ServeError::CacheTooSmall {
-            cache_bytes,
-            group_bytes: args.group_size,
-        }
-        .into());
+/// How the cache device was found: formatted, reformatted, or recovered.
+fn print_open_report(cache: &Cache) {
+    let Some(report) = cache.open_report() else {
+        return;
+    };
+    let cache_name = &cache.device().name;
+    if report.formatted {
+        println!("wcache: formatted a new cache device {cache_name}");
     }
-    config.cache_slots = cache.len_bytes() / page.max(1);
-    let cache_name = cache.name();
-    let driver_config = DriverConfig {
-        io_threads: args.io_threads.max(1),
-    };
-    let driver = if cache_in_memory {
-        Arc::new(Driver::new(
-            config,
-            cache.clone(),
-            backings.clone(),
-            driver_config,
-        )?)
-    } else {
-        let mut entries = Vec::new();
-        for (i, (name, spec)) in named.iter().enumerate() {
-            entries.push(VolumeEntry::new(
-                name,
-                backings[i].len_bytes(),
-                &backing_identity(spec),
-            )?);
-        }
-        let (store, found, report) =
-            CacheStore::open_or_format(cache.clone(), page, entries, args.force)?;
-        if report.formatted {
-            println!("wcache: formatted a new cache device {cache_name}");
-        }
-        if let Some(what) = &report.reformatted {
-            eprintln!("wcache: --force: formatted {cache_name} anew, DISCARDING {what}");
-        } else if !report.formatted {
-            println!(
-                "wcache: opened cache device {cache_name} (last shutdown {}); recovering {} dirty pages",
-                if report.was_clean { "clean" } else { "NOT clean: crash or power loss" },
-                report.dirty_pages
-            );
-        }
-        for bad in &report.discarded {
-            eprintln!("wcache: discarded a damaged record: {bad}");
-        }
-        if is_on_volatile_memory(Path::new(&cache_spec)) {
-            eprintln!(
-                "wcache: note: the cache file is on tmpfs: it survives a crash of this process, \
-                 not a reboot or power loss (a stand-in for NV-DRAM)"
-            );
-        }
-        store.set_clean(false, true)?;
-        config.cache_slots = store.layout().slot_count;
-        Arc::new(Driver::recover(
-            config,
-            Arc::new(store),
-            found,
-            backings.clone(),
-            driver_config,
-        )?)
-    };
-    let reporter_stop = Arc::new(AtomicBool::new(false));
-    let reporter = {
-        let (driver, stop) = (driver.clone(), reporter_stop.clone());
-        std::thread::Builder::new()
-            .name("wcache-errors".into())
-            .spawn(move || report_errors(&driver, &stop))?
-    };
-
-    let mut builder = Server::builder();
-    for (i, (name, _)) in named.iter().enumerate() {
-        let volume = VolumeId(i as u16);
-        let export = VolumeExport {
-            driver: driver.clone(),
-            volume,
-            size_bytes: export_bytes(i),
-            block_size_min_bytes: args.block_size,
-        };
-        builder = builder.export(name, Arc::new(export));
+    if let Some(what) = &report.reformatted {
+        eprintln!("wcache: --force: formatted {cache_name} anew, DISCARDING {what}");
+    } else if !report.formatted {
+        println!(
+            "wcache: opened cache device {cache_name} (last shutdown {}); recovering {} dirty pages",
+            if report.was_clean { "clean" } else { "NOT clean: crash or power loss" },
+            report.dirty_pages
+        );
     }
-    let server_config = ServerConfig {
-        workers_count: args.workers.max(1),
-        receive_poll: Duration::from_micros(args.poll_us),
-        ..ServerConfig::default()
-    };
-    let mut server = builder.config(server_config).start()?;
+    for bad in &report.discarded {
+        eprintln!("wcache: discarded a damaged record: {bad}");
+    }
+    if cache.device().on_volatile_memory {
+        eprintln!(
+            "wcache: note: the cache file is on tmpfs: it survives a crash of this process, \
+             not a reboot or power loss (a stand-in for NV-DRAM)"
+        );
+    }
+}
 
+/// Binds the Unix socket and the TCP address asked for; returns the socket
+/// path (removed at the end) and an NBD URI per volume and listener.
+fn listen(
+    args: &ServeArgs,
+    server: &mut Server,
+    volumes: &[Volume],
+) -> Result<(Option<PathBuf>, Vec<String>), AnyError> {
     let socket = match (&args.socket, &args.listen) {
         (Some(s), _) => Some(s.clone()),
         (None, None) => Some(args.data_dir.join("wcache.sock")),
@@ -556,8 +391,8 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         })?;
         server.listen_unix(listener)?;
         let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-        for (name, _) in &named {
-            uris.push(format!("nbd+unix:///{name}?socket={}", abs.display()));
+        for v in volumes {
+            uris.push(format!("nbd+unix:///{}?socket={}", v.name(), abs.display()));
         }
     }
     if let Some(addr) = &args.listen {
@@ -570,34 +405,49 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
             .map(|a| a.to_string())
             .unwrap_or_else(|_| addr.clone());
         server.listen_tcp(listener)?;
-        for (name, _) in &named {
-            uris.push(format!("nbd://{local}/{name}"));
+        for v in volumes {
+            uris.push(format!("nbd://{local}/{}", v.name()));
         }
     }
+    Ok((socket, uris))
+}
 
+/// What is served where, and how to attach it.
+fn print_banner(
+    args: &ServeArgs,
+    config: &CacheConfig,
+    cache: &Cache,
+    socket: Option<&Path>,
+    uris: &[String],
+) {
+    let volumes = cache.volumes();
     println!(
         "wcache: serving {} export(s), write policy {}, destage order {}",
-        named.len(),
-        policy_name(policy),
+        volumes.len(),
+        policy_name(config.engine.write_policy),
         args.order
     );
+    let device = cache.device();
+    let page = args.page_size;
     println!(
-        "  cache: {cache_name} ({} MiB, {} slots of {page} bytes{})",
-        cache.len_bytes() >> 20,
-        cache.len_bytes() / page.max(1),
-        if cache_mapped {
+        "  cache: {} ({} MiB, {} slots of {page} bytes{})",
+        device.name,
+        device.size_bytes >> 20,
+        device.size_bytes / page.max(1),
+        if device.mapped {
             "; mapped: written by memory copies"
         } else {
             ""
         }
     );
-    for (i, (name, _)) in named.iter().enumerate() {
+    for v in volumes {
         println!(
-            "  export {name}: {} ({} MiB)",
-            backings[i].name(),
-            backings[i].len_bytes() >> 20
+            "  export {}: {} ({} MiB)",
+            v.name(),
+            v.backing_name(),
+            v.backing_size_bytes() >> 20
         );
-        let tail = backings[i].len_bytes() - export_bytes(i);
+        let tail = v.backing_size_bytes() - v.size_bytes();
         if tail > 0 {
             println!(
                 "    note: its last {tail} bytes are less than one {}-byte block and are not exported",
@@ -605,7 +455,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
             );
         }
     }
-    for uri in &uris {
+    for uri in uris {
         println!("  NBD URI: {uri}");
     }
     if let Some(uri) = uris.first() {
@@ -613,48 +463,22 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         println!("  nbdinfo '{uri}'");
         println!("  mkdir -p /mnt/wcache /mnt/disk && nbdfuse /mnt/wcache '{uri}' &");
         println!("    then: dev=$(losetup -f --show /mnt/wcache/nbd); mkfs.ext4 $dev; mount $dev /mnt/disk");
-        if let Some(path) = &socket {
-            let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        if let Some(path) = socket {
+            let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
             println!(
                 "  nbd-client -unix {} /dev/nbd0 -N {}   (needs the nbd kernel module)",
                 abs.display(),
-                named[0].0
+                volumes[0].name()
             );
         }
         println!("  qemu-system-x86_64 -drive file={uri},format=raw,if=virtio ...");
         println!("Stop with Ctrl-C or SIGTERM (in-flight requests finish first).");
     }
+}
 
-    let signal = wait_for_stop_signal(&signals);
-    eprintln!("wcache: signal {signal}: stopping (no new connections; in-flight requests finish)");
-    let served = server.stats();
-    server.stop();
-    reporter_stop.store(true, Ordering::Relaxed);
-    let _ = reporter.join();
-    let stats = driver.stats();
-    let engine = driver.engine_stats();
-    driver.shutdown();
-    let dirty = driver.dirty_pages();
-    match driver.store() {
-        None if dirty > 0 => eprintln!(
-            "wcache: {dirty} dirty pages were never destaged (volatile write-back): they are lost"
-        ),
-        None => {}
-        Some(store) => {
-            if driver.is_clean() {
-                // Everything acknowledged is on the backings: no record is needed.
-                store.free_all_records()?;
-            }
-            store.set_clean(true, false)?;
-            eprintln!(
-                "wcache: clean shutdown recorded; {dirty} dirty pages stay in the cache and are \
-                 destaged after the next start (or by wcache flush)"
-            );
-        }
-    }
-    if let Some(path) = &socket {
-        let _ = std::fs::remove_file(path);
-    }
+fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
+    let stats = &closed.stats;
+    let engine = &closed.engine;
     eprintln!(
         "wcache: stopped after {} requests ({} cache errors, {} backing errors{})",
         stats.requests,
@@ -662,6 +486,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         stats.backing_errors,
         stats
             .last_error
+            .as_ref()
             .map(|e| format!("; last: {e}"))
             .unwrap_or_default()
     );
@@ -682,32 +507,43 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         stats.cache_flushes,
         stats.backing_flushes
     );
-    Ok(())
 }
 
-/// What a backing is, for the superblock: the same name must mean the same
-/// backing at the next start (paths are made absolute).
-pub fn backing_identity(spec: &str) -> String {
-    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") || spec.starts_with("mem:") {
-        return spec.to_string();
-    }
-    if let Some(rest) = spec.strip_prefix("emulated-") {
-        if let Some((model, inner)) = rest.split_once(':') {
-            return format!("emulated-{model}:{}", backing_identity(inner));
-        }
-    }
-    std::fs::canonicalize(spec)
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| spec.to_string())
+fn ensure_dir(dir: &Path) -> Result<(), ServeError> {
+    std::fs::create_dir_all(dir).map_err(|source| ServeError::CreateDir {
+        path: dir.display().to_string(),
+        source,
+    })
 }
 
-/// Logs backing and cache errors as they happen (the driver counts them;
-/// the engine keeps failed destages dirty and retries them).
-fn report_errors(driver: &Driver, stop: &AtomicBool) {
+/// A thread that logs backing and cache errors as they happen (the driver
+/// counts them; the engine keeps failed destages dirty and retries them).
+struct ErrorReporter {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl ErrorReporter {
+    fn start(monitor: Monitor) -> std::io::Result<ErrorReporter> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("wcache-errors".into())
+            .spawn(move || report_errors(&monitor, &flag))?;
+        Ok(ErrorReporter { stop, thread })
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+fn report_errors(monitor: &Monitor, stop: &AtomicBool) {
     let mut seen = (0, 0);
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
-        let s = driver.stats();
+        let s = monitor.stats();
         if (s.backing_errors, s.cache_errors) != seen {
             eprintln!(
                 "wcache: I/O errors so far: {} backing, {} cache (last: {}); failed destages are \
@@ -715,7 +551,7 @@ fn report_errors(driver: &Driver, stop: &AtomicBool) {
                 s.backing_errors,
                 s.cache_errors,
                 s.last_error.as_deref().unwrap_or("?"),
-                driver.dirty_pages()
+                monitor.dirty_pages()
             );
             seen = (s.backing_errors, s.cache_errors);
         }

@@ -7,14 +7,20 @@
 //! fault-injecting wrapper); `driver` runs one engine against a cache device
 //! and one backing device per volume on a pool of threads; `format` and
 //! `store` are the on-device format of a persistent cache (superblock, slot
-//! records) that makes write-back survive crashes.
+//! records) that makes write-back survive crashes; `cache` is the lifecycle
+//! every front end uses (open or format, recover, serve volumes, drain, close).
 //! Nothing here makes a cache decision: that is the engine's job.
 
+pub mod cache;
 pub mod device;
 pub mod driver;
 pub mod format;
 pub mod store;
 
+pub use cache::{
+    Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, Monitor, OfflineConfig, Volume,
+    VolumeSpec,
+};
 pub use device::emulated::EmulatedDevice;
 pub use device::faulty::{FaultPlan, FaultyDevice};
 pub use device::file::{FileDevice, FileOptions, SyncMode};

@@ -553,16 +553,10 @@ impl CacheStore {
             ));
         }
         if sb.volumes != volumes {
-            let show = |v: &[VolumeEntry]| {
-                v.iter()
-                    .map(|e| format!("{}={} ({} bytes)", e.name, e.identity, e.size_bytes))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
             differences.push(format!(
                 "volumes [{}], now [{}]",
-                show(&sb.volumes),
-                show(&volumes)
+                show_volumes(&sb.volumes),
+                show_volumes(&volumes)
             ));
         }
         let scan = store.scan(true).map_err(StoreError::from)?;
@@ -599,4 +593,13 @@ impl CacheStore {
         report.discarded = scan.bad;
         Ok((store, scan.found, report))
     }
+}
+
+/// A volume table in words: `NAME=IDENTITY (SIZE bytes), …`.
+pub fn show_volumes(volumes: &[VolumeEntry]) -> String {
+    volumes
+        .iter()
+        .map(|v| format!("{}={} ({} bytes)", v.name, v.identity, v.size_bytes))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

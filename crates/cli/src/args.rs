@@ -1,0 +1,46 @@
+//! Argument parsers the cache commands (`serve`, `flush`) share: sizes,
+//! sync modes and `NAME=BACKING` exports, each refused with an error naming
+//! the option and the text. Parsing only: it must never open a device.
+
+use wcache_io::device::parse_size_bytes;
+use wcache_io::{SyncMode, VolumeSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    #[error("--{option}: cannot parse size {text:?} (examples: 4096, 64K, 1G)")]
+    Size { option: &'static str, text: String },
+    #[error("--{option}: unknown sync mode {text:?}; valid: fdatasync, dsync, nvram")]
+    SyncMode { option: &'static str, text: String },
+    #[error("--export {0:?}: expected NAME=BACKING")]
+    Export(String),
+}
+
+pub fn size_arg(option: &'static str, text: &str) -> Result<u64, ArgError> {
+    parse_size_bytes(text).ok_or_else(|| ArgError::Size {
+        option,
+        text: text.to_string(),
+    })
+}
+
+pub fn sync_arg(option: &'static str, text: &str) -> Result<SyncMode, ArgError> {
+    SyncMode::from_name(text).ok_or_else(|| ArgError::SyncMode {
+        option,
+        text: text.to_string(),
+    })
+}
+
+/// `--export NAME=BACKING`, in order.
+pub fn export_args(exports: &[String]) -> Result<Vec<VolumeSpec>, ArgError> {
+    exports
+        .iter()
+        .map(|e| {
+            let (name, backing) = e
+                .split_once('=')
+                .ok_or_else(|| ArgError::Export(e.clone()))?;
+            Ok(VolumeSpec {
+                name: name.to_string(),
+                backing: backing.to_string(),
+            })
+        })
+        .collect()
+}

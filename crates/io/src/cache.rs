@@ -1,0 +1,820 @@
+//! The cache lifecycle every front end uses: check the settings, open the
+//! backings, open or format the cache device, check its volume table
+//! against the volumes asked for, recover, start the `Driver`, hand out one
+//! `Volume` handle per volume, drain, and close with a clean shutdown
+//! recorded.
+//!
+//! It exists so that a front end (the NBD server, the offline `flush`, a
+//! filesystem or a control socket later) is wiring only, and the rules that
+//! keep acknowledged writes safe live in one place: every setting that
+//! needs no device is checked before any file is created or written; a
+//! backing is opened before the cache device, so a bad backing leaves the
+//! cache untouched; a cache holding another configuration's dirty pages is
+//! refused unless forced (`CacheStore::open_or_format`); an offline drain
+//! never formats and never guesses which backing a volume is; write-back on
+//! a cache in process memory needs an explicit benchmark-only allowance.
+//! It must never make cache decisions (the engine does), move bytes itself
+//! (the driver does), print, or know a front end's protocol.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wcache_core::types::VolumeId;
+use wcache_core::{ConfigError, EngineConfig, RequestFlags, RequestKind, Stats, WritePolicyKind};
+
+use crate::device::emulated::EmulatedDevice;
+use crate::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMode};
+use crate::device::mem::MemDevice;
+use crate::device::nbd::NbdDevice;
+use crate::device::{parse_size_bytes, BlockDevice, DeviceError};
+use crate::driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
+use crate::format::{FormatError, Layout, VolumeEntry};
+use crate::store::{show_volumes, CacheStore, OpenError, OpenReport, StoreError};
+
+/// Connections an NBD backing opens (when its server allows several).
+const NBD_BACKING_CONNECTIONS_MAX: usize = 4;
+/// The write group the offline drain uses when the superblock does not say.
+const OFFLINE_GROUP_BYTES_MIN: u64 = 64 * 1024;
+
+/// Why a cache could not be started, drained or closed. Each variant names
+/// what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error(transparent)]
+    Settings(#[from] ConfigError),
+    #[error(
+        "write-back is refused with --cache mem: it acknowledges writes that only the cache \
+         holds, and process memory loses them on any exit or crash. Use a cache file or device \
+         (persistent, recovered after a crash), --write-policy write-through, or for benchmarks \
+         only --volatile-write-back-for-benchmarks."
+    )]
+    WriteBackNeedsRecovery,
+    #[error(
+        "--volatile-write-back-for-benchmarks needs the cache in process memory (--cache mem), so \
+         nobody mistakes it for a durable cache; {cache} is a file (persistent: write-back \
+         needs no flag there)"
+    )]
+    WriteBackCacheNotVolatile { cache: String },
+    #[error("block size {0} is not a power of two")]
+    BadBlockSize(u32),
+    #[error("no volume to serve")]
+    NoVolumes,
+    #[error("export name {0:?} given twice")]
+    DuplicateVolume(String),
+    #[error("backing {spec:?}: unknown emulated model {model:?} (valid: {})", wcache_models::DEVICE_NAMES.join(", "))]
+    BadModel { spec: String, model: String },
+    #[error("backing {spec:?}: cannot parse size {text:?} (examples: 4096, 64K, 1G)")]
+    BadBackingSize { spec: String, text: String },
+    #[error("backing {backing} of export {export:?} is {bytes} bytes: smaller than one block of {block} bytes (--block-size)")]
+    BackingTooSmall {
+        export: String,
+        backing: String,
+        bytes: u64,
+        block: u32,
+    },
+    #[error(
+        "cache of {cache_bytes} bytes holds fewer than one write group of {group_bytes} bytes"
+    )]
+    CacheTooSmall { cache_bytes: u64, group_bytes: u64 },
+    #[error("cache device {0} does not exist")]
+    Missing(String),
+    #[error("cache device {0} is blank (all zeros): it was never formatted, nothing to do")]
+    Blank(String),
+    #[error("the exports given do not match the cache's volume table: the cache has [{cache}], given [{given}]")]
+    Mismatch { cache: String, given: String },
+    #[error("no progress for {stall_s} s ({dirty_pages} dirty pages left; last error: {last_error}); the pages stay in the cache")]
+    DrainStalled {
+        stall_s: u64,
+        dirty_pages: u64,
+        last_error: String,
+    },
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+}
+
+/// Where the cache lives.
+#[derive(Clone, Debug)]
+pub enum CacheDeviceSpec {
+    /// Process memory (`mem`): nothing survives the process, no records.
+    Memory { size_bytes: u64 },
+    /// A file or block device, persistent (superblock and slot records). A
+    /// missing file is created sparse with `create_size_bytes`; a nvram file
+    /// on tmpfs is mapped.
+    File {
+        path: PathBuf,
+        create_size_bytes: u64,
+        sync: SyncMode,
+        direct: bool,
+    },
+}
+
+impl CacheDeviceSpec {
+    /// `mem`, or the path of a file or block device.
+    pub fn parse(spec: &str, size_bytes: u64, sync: SyncMode, direct: bool) -> CacheDeviceSpec {
+        if spec == "mem" {
+            return CacheDeviceSpec::Memory { size_bytes };
+        }
+        CacheDeviceSpec::File {
+            path: PathBuf::from(spec),
+            create_size_bytes: size_bytes,
+            sync,
+            direct,
+        }
+    }
+
+    pub fn is_memory(&self) -> bool {
+        matches!(self, CacheDeviceSpec::Memory { .. })
+    }
+
+    /// The size the device will have when it does not exist yet (memory,
+    /// or a file to be created); `None` for an existing file or device.
+    fn size_bytes_if_new(&self) -> Option<u64> {
+        match self {
+            CacheDeviceSpec::Memory { size_bytes } => Some(*size_bytes),
+            CacheDeviceSpec::File {
+                path,
+                create_size_bytes,
+                ..
+            } => Some(*create_size_bytes).filter(|_| !path.exists()),
+        }
+    }
+}
+
+/// One volume: its name (the NBD export name) and its backing's spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeSpec {
+    pub name: String,
+    /// FILE, `nbd://HOST[:PORT]/NAME`, `nbd+unix:///NAME?socket=PATH`,
+    /// `emulated-MODEL:SPEC`, `mem:SIZE`.
+    pub backing: String,
+}
+
+/// Everything needed to start a cache for service.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    pub cache: CacheDeviceSpec,
+    /// Volume `i` is the engine's `VolumeId(i)`.
+    pub volumes: Vec<VolumeSpec>,
+    pub backing_sync: SyncMode,
+    /// Size of backing files created because they do not exist (`None`: never create).
+    pub backing_create_size_bytes: Option<u64>,
+    /// Engine settings; `cache_slots` and `persistent` come from the cache device.
+    pub engine: EngineConfig,
+    pub driver: DriverConfig,
+    /// Smallest block front ends address: a volume ends at the last whole
+    /// block of its backing, and a backing under one block is refused.
+    pub block_size_bytes: u32,
+    /// Start over another configuration's dirty pages, or over an unreadable
+    /// superblock, DISCARDING them (the open report says what).
+    pub force: bool,
+    /// BENCHMARKS ONLY: allow write-back on a cache in process memory, which
+    /// loses acknowledged writes on any exit or crash.
+    pub volatile_write_back: bool,
+}
+
+impl CacheConfig {
+    /// Checks every setting that needs no device. Touches no file: a front
+    /// end may call it before it creates anything of its own.
+    pub fn check(&self) -> Result<(), CacheError> {
+        self.engine.validate_settings()?;
+        let in_memory = self.cache.is_memory();
+        if let CacheDeviceSpec::File { path, .. } = &self.cache {
+            if self.volatile_write_back {
+                return Err(CacheError::WriteBackCacheNotVolatile {
+                    cache: path.display().to_string(),
+                });
+            }
+        }
+        if self.engine.write_policy == WritePolicyKind::WriteBack
+            && in_memory
+            && !self.volatile_write_back
+        {
+            return Err(CacheError::WriteBackNeedsRecovery);
+        }
+        if !self.block_size_bytes.is_power_of_two() {
+            return Err(CacheError::BadBlockSize(self.block_size_bytes));
+        }
+        check_volume_names(&self.volumes)
+    }
+
+    /// True when acknowledged writes live only in process memory.
+    pub fn is_volatile_write_back(&self) -> bool {
+        self.cache.is_memory() && self.engine.write_policy == WritePolicyKind::WriteBack
+    }
+}
+
+fn check_volume_names(volumes: &[VolumeSpec]) -> Result<(), CacheError> {
+    if volumes.is_empty() {
+        return Err(CacheError::NoVolumes);
+    }
+    for (i, v) in volumes.iter().enumerate() {
+        if volumes[..i].iter().any(|w| w.name == v.name) {
+            return Err(CacheError::DuplicateVolume(v.name.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// What an offline drain needs: an existing cache device and the volumes
+/// its superblock names, in order.
+#[derive(Clone, Debug)]
+pub struct OfflineConfig {
+    pub cache_path: PathBuf,
+    pub volumes: Vec<VolumeSpec>,
+    pub backing_sync: SyncMode,
+    pub driver: DriverConfig,
+}
+
+/// One volume of a running cache: what a front end reads, writes, flushes.
+/// Cheap to clone; every clone talks to the same driver. Calls block until
+/// the engine answers and may come from many threads at once.
+#[derive(Clone)]
+pub struct Volume {
+    driver: Arc<Driver>,
+    id: VolumeId,
+    name: String,
+    backing_name: String,
+    backing_size_bytes: u64,
+    size_bytes: u64,
+    block_size_bytes: u32,
+}
+
+impl Volume {
+    pub fn id(&self) -> VolumeId {
+        self.id
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The backing device's name (path, URI, model).
+    pub fn backing_name(&self) -> &str {
+        &self.backing_name
+    }
+    pub fn backing_size_bytes(&self) -> u64 {
+        self.backing_size_bytes
+    }
+    /// The addressable size: the backing's whole blocks.
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    pub fn block_size_bytes(&self) -> u32 {
+        self.block_size_bytes
+    }
+
+    pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), DriverError> {
+        self.driver.read(self.id, offset_bytes, buf)
+    }
+
+    /// Acknowledged means durable under the write policy in force
+    /// (`docs/consistency.md`), FUA or not.
+    pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), DriverError> {
+        self.driver.write(self.id, offset_bytes, data, fua)
+    }
+
+    pub fn flush(&self) -> Result<(), DriverError> {
+        self.driver.flush(self.id)
+    }
+
+    pub fn trim(&self, offset_bytes: u64, len_bytes: u64, fua: bool) -> Result<(), DriverError> {
+        self.no_payload(RequestKind::Trim, offset_bytes, len_bytes, fua)
+    }
+
+    pub fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        fua: bool,
+    ) -> Result<(), DriverError> {
+        self.no_payload(RequestKind::WriteZeroes, offset_bytes, len_bytes, fua)
+    }
+
+    fn no_payload(
+        &self,
+        kind: RequestKind,
+        offset_bytes: u64,
+        len_bytes: u64,
+        fua: bool,
+    ) -> Result<(), DriverError> {
+        let flags = RequestFlags {
+            fua,
+            ..RequestFlags::default()
+        };
+        self.driver
+            .submit(self.id, kind, offset_bytes, len_bytes, flags, Payload::None)
+    }
+}
+
+/// Counters of a running cache, for a thread that reports them while it
+/// serves (cheap to clone).
+#[derive(Clone)]
+pub struct Monitor {
+    driver: Arc<Driver>,
+}
+
+impl Monitor {
+    pub fn stats(&self) -> DriverStats {
+        self.driver.stats()
+    }
+    pub fn dirty_pages(&self) -> u64 {
+        self.driver.dirty_pages()
+    }
+}
+
+/// The cache device as opened.
+#[derive(Clone, Debug)]
+pub struct CacheDeviceInfo {
+    pub name: String,
+    pub size_bytes: u64,
+    /// Reads and writes are memory copies into a mapping of a tmpfs file.
+    pub mapped: bool,
+    /// A file on tmpfs or ramfs: it survives a crash of the process, not a
+    /// reboot or a power loss.
+    pub on_volatile_memory: bool,
+}
+
+/// What `Cache::close` did.
+#[derive(Clone, Debug)]
+pub struct CloseReport {
+    /// Driver and engine counters at the moment of closing.
+    pub stats: DriverStats,
+    pub engine: Stats,
+    /// Dirty pages left: they stay in a persistent cache (destaged after
+    /// the next start); a memory cache loses them.
+    pub dirty_pages: u64,
+    /// A clean shutdown was recorded on the cache device (persistent caches).
+    pub recorded_clean: bool,
+}
+
+/// A running cache: one engine and driver, one cache device, its volumes.
+pub struct Cache {
+    driver: Arc<Driver>,
+    volumes: Vec<Volume>,
+    device: CacheDeviceInfo,
+    report: Option<OpenReport>,
+}
+
+impl Cache {
+    /// Starts a cache for service: checks the settings, opens the backings
+    /// (creating missing files when asked), opens the cache device, and for
+    /// a persistent one formats it or recovers it (refusing another
+    /// configuration's dirty pages unless `force`) and records that it is
+    /// in service (not clean until `close`).
+    pub fn open(config: &CacheConfig) -> Result<Cache, CacheError> {
+        config.check()?;
+        let persistent = !config.cache.is_memory();
+        if let Some(size_bytes) = config.cache.size_bytes_if_new() {
+            // Refused before the file is created.
+            check_cache_size(&config.engine, size_bytes, persistent)?;
+        }
+        let backings = open_backings(
+            &config.volumes,
+            config.backing_sync,
+            config.backing_create_size_bytes,
+            Some(config.block_size_bytes),
+        )?;
+        let (cache, device) = open_cache_device(&config.cache)?;
+        check_cache_size(&config.engine, device.size_bytes, persistent)?;
+        let mut engine = config.engine.clone();
+        engine.cache_slots = device.size_bytes / engine.page_size_bytes.max(1);
+        let (driver, report) = match config.cache {
+            CacheDeviceSpec::Memory { .. } => {
+                let driver = Driver::new(engine, cache, backings.clone(), config.driver.clone())?;
+                (driver, None)
+            }
+            CacheDeviceSpec::File { .. } => {
+                check_alignment(engine.page_size_bytes, cache.as_ref(), &backings)?;
+                let entries = volume_entries(&config.volumes, &backings)?;
+                let (driver, report) = start_persistent(
+                    engine,
+                    cache,
+                    entries,
+                    config.force,
+                    backings.clone(),
+                    config.driver.clone(),
+                )?;
+                (driver, Some(report))
+            }
+        };
+        Ok(Cache::assemble(
+            driver,
+            &config.volumes,
+            &backings,
+            config.block_size_bytes,
+            device,
+            report,
+        ))
+    }
+
+    /// Opens a cache device that no server is using, to drain it: never
+    /// creates or formats; the volumes must be exactly the ones its
+    /// superblock names (same order, sizes and backings), since a drain to
+    /// the wrong backing would corrupt it. The engine runs write-back with
+    /// the superblock's page size.
+    pub fn open_offline(config: &OfflineConfig) -> Result<Cache, CacheError> {
+        check_volume_names(&config.volumes)?;
+        let dev = open_existing_cache_device(&config.cache_path, SyncMode::Fdatasync)?;
+        let sb = CacheStore::read_superblock(dev.as_ref())?;
+        let backings = open_backings(&config.volumes, config.backing_sync, None, None)?;
+        let given = volume_entries(&config.volumes, &backings)?;
+        if given != sb.volumes {
+            return Err(CacheError::Mismatch {
+                cache: show_volumes(&sb.volumes),
+                given: show_volumes(&given),
+            });
+        }
+        let page = sb.layout.page_size_bytes;
+        let engine = EngineConfig {
+            page_size_bytes: page,
+            group_size_bytes: page.max(OFFLINE_GROUP_BYTES_MIN),
+            cache_slots: sb.layout.slot_count,
+            write_policy: WritePolicyKind::WriteBack,
+            ..EngineConfig::default()
+        };
+        let device = CacheDeviceInfo {
+            name: dev.name(),
+            size_bytes: dev.len_bytes(),
+            mapped: false,
+            on_volatile_memory: is_on_volatile_memory(&config.cache_path),
+        };
+        let (driver, report) = start_persistent(
+            engine,
+            dev,
+            given,
+            false,
+            backings.clone(),
+            config.driver.clone(),
+        )?;
+        Ok(Cache::assemble(
+            driver,
+            &config.volumes,
+            &backings,
+            1,
+            device,
+            Some(report),
+        ))
+    }
+
+    fn assemble(
+        driver: Driver,
+        specs: &[VolumeSpec],
+        backings: &[Arc<dyn BlockDevice>],
+        block_size_bytes: u32,
+        device: CacheDeviceInfo,
+        report: Option<OpenReport>,
+    ) -> Cache {
+        let driver = Arc::new(driver);
+        let volumes = specs
+            .iter()
+            .zip(backings)
+            .enumerate()
+            .map(|(i, (spec, backing))| {
+                let len = backing.len_bytes();
+                Volume {
+                    driver: driver.clone(),
+                    id: VolumeId(i as u16),
+                    name: spec.name.clone(),
+                    backing_name: backing.name(),
+                    backing_size_bytes: len,
+                    // Front ends address whole blocks: a tail under one
+                    // block is kept on the backing, not exposed.
+                    size_bytes: len - len % block_size_bytes.max(1) as u64,
+                    block_size_bytes,
+                }
+            })
+            .collect();
+        Cache {
+            driver,
+            volumes,
+            device,
+            report,
+        }
+    }
+
+    /// The volumes, in order (`volumes()[i].id() == VolumeId(i)`).
+    pub fn volumes(&self) -> &[Volume] {
+        &self.volumes
+    }
+
+    pub fn device(&self) -> &CacheDeviceInfo {
+        &self.device
+    }
+
+    /// How the cache device was found (persistent caches): formatted,
+    /// reformatted (what was discarded), last shutdown clean or not, damaged
+    /// records discarded, dirty pages recovered.
+    pub fn open_report(&self) -> Option<&OpenReport> {
+        self.report.as_ref()
+    }
+
+    pub fn page_size_bytes(&self) -> u64 {
+        self.driver.page_size_bytes()
+    }
+
+    pub fn dirty_pages(&self) -> u64 {
+        self.driver.dirty_pages()
+    }
+
+    pub fn monitor(&self) -> Monitor {
+        Monitor {
+            driver: self.driver.clone(),
+        }
+    }
+
+    /// Destages every dirty page; `progress` gets the dirty pages left about
+    /// five times a second. Gives up when no page was destaged for
+    /// `stall_timeout` (a failing backing): the pages stay in the cache.
+    pub fn drain(
+        &self,
+        stall_timeout: Duration,
+        mut progress: impl FnMut(u64),
+    ) -> Result<(), CacheError> {
+        let mut last_dirty = self.driver.dirty_pages();
+        let mut last_progress = Instant::now();
+        loop {
+            match self.driver.drain_timeout(Duration::from_millis(200)) {
+                Ok(()) => return Ok(()),
+                Err(DriverError::DrainTimeout { dirty_pages, .. }) => {
+                    progress(dirty_pages);
+                    if dirty_pages < last_dirty {
+                        last_dirty = dirty_pages;
+                        last_progress = Instant::now();
+                    } else if last_progress.elapsed() >= stall_timeout {
+                        return Err(CacheError::DrainStalled {
+                            stall_s: stall_timeout.as_secs(),
+                            dirty_pages,
+                            last_error: self
+                                .driver
+                                .stats()
+                                .last_error
+                                .unwrap_or_else(|| "none".into()),
+                        });
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Stops the driver (callers stop submitting first: requests still in
+    /// flight may fail) and, for a persistent cache, records a clean
+    /// shutdown; when no page is dirty every record is freed first.
+    /// Without `close` (a crash, or a dropped `Cache`) the next start
+    /// reports an unclean stop and recovers as after a crash.
+    pub fn close(self) -> Result<CloseReport, CacheError> {
+        let stats = self.driver.stats();
+        let engine = self.driver.engine_stats();
+        self.driver.shutdown();
+        let dirty_pages = self.driver.dirty_pages();
+        let recorded_clean = match self.driver.store() {
+            None => false,
+            Some(store) => {
+                if self.driver.is_clean() {
+                    // Everything acknowledged is on the backings: no record is needed.
+                    store.free_all_records()?;
+                }
+                store.set_clean(true, false)?;
+                true
+            }
+        };
+        Ok(CloseReport {
+            stats,
+            engine,
+            dirty_pages,
+            recorded_clean,
+        })
+    }
+}
+
+/// Formats or recovers a persistent cache device, records that it is in
+/// service, and starts the driver over it.
+fn start_persistent(
+    mut engine: EngineConfig,
+    cache: Arc<dyn BlockDevice>,
+    entries: Vec<VolumeEntry>,
+    force: bool,
+    backings: Vec<Arc<dyn BlockDevice>>,
+    driver: DriverConfig,
+) -> Result<(Driver, OpenReport), CacheError> {
+    let page = engine.page_size_bytes;
+    let (store, found, report) = CacheStore::open_or_format(cache, page, entries, force)?;
+    store.set_clean(false, true)?;
+    engine.cache_slots = store.layout().slot_count;
+    let driver = Driver::recover(engine, Arc::new(store), found, backings, driver)?;
+    Ok((driver, report))
+}
+
+/// What the driver would refuse once the device is formatted, checked
+/// before anything is written to it: a cache smaller than one write group,
+/// and (persistent) the engine's configuration with the slot count the
+/// format gives a device of `size_bytes`.
+fn check_cache_size(
+    engine: &EngineConfig,
+    size_bytes: u64,
+    persistent: bool,
+) -> Result<(), CacheError> {
+    if size_bytes < engine.group_size_bytes {
+        return Err(CacheError::CacheTooSmall {
+            cache_bytes: size_bytes,
+            group_bytes: engine.group_size_bytes,
+        });
+    }
+    if persistent {
+        if let Ok(layout) = Layout::for_device(size_bytes, engine.page_size_bytes) {
+            let mut config = engine.clone();
+            config.cache_slots = layout.slot_count;
+            config.validate()?;
+        }
+    }
+    Ok(())
+}
+
+/// The page size against each device's alignment (O_DIRECT), checked
+/// before the cache device is formatted or written.
+fn check_alignment(
+    page_size_bytes: u64,
+    cache: &dyn BlockDevice,
+    backings: &[Arc<dyn BlockDevice>],
+) -> Result<(), CacheError> {
+    let devices = std::iter::once(cache).chain(backings.iter().map(|b| b.as_ref()));
+    for dev in devices {
+        let alignment_bytes = dev.alignment_bytes();
+        if alignment_bytes > 1 && !page_size_bytes.is_multiple_of(alignment_bytes as u64) {
+            return Err(DriverError::PageNotAligned {
+                device: dev.name(),
+                alignment_bytes,
+                page_size_bytes,
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+fn open_cache_device(
+    spec: &CacheDeviceSpec,
+) -> Result<(Arc<dyn BlockDevice>, CacheDeviceInfo), CacheError> {
+    match spec {
+        CacheDeviceSpec::Memory { size_bytes } => {
+            let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(*size_bytes));
+            let info = CacheDeviceInfo {
+                name: dev.name(),
+                size_bytes: dev.len_bytes(),
+                mapped: false,
+                on_volatile_memory: false,
+            };
+            Ok((dev, info))
+        }
+        CacheDeviceSpec::File {
+            path,
+            create_size_bytes,
+            sync,
+            direct,
+        } => {
+            let options = FileOptions {
+                sync: *sync,
+                direct: *direct,
+                create_size_bytes: Some(*create_size_bytes).filter(|_| !path.exists()),
+                map: true,
+            };
+            let device = FileDevice::open(path, options)?;
+            let info = CacheDeviceInfo {
+                name: device.name(),
+                size_bytes: device.len_bytes(),
+                mapped: device.is_mapped(),
+                on_volatile_memory: is_on_volatile_memory(path),
+            };
+            Ok((Arc::new(device), info))
+        }
+    }
+}
+
+/// Opens an existing, formatted-looking cache device by path (never
+/// created here; a blank one is refused: there is nothing on it).
+pub fn open_existing_cache_device(
+    path: &Path,
+    sync: SyncMode,
+) -> Result<Arc<dyn BlockDevice>, CacheError> {
+    if !path.exists() {
+        return Err(CacheError::Missing(path.display().to_string()));
+    }
+    let options = FileOptions {
+        sync,
+        direct: false,
+        create_size_bytes: None,
+        map: false,
+    };
+    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(path, options)?);
+    if CacheStore::is_blank(dev.as_ref())? {
+        return Err(CacheError::Blank(path.display().to_string()));
+    }
+    Ok(dev)
+}
+
+/// Opens every volume's backing, in order; with `block_size_bytes`, a
+/// backing under one block is refused.
+fn open_backings(
+    volumes: &[VolumeSpec],
+    sync: SyncMode,
+    create_size_bytes: Option<u64>,
+    block_size_bytes: Option<u32>,
+) -> Result<Vec<Arc<dyn BlockDevice>>, CacheError> {
+    let mut backings = Vec::with_capacity(volumes.len());
+    for v in volumes {
+        let backing = open_backing(&v.backing, sync, create_size_bytes)?;
+        if let Some(block) = block_size_bytes {
+            if backing.len_bytes() < block as u64 {
+                return Err(CacheError::BackingTooSmall {
+                    export: v.name.clone(),
+                    backing: backing.name(),
+                    bytes: backing.len_bytes(),
+                    block,
+                });
+            }
+        }
+        backings.push(backing);
+    }
+    Ok(backings)
+}
+
+/// Opens a backing from its spec (see `VolumeSpec::backing`); a missing
+/// file is created sparse when `create_size_bytes` is given.
+pub fn open_backing(
+    spec: &str,
+    sync: SyncMode,
+    create_size_bytes: Option<u64>,
+) -> Result<Arc<dyn BlockDevice>, CacheError> {
+    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") {
+        return Ok(Arc::new(NbdDevice::connect(
+            spec,
+            NBD_BACKING_CONNECTIONS_MAX,
+        )?));
+    }
+    if let Some(size) = spec.strip_prefix("mem:") {
+        let size_bytes = parse_size_bytes(size).ok_or_else(|| CacheError::BadBackingSize {
+            spec: spec.to_string(),
+            text: size.to_string(),
+        })?;
+        return Ok(Arc::new(MemDevice::new(size_bytes)));
+    }
+    if let Some(rest) = spec.strip_prefix("emulated-") {
+        let (model, inner) = rest.split_once(':').ok_or_else(|| CacheError::BadModel {
+            spec: spec.to_string(),
+            model: rest.to_string(),
+        })?;
+        if !wcache_models::DEVICE_NAMES.contains(&model) {
+            return Err(CacheError::BadModel {
+                spec: spec.to_string(),
+                model: model.to_string(),
+            });
+        }
+        let store = open_backing(inner, sync, create_size_bytes)?;
+        return Ok(Arc::new(EmulatedDevice::with_model_name(model, store)?));
+    }
+    let options = FileOptions {
+        sync,
+        direct: false,
+        create_size_bytes: create_size_bytes.filter(|_| !Path::new(spec).exists()),
+        map: false,
+    };
+    Ok(Arc::new(FileDevice::open(Path::new(spec), options)?))
+}
+
+/// What a backing is, for the superblock: the same name must mean the same
+/// backing at the next start (paths are made absolute).
+pub fn backing_identity(spec: &str) -> String {
+    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") || spec.starts_with("mem:") {
+        return spec.to_string();
+    }
+    if let Some(rest) = spec.strip_prefix("emulated-") {
+        if let Some((model, inner)) = rest.split_once(':') {
+            return format!("emulated-{model}:{}", backing_identity(inner));
+        }
+    }
+    std::fs::canonicalize(spec)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| spec.to_string())
+}
+
+fn volume_entries(
+    volumes: &[VolumeSpec],
+    backings: &[Arc<dyn BlockDevice>],
+) -> Result<Vec<VolumeEntry>, CacheError> {
+    let mut entries = Vec::with_capacity(volumes.len());
+    for (v, backing) in volumes.iter().zip(backings) {
+        entries.push(VolumeEntry::new(
+            &v.name,
+            backing.len_bytes(),
+            &backing_identity(&v.backing),
+        )?);
+    }
+    Ok(entries)
+}
