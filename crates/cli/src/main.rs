@@ -439,6 +439,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         r.stats.destage_distance_sectors_mean()
     );
     println!("stalls              {}", r.stats.stalls);
+    println!("bypasses            {}", r.stats.write_bypasses);
     let m = &r.backing_members;
     if m.read_service_ns + m.write_service_ns > 0 {
         let [read, read_position, write, write_position] = m.mechanism_ms_each();

@@ -89,6 +89,13 @@ pub struct ServeArgs {
     /// Destage rate: linear, adaptive.
     #[arg(long, default_value = "adaptive")]
     rate: String,
+    /// Admission: all (every write enters the cache).
+    #[arg(long, default_value = "all")]
+    admission: String,
+    /// Writes continuing a sequential stream of this many bytes go around
+    /// the cache to the backing (e.g. 4M; 0: no cutoff).
+    #[arg(long, default_value = "0")]
+    sequential_cutoff: String,
     #[arg(long, default_value_t = 4096)]
     page_size: u64,
     /// Write group (destage unit) in bytes.
@@ -314,6 +321,8 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
             write_policy,
             destage_order: args.order.clone(),
             destage_rate: args.rate.clone(),
+            admission: args.admission.clone(),
+            sequential_cutoff_bytes: size_arg("sequential-cutoff", &args.sequential_cutoff)?,
             ..EngineConfig::default()
         },
         driver: DriverConfig {
@@ -422,10 +431,15 @@ fn print_banner(
 ) {
     let volumes = cache.volumes();
     println!(
-        "wcache: serving {} export(s), write policy {}, destage order {}",
+        "wcache: serving {} export(s), write policy {}, destage order {}, admission {}{}",
         volumes.len(),
-        policy_name(config.engine.write_policy),
-        args.order
+        config.engine.write_policy.name(),
+        args.order,
+        args.admission,
+        match config.engine.sequential_cutoff_bytes {
+            0 => String::new(),
+            n => format!(" (sequential cutoff {n} bytes)"),
+        }
     );
     let device = cache.device();
     let page = args.page_size;
@@ -555,13 +569,5 @@ fn report_errors(monitor: &Monitor, stop: &AtomicBool) {
             );
             seen = (s.backing_errors, s.cache_errors);
         }
-    }
-}
-
-fn policy_name(p: WritePolicyKind) -> &'static str {
-    match p {
-        WritePolicyKind::WriteBack => "write-back",
-        WritePolicyKind::WriteThrough => "write-through",
-        WritePolicyKind::WriteAround => "write-around",
     }
 }
