@@ -534,6 +534,22 @@ impl DirtySet {
             }
             return ((l, at), true);
         }
+        self.insert_into_full(keys, key, entry, (l, at), next, old_first)
+    }
+
+    /// `insert_entry` into the full leaf `l` at `at`: `next` is the leaf
+    /// after it and `old_first` the key of its first entry.
+    fn insert_into_full(
+        &mut self,
+        keys: &[u64],
+        key: u64,
+        entry: u32,
+        (l, at): Pos,
+        next: u32,
+        old_first: u64,
+    ) -> (Pos, bool) {
+        let n = LEAF_CAP;
+        debug_assert_eq!(self.leaves[l as usize].len as usize, n);
         // Full. At the end, the entry goes to the front of the next leaf if
         // that has room; at either end it else starts a leaf of its own (so
         // ascending and descending fills leave full leaves); in the middle the
