@@ -157,6 +157,8 @@ impl Engine {
             self.backing_writes_in_flight[bucket] -= 1;
             self.bypasses_in_flight[bucket] -= around as u32;
         }
+        debug_assert!(!around || self.bypass_writes_live > 0);
+        self.bypass_writes_live -= around as u32;
         if let Err(e) = result {
             self.fail(req, e);
         }

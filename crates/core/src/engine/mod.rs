@@ -268,6 +268,8 @@ pub struct Engine {
     /// pages waits for them (its page base could be read from the backing
     /// before the bypass lands, and bring old bytes back over it).
     bypasses_in_flight: Vec<u32>,
+    /// Bypass write requests in flight (no bucket walk while there are none).
+    bypass_writes_live: u32,
     positions: Vec<u32>,
     stats: Stats,
 }
@@ -318,6 +320,7 @@ impl Engine {
             write_filter: vec![0; WRITE_FILTER_BUCKETS],
             backing_writes_in_flight: vec![0; WRITE_FILTER_BUCKETS],
             bypasses_in_flight: vec![0; WRITE_FILTER_BUCKETS],
+            bypass_writes_live: 0,
             positions: Vec::with_capacity(geometry.group_pages() as usize),
             stats: Stats::default(),
             config,

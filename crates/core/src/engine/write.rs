@@ -62,6 +62,9 @@ impl Engine {
     /// A bypass write to one of `ri`'s pages may be in flight (by filter
     /// bucket: a collision only delays).
     pub(super) fn overlaps_bypass(&self, ri: u32) -> bool {
+        if self.bypass_writes_live == 0 {
+            return false;
+        }
         let r = self.req(ri);
         self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
             self.bypasses_in_flight[Self::write_bucket(PageKey::new(r.volume, p.page))] > 0
@@ -177,6 +180,7 @@ impl Engine {
             self.backing_writes_in_flight[bucket] += 1;
             self.bypasses_in_flight[bucket] += around as u32;
         }
+        self.bypass_writes_live += around as u32;
         self.req_mut(ri).pending += 1;
         let io = self.new_io(IoCtx::WriteBacking { req: ri, around });
         self.commands.push_back(IoCommand::WriteBacking {
