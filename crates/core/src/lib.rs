@@ -7,6 +7,7 @@ pub mod config;
 pub mod engine;
 pub mod geometry;
 pub mod index;
+pub mod metrics;
 pub mod policy;
 pub mod time;
 pub mod types;

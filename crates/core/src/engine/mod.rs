@@ -25,6 +25,7 @@ pub use stats::Stats;
 use crate::command::*;
 use crate::config::{ConfigError, EngineConfig};
 use crate::geometry::{Geometry, PagePiece};
+use crate::metrics::{MetricKind, MetricsVisitor};
 use crate::policy::admission::{build_admission, Admission, Admit, WriteInfo};
 use crate::policy::destage_order::{Candidates, DestageOrder, GroupHit, DESTAGE_ORDERS};
 use crate::policy::destage_rate::{DestageRate, RateInput, DESTAGE_RATES};
@@ -463,6 +464,73 @@ impl Engine {
     }
     pub fn stop_drain(&mut self) {
         self.draining = false;
+    }
+
+    /// Report every counter and gauge of the engine and its policies.
+    pub fn visit_metrics(&self, v: &mut dyn MetricsVisitor) {
+        self.stats.visit(v);
+        let (low, high) = self.thresholds_pages();
+        let gauges = [
+            (
+                "dirty_pages",
+                "Pages newer in the cache than on the backing.",
+                self.dirty_pages(),
+            ),
+            (
+                "dirty_groups",
+                "Write groups holding dirty pages.",
+                self.dirty_groups() as u64,
+            ),
+            (
+                "clean_pages",
+                "Clean cached pages (replaceable).",
+                self.replacement.len() as u64,
+            ),
+            (
+                "capacity_pages",
+                "Page slots of the cache device.",
+                self.capacity_pages(),
+            ),
+            (
+                "free_slots",
+                "Slots holding no page version.",
+                self.slots.free_count(),
+            ),
+            (
+                "destage_low_threshold_pages",
+                "Dirty pages below which destaging stops.",
+                low,
+            ),
+            (
+                "destage_high_threshold_pages",
+                "Dirty pages from which destaging runs at full rate.",
+                high,
+            ),
+            (
+                "requests_in_flight",
+                "Requests admitted or stalled, not yet answered.",
+                self.reqs_live as u64,
+            ),
+            (
+                "stalled_requests",
+                "Writes waiting for room.",
+                self.stalled.len() as u64,
+            ),
+            (
+                "destages_in_flight",
+                "Destage requests outstanding.",
+                self.destages_in_flight as u64,
+            ),
+            (
+                "metadata_bytes",
+                "Heap bytes of engine metadata.",
+                self.metadata_bytes() as u64,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            v.metric(MetricKind::Gauge, name, help, value);
+        }
+        self.admission.report(v);
     }
 
     /// Heap bytes of all engine metadata (directory, groups, policies, queues).

@@ -17,18 +17,36 @@ macro_rules! counters {
                     $($name: self.$name - earlier.$name,)*
                 }
             }
+
+            /// Report every counter, named as its field, its doc as help.
+            pub fn visit(&self, v: &mut dyn MetricsVisitor) {
+                $(v.metric(
+                    MetricKind::Counter,
+                    stringify!($name),
+                    concat!("", $($doc),*).trim_start(),
+                    u64::try_from(self.$name).unwrap_or(u64::MAX),
+                );)*
+            }
         }
     };
 }
 
+use crate::metrics::{MetricKind, MetricsVisitor};
+
 counters! {
+    /// Read requests.
     reads: u64,
     /// Reads whose every page was in the cache.
     read_hits: u64,
+    /// Pages read (a request counts each page it touches).
     read_pages: u64,
+    /// Of those, pages found in the cache.
     read_page_hits: u64,
+    /// Pages of read misses inserted into the cache as clean copies.
     read_inserts: u64,
+    /// Write and write-zeroes requests admitted (after any stall).
     writes: u64,
+    /// Pages written (a request counts each page it touches).
     write_pages: u64,
     /// Written pages whose latest version was already dirty in the cache.
     write_page_hits: u64,
@@ -42,13 +60,17 @@ counters! {
     /// Write requests sent to the backing only (write-around, or not
     /// admitted), their cached clean copies dropped.
     write_bypasses: u64,
+    /// Trim requests.
     trims: u64,
+    /// Flush requests.
     flushes: u64,
     /// Write requests that found no room and waited for destages.
     stalls: u64,
+    /// Time stalled writes waited for room, summed.
     stall_ns_total: u64,
     /// Destage requests issued (one contiguous run within a group each).
     destages: u64,
+    /// Pages those destages wrote to the backing.
     destaged_pages: u64,
     /// Groups picked by the destage order.
     destage_picks: u64,
@@ -56,9 +78,13 @@ counters! {
     destage_skips: u64,
     /// Sum over consecutive destage pairs of |start address difference|, in 512 B sectors.
     destage_distance_sectors_sum: u128,
+    /// Consecutive destage pairs in that sum.
     destage_distance_pairs: u64,
+    /// Destages that failed (their pages stay dirty and are retried).
     destage_errors: u64,
+    /// Clean pages evicted to make room.
     evictions: u64,
+    /// Requests and slot frees that failed with a device error.
     io_errors: u64,
 }
 

@@ -20,6 +20,7 @@ pub use sequential_cutoff::SequentialCutoff;
 pub use super::registry::UnknownPolicy;
 use super::registry::{Entry, Registry};
 use crate::command::RequestFlags;
+use crate::metrics::MetricsVisitor;
 use crate::types::VolumeId;
 
 /// A write as admission sees it.
@@ -47,6 +48,8 @@ pub trait Admission: Send {
     fn metadata_bytes(&self) -> usize {
         0
     }
+    /// Report the policy's own metrics (names prefixed `admission_`).
+    fn report(&self, _: &mut dyn MetricsVisitor) {}
 }
 
 /// The admission policies; a new one adds its file and its line here.

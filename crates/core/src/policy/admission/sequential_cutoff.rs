@@ -10,6 +10,7 @@
 //! forgotten first.
 
 use super::{Admission, Admit, WriteInfo};
+use crate::metrics::{MetricKind, MetricsVisitor};
 use crate::types::VolumeId;
 
 /// Streams tracked at once (bcache tracks 128 per cache set; a handful of
@@ -93,6 +94,15 @@ impl Admission for SequentialCutoff {
     }
     fn metadata_bytes(&self) -> usize {
         self.streams.capacity() * std::mem::size_of::<Stream>() + self.inner.metadata_bytes()
+    }
+    fn report(&self, v: &mut dyn MetricsVisitor) {
+        v.metric(
+            MetricKind::Gauge,
+            "admission_sequential_streams",
+            "Sequential streams the cutoff tracks now.",
+            self.streams.len() as u64,
+        );
+        self.inner.report(v);
     }
 }
 
