@@ -8,6 +8,7 @@ pub mod engine;
 pub mod geometry;
 pub mod index;
 pub mod policy;
+pub mod reference;
 pub mod time;
 pub mod types;
 

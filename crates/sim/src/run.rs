@@ -166,14 +166,17 @@ impl Simulation {
                 have_bytes: cache.capacity_bytes(),
             });
         }
+        let cache_slots = config.cache_slots;
         let mut engine = Engine::new(config)?;
         // Volumes sit one after another on the backing device.
         let mut volume_base_bytes = Vec::new();
+        let mut volume_sizes_bytes = Vec::new();
         let mut base = 0u64;
         for size in workload.volume_sizes_bytes() {
             let size = size.div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
             engine.add_volume(size)?;
             volume_base_bytes.push(base);
+            volume_sizes_bytes.push(size);
             base += size;
         }
         if base > backing.capacity_bytes() {
@@ -196,7 +199,7 @@ impl Simulation {
             arrivals: HashMap::default(),
             backlog: Vec::new(),
             first_rejection: None,
-            data: check_data.then(|| DataModel::new(page_bytes)),
+            data: check_data.then(|| DataModel::new(page_bytes, cache_slots, &volume_sizes_bytes)),
             done: Vec::new(),
             now: Nanos::ZERO,
         })
