@@ -97,6 +97,109 @@ impl Partial {
     };
 }
 
+/// Where a device access of a command goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The cache device's page data; offsets are `slot × page size`.
+    Slots,
+    /// The cache device's records (`FreeSlots`).
+    Records,
+    /// A backing volume; offsets within it.
+    Backing(VolumeId),
+}
+
+/// One device access of a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub target: Target,
+    pub write: bool,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+}
+
+/// The device accesses a command makes, in order: the first, and the one
+/// that starts when the first is done (a page write after reading its base,
+/// a destage's backing write after reading its slots). A page write's record
+/// goes with its data write (`docs/on-disk-format.md`).
+pub fn accesses(cmd: &IoCommand, page_size_bytes: u64) -> (Access, Option<Access>) {
+    let p = page_size_bytes;
+    let access = |target, write, offset_bytes, len_bytes| Access {
+        target,
+        write,
+        offset_bytes,
+        len_bytes,
+    };
+    match cmd {
+        IoCommand::FreeSlots { slots, .. } => (
+            access(Target::Records, true, 0, slots.len() as u64 * 32),
+            None,
+        ),
+        IoCommand::WritePage { slot, base, .. } => {
+            let write = access(Target::Slots, true, slot.0 as u64 * p, p);
+            match *base {
+                PageBase::None => (write, None),
+                PageBase::Slot(old) => (
+                    access(Target::Slots, false, old.0 as u64 * p, p),
+                    Some(write),
+                ),
+                PageBase::Backing { volume, page } => (
+                    access(Target::Backing(volume), false, page.0 * p, p),
+                    Some(write),
+                ),
+            }
+        }
+        IoCommand::ReadPage {
+            slot,
+            page_offset_bytes,
+            len_bytes,
+            ..
+        } => (
+            access(
+                Target::Slots,
+                false,
+                slot.0 as u64 * p + *page_offset_bytes as u64,
+                *len_bytes as u64,
+            ),
+            None,
+        ),
+        IoCommand::ReadBacking {
+            volume,
+            offset_bytes,
+            len_bytes,
+            ..
+        } => (
+            access(Target::Backing(*volume), false, *offset_bytes, *len_bytes),
+            None,
+        ),
+        IoCommand::WriteBacking {
+            volume,
+            offset_bytes,
+            len_bytes,
+            ..
+        } => (
+            access(Target::Backing(*volume), true, *offset_bytes, *len_bytes),
+            None,
+        ),
+        IoCommand::Destage {
+            volume,
+            first_page,
+            slots,
+            ..
+        } => {
+            let n = slots.len() as u64;
+            (
+                access(Target::Slots, false, slots[0].0 as u64 * p, p * n),
+                Some(access(
+                    Target::Backing(*volume),
+                    true,
+                    first_page.0 * p,
+                    p * n,
+                )),
+            )
+        }
+    }
+}
+
 /// In-memory devices: the cache device's slots and records, the backing
 /// volumes.
 pub struct Reference<T: Unit> {

@@ -5,9 +5,9 @@
 //! completes, exactly as a driver moving real bytes would.
 
 use rustc_hash::FxHashMap as HashMap;
-use wcache_core::reference::Reference;
+use wcache_core::reference::{Partial, Reference};
 use wcache_core::types::VolumeId;
-use wcache_core::IoCommand;
+use wcache_core::{IoCommand, RecoveredSlot};
 
 pub const SECTOR_BYTES: u64 = 512;
 
@@ -198,7 +198,55 @@ impl DataModel {
         self.devices.execute(cmd, &mut self.bufs);
     }
 
+    pub fn sectors_per_page(&self) -> usize {
+        self.devices.units_per_page()
+    }
+
+    /// The cache device lies about durability: it may lose its last
+    /// `writes` completed writes at a crash.
+    pub fn set_volatile_writes(&mut self, writes: usize) {
+        self.devices.set_volatile_writes(writes);
+    }
+
+    /// What landed of a command in flight at a crash.
+    pub fn apply_partial(&mut self, cmd: &IoCommand, partial: Partial) {
+        self.devices.apply_partial(cmd, partial, &mut self.bufs);
+    }
+
+    /// Power fails (after `apply_partial` of the commands in flight): requests
+    /// in flight are never answered, so each sector a write in flight covered
+    /// may hold the old or the new data; then, once a read sees it, only
+    /// that. With `lose_cache` the cache device is gone, and when it held the
+    /// only copy of acknowledged data (`cache_only_copy`, write-back) nothing
+    /// is promised any more. Returns the records recovery trusts and how many
+    /// acknowledged cache writes a lying device lost.
+    pub fn crash(
+        &mut self,
+        lose_cache: bool,
+        cache_only_copy: bool,
+    ) -> (Vec<RecoveredSlot>, usize) {
+        let lost = self.devices.lose_volatile();
+        if lose_cache {
+            self.devices.lose_cache();
+        }
+        for m in self.model.values_mut() {
+            if let Some(a) = &mut m.acked {
+                a.extend(m.inflight.iter().map(|&(x, _)| x));
+            }
+            m.inflight.clear();
+            m.recent_acks.clear();
+            if lose_cache && cache_only_copy {
+                m.acked = None;
+            }
+        }
+        self.reads.clear();
+        self.writes.clear();
+        self.bufs.clear();
+        (self.devices.recoverable(), lost)
+    }
+
     /// After a full drain: every sector's backing stamp must be allowed.
+    /// Returns the sectors checked.
     pub fn check_backing(&self) -> Result<u64, IntegrityError> {
         let mut checked = 0;
         for (&(volume, sector), m) in &self.model {

@@ -4,6 +4,7 @@
 pub mod checker;
 pub mod device;
 pub mod experiment;
+pub mod faults;
 pub mod run;
 pub mod workload;
 
