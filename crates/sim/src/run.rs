@@ -150,6 +150,8 @@ pub struct Simulation {
     crash_at: Option<u64>,
     device_writes: u64,
     crash_pending: bool,
+    /// The final drain has started (a recovered engine drains too).
+    draining: bool,
     /// Completions held back by latency spikes.
     delayed: Vec<DevCompletion>,
     cache: Box<dyn DeviceModel>,
@@ -217,6 +219,7 @@ impl Simulation {
             crash_at: None,
             device_writes: 0,
             crash_pending: false,
+            draining: false,
             delayed: Vec::new(),
             cache,
             backing,
@@ -497,6 +500,9 @@ impl Simulation {
         self.dev_ops.clear();
         self.delayed.clear();
         self.engine = Engine::recover(self.config.clone(), &self.volume_sizes_bytes, found)?;
+        if self.draining {
+            self.engine.start_drain();
+        }
         // Requests in flight are never answered; their clients go on.
         let waiting: Vec<u64> = self.backlog.iter().map(|r| r.id.0).collect();
         let mut lost_requests: Vec<u64> = self
@@ -624,6 +630,7 @@ impl Simulation {
                 }
                 // Finish what is in flight, destage everything, then check the backing.
                 draining = true;
+                self.draining = true;
                 self.engine.start_drain();
                 self.pump(&mut m)?;
             }
