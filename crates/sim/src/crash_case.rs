@@ -57,7 +57,7 @@ impl CrashCase {
         let mut faults = format!(
             "torn,cache-read-eio={eio},cache-write-eio={eio},backing-read-eio={eio},backing-write-eio={eio},spike=0.02:5"
         );
-        if (h >> 8) % 4 == 0 {
+        if (h >> 8).is_multiple_of(4) {
             faults.push_str(",lose-cache");
         }
         if !extra.is_empty() {
