@@ -34,6 +34,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of its largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Simulate: a named experiment (wow-random, wow-spc1, wow-latency) or, with no name, one configuration.
