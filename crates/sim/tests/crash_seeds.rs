@@ -106,3 +106,31 @@ fn a_cache_device_that_lies_about_durability_is_caught() {
     assert_eq!(again, error);
     println!("caught at seed {}: {error}\nreplay: {command}", case.seed);
 }
+
+/// Crash points: one script per write policy, crashed at device write k for
+/// every k from 1 until the script finishes without reaching k.
+#[test]
+fn every_crash_point_of_one_script_keeps_acknowledged_writes() {
+    for policy in [
+        WritePolicy::WriteBack,
+        WritePolicy::WriteThrough,
+        WritePolicy::WriteAround,
+    ] {
+        let mut case = CrashCase::for_seed(policy, 11, 400, "");
+        case.faults = "torn".into();
+        let mut points = 0;
+        for k in 1.. {
+            case.crash_at = k;
+            match case.run() {
+                Ok(r) if r.faults.crashes == 0 => break,
+                Ok(_) => points += 1,
+                Err(e) => panic!(
+                    "{policy:?} crash at write {k} failed: {e}\nreplay: {}",
+                    case.command_line()
+                ),
+            }
+        }
+        assert!(points > 250, "{policy:?}: only {points} crash points");
+        println!("{policy:?}: {points} crash points");
+    }
+}
