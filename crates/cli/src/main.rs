@@ -70,7 +70,7 @@ struct SimArgs {
     #[arg(long)]
     check: bool,
     /// Inject faults into one run: comma-separated items,
-    /// {cache|backing}-{read|write}-eio=P or =@K, torn, lose-cache, lie=N,
+    /// {cache|backing}-{read|write}-eio=P or =@K, eio-lands, torn, lose-cache, lie=N,
     /// spike=P:MS, seed=N (docs/sim-faults.md).
     #[arg(long, value_name = "SPEC")]
     faults: Option<String>,

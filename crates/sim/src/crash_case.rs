@@ -49,7 +49,8 @@ fn write_share(policy: WritePolicy) -> u64 {
 impl CrashCase {
     /// Seed `seed`'s case: a crash point among the run's device writes and
     /// a fault plan (EIO on either device, latency spikes, torn writes; the
-    /// cache device is lost at every fourth seed's crash), plus `extra`
+    /// cache device is lost at every fourth seed's crash, and failed writes
+    /// land at every third seed), plus `extra`
     /// fault items.
     pub fn for_seed(policy: WritePolicy, seed: u64, requests: u64, extra: &str) -> CrashCase {
         let h = mix(seed);
@@ -59,6 +60,9 @@ impl CrashCase {
         );
         if (h >> 8).is_multiple_of(4) {
             faults.push_str(",lose-cache");
+        }
+        if (h >> 12).is_multiple_of(3) {
+            faults.push_str(",eio-lands");
         }
         if !extra.is_empty() {
             faults.push(',');

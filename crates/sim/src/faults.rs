@@ -43,6 +43,10 @@ pub struct FaultPlan {
     pub torn: bool,
     /// At the crash the cache device is lost (a blank one replaces it).
     pub lose_cache: bool,
+    /// A failed write lands whole before its error is reported (the error
+    /// came from the flush after it). Without it a failed operation changes
+    /// nothing.
+    pub eio_lands: bool,
     /// A lying cache device: its last this-many completed writes are lost
     /// at a crash although it reported them durable.
     pub lie_writes: usize,
@@ -59,6 +63,7 @@ impl Default for FaultPlan {
             eio: [Trigger::Never; 4],
             torn: false,
             lose_cache: false,
+            eio_lands: false,
             lie_writes: 0,
             spike_probability: 0.0,
             spike_ns: 0,
@@ -78,7 +83,7 @@ impl FaultPlan {
     /// The syntax, for error messages and `--help`.
     pub const SYNTAX: &'static str = "comma-separated items: \
         {cache|backing}-{read|write}-eio=P (probability 0..1) or =@K (the K-th such operation); \
-        torn; lose-cache; lie=N (the cache device loses its last N acknowledged writes at a crash); \
+        eio-lands (a failed write lands before its error); torn; lose-cache; lie=N (the cache device loses its last N acknowledged writes at a crash); \
         spike=P:MS (with probability P an operation completes MS milliseconds late); seed=N";
 
     pub fn parse(spec: &str) -> Result<FaultPlan, FaultSpecError> {
@@ -105,6 +110,10 @@ impl FaultPlan {
                 "lose-cache" => {
                     no_value(value)?;
                     plan.lose_cache = true;
+                }
+                "eio-lands" => {
+                    no_value(value)?;
+                    plan.eio_lands = true;
                 }
                 "lie" => {
                     plan.lie_writes = need()?

@@ -440,7 +440,12 @@ impl Simulation {
         }
         let (cmd, pending) = self.commands.remove(&io).expect("command in flight");
         if pending.failed {
-            // A failed operation changes nothing on the device (docs/sim-faults.md).
+            // A failed operation changes nothing on the device, unless the
+            // plan says failed writes land (docs/sim-faults.md).
+            let lands = pending.writing && self.faults.as_ref().is_some_and(|f| f.plan.eio_lands);
+            if let (true, Some(d)) = (lands, &mut self.data) {
+                d.execute(&cmd);
+            }
             self.engine
                 .handle_completion(self.now, IoId(io), Err(IoError::Io))?;
             return Ok(());
