@@ -346,6 +346,18 @@ impl<T: Unit> Reference<T> {
             .push_back((slot, self.slots[slot as usize].clone()));
     }
 
+    /// How many units a command writes (for `FreeSlots`, records): the
+    /// range a torn write lands a prefix of. 0 for reads.
+    pub fn written_units(&self, cmd: &IoCommand) -> usize {
+        match cmd {
+            IoCommand::FreeSlots { slots, .. } => slots.len(),
+            IoCommand::WritePage { .. } => self.units_per_page,
+            IoCommand::WriteBacking { len_bytes, .. } => self.units(*len_bytes),
+            IoCommand::Destage { slots, .. } => slots.len() * self.units_per_page,
+            IoCommand::ReadPage { .. } | IoCommand::ReadBacking { .. } => 0,
+        }
+    }
+
     /// Perform a completed command: everything it writes is durable.
     pub fn execute(&mut self, cmd: &IoCommand, bufs: &mut impl RequestBuffers<T>) {
         self.apply_partial(cmd, Partial::ALL, bufs);

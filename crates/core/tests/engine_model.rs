@@ -8,7 +8,7 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
-use wcache_core::reference::Reference;
+use wcache_core::reference::{Partial, Reference};
 use wcache_core::time::Nanos;
 use wcache_core::types::{RequestId, VolumeId};
 use wcache_core::*;
@@ -315,15 +315,27 @@ impl Harness {
         self.pump();
     }
 
-    /// Lose power: every command in flight is lost (a page write in flight
-    /// never happened; a torn one is what the driver's data checksum rejects),
-    /// the engine restarts from the slot records, and bytes of requests in
-    /// flight may hold the old or the new value — but must then stay put.
+    /// Lose power: every command in flight is lost, each of its writes
+    /// landing torn (a prefix of its bytes, chosen by the crash count; a page
+    /// write's record or not, which the data checksum then judges), the
+    /// engine restarts from the slot records recovery trusts, and bytes of
+    /// requests in flight may hold the old or the new value — but must then
+    /// stay put.
     fn crash(&mut self) {
         if !self.config.persistent {
             return;
         }
         self.crashes += 1;
+        let pending = std::mem::take(&mut self.pending);
+        for (i, cmd) in pending.iter().enumerate() {
+            let h = (self.crashes * 1_000 + i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let units = self.devices.written_units(cmd);
+            let partial = Partial {
+                units: (h >> 33) as usize % (units + 1),
+                record: (h >> 17) & 1 == 1,
+            };
+            self.devices.apply_partial(cmd, partial, &mut self.bufs);
+        }
         let found = self.devices.recoverable();
         let sizes: Vec<u64> = self.vol_sizes.iter().map(|&s| s as u64).collect();
         self.engine = Engine::recover(self.config.clone(), &sizes, found).unwrap();

@@ -198,8 +198,9 @@ impl DataModel {
         self.devices.execute(cmd, &mut self.bufs);
     }
 
-    pub fn sectors_per_page(&self) -> usize {
-        self.devices.units_per_page()
+    /// Sectors `cmd` writes (records for `FreeSlots`).
+    pub fn written_sectors(&self, cmd: &IoCommand) -> usize {
+        self.devices.written_units(cmd)
     }
 
     /// The cache device lies about durability: it may lose its last

@@ -482,14 +482,7 @@ impl Simulation {
             if !pending.writing {
                 continue; // still reading: nothing written yet
             }
-            let units = match cmd {
-                IoCommand::FreeSlots { slots, .. } => slots.len(),
-                IoCommand::WritePage { .. } => data.sectors_per_page(),
-                IoCommand::WriteBacking { len_bytes, .. } => (len_bytes / SECTOR_BYTES) as usize,
-                IoCommand::Destage { slots, .. } => slots.len() * data.sectors_per_page(),
-                IoCommand::ReadPage { .. } | IoCommand::ReadBacking { .. } => 0,
-            };
-            if let Some((landed, record)) = faults.torn(units) {
+            if let Some((landed, record)) = faults.torn(data.written_sectors(cmd)) {
                 data.apply_partial(
                     cmd,
                     Partial {
