@@ -71,7 +71,7 @@ struct SimArgs {
     check: bool,
     /// Inject faults into one run: comma-separated items,
     /// {cache|backing}-{read|write}-eio=P or =@K, eio-lands, torn, lose-cache, lie=N,
-    /// spike=P:MS, seed=N (docs/sim-faults.md).
+    /// spike=P:MS, crashes=M, seed=N (docs/sim-faults.md).
     #[arg(long, value_name = "SPEC")]
     faults: Option<String>,
     /// Crash when the K-th device write is submitted, then recover from the

@@ -49,8 +49,9 @@ fn write_share(policy: WritePolicy) -> u64 {
 impl CrashCase {
     /// Seed `seed`'s case: a crash point among the run's device writes and
     /// a fault plan (EIO on either device, latency spikes, torn writes; the
-    /// cache device is lost at every fourth seed's crash, and failed writes
-    /// land at every third seed), plus `extra`
+    /// cache device is lost at every fourth seed's crash, failed writes
+    /// land at every third seed, and every fourth crashes several times),
+    /// plus `extra`
     /// fault items.
     pub fn for_seed(policy: WritePolicy, seed: u64, requests: u64, extra: &str) -> CrashCase {
         let h = mix(seed);
@@ -64,6 +65,13 @@ impl CrashCase {
         if (h >> 12).is_multiple_of(3) {
             faults.push_str(",eio-lands");
         }
+        let mut crash_at = 1 + (h >> 16) % (requests * write_share(policy) / 3);
+        if (h >> 20).is_multiple_of(4) {
+            // Crash again and again, a few dozen writes apart: crashes
+            // while a recovered engine frees its old versions.
+            crash_at = 1 + (h >> 16) % 60;
+            faults.push_str(&format!(",crashes={}", 2 + (h >> 24) % 4));
+        }
         if !extra.is_empty() {
             faults.push(',');
             faults.push_str(extra);
@@ -74,7 +82,7 @@ impl CrashCase {
             faults,
             // Within the run's device writes: about two per write under
             // write-back and write-through, one under write-around.
-            crash_at: 1 + (h >> 16) % (requests * write_share(policy) / 3),
+            crash_at,
             requests,
         }
     }

@@ -47,6 +47,9 @@ pub struct FaultPlan {
     /// came from the flush after it). Without it a failed operation changes
     /// nothing.
     pub eio_lands: bool,
+    /// With `--crash-at K`: power fails at device writes K, 2K, … this many
+    /// times (crashes during recovery and right after it included).
+    pub crashes: u64,
     /// A lying cache device: its last this-many completed writes are lost
     /// at a crash although it reported them durable.
     pub lie_writes: usize,
@@ -64,6 +67,7 @@ impl Default for FaultPlan {
             torn: false,
             lose_cache: false,
             eio_lands: false,
+            crashes: 1,
             lie_writes: 0,
             spike_probability: 0.0,
             spike_ns: 0,
@@ -84,7 +88,8 @@ impl FaultPlan {
     pub const SYNTAX: &'static str = "comma-separated items: \
         {cache|backing}-{read|write}-eio=P (probability 0..1) or =@K (the K-th such operation); \
         eio-lands (a failed write lands before its error); torn; lose-cache; lie=N (the cache device loses its last N acknowledged writes at a crash); \
-        spike=P:MS (with probability P an operation completes MS milliseconds late); seed=N";
+        spike=P:MS (with probability P an operation completes MS milliseconds late); \
+        crashes=M (with --crash-at K: crash at writes K, 2K, ... M times); seed=N";
 
     pub fn parse(spec: &str) -> Result<FaultPlan, FaultSpecError> {
         let mut plan = FaultPlan::default();
@@ -119,6 +124,12 @@ impl FaultPlan {
                     plan.lie_writes = need()?
                         .parse()
                         .map_err(|_| bad("N must be a whole number of writes"))?;
+                }
+                "crashes" => {
+                    plan.crashes = match need()?.parse::<u64>() {
+                        Ok(m) if m >= 1 => m,
+                        _ => return Err(bad("M must be a whole number of crashes, at least 1")),
+                    };
                 }
                 "seed" => {
                     plan.seed = Some(
@@ -279,6 +290,9 @@ mod tests {
         assert_eq!(p.spike_ns, 2_500_000);
         assert_eq!(p.seed, Some(9));
         assert!(FaultPlan::parse("").unwrap().is_empty());
+        assert_eq!(FaultPlan::parse("crashes=3").unwrap().crashes, 3);
+        let e = FaultPlan::parse("crashes=0").unwrap_err().to_string();
+        assert!(e.contains("at least 1"), "{e}");
     }
 
     #[test]

@@ -146,7 +146,8 @@ pub struct Simulation {
     config: EngineConfig,
     volume_sizes_bytes: Vec<u64>,
     faults: Option<Faults>,
-    /// Crash when the k-th device write (cache or backing) is submitted.
+    /// Crash when the k-th device write (cache or backing) is submitted
+    /// (and at 2k, 3k, ... as the plan's `crashes` says).
     crash_at: Option<u64>,
     device_writes: u64,
     crash_pending: bool,
@@ -338,8 +339,11 @@ impl Simulation {
         };
         if is_write {
             self.device_writes += 1;
-            if self.crash_at == Some(self.device_writes) {
-                self.crash_pending = true;
+            if let (Some(k), Some(f)) = (self.crash_at, &self.faults) {
+                let n = self.device_writes;
+                if n.is_multiple_of(k) && n / k <= f.plan.crashes {
+                    self.crash_pending = true;
+                }
             }
         }
         self.dev_ops.insert(id, (io.0, fate));
