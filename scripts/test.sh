@@ -38,7 +38,7 @@ log "format"
 cargo fmt --all -- --check
 
 log "lints"
-cargo clippy --workspace --all-targets --release -- -D warnings
+cargo clippy --workspace --all-targets --profile ci -- -D warnings
 
 log "tests (profile ci: optimized, with debug assertions and overflow checks)"
 out=$(mktemp)

@@ -17,6 +17,7 @@ use wcache_core::policy::destage_rate::{RateConfig, DESTAGE_RATES};
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_models::{build_device, build_device_with, HddParams};
 use wcache_sim::experiment::{self, wow};
+use wcache_sim::faults::FaultPlan;
 use wcache_sim::workload::{
     HrrwModel, Loop, RandomConfig, Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec,
     OUTSTANDING_MAX_DEFAULT,
@@ -67,6 +68,15 @@ struct SimArgs {
     /// Check every read against the data model (slow).
     #[arg(long)]
     check: bool,
+    /// Inject faults into one run: comma-separated items,
+    /// {cache|backing}-{read|write}-eio=P or =@K, eio-lands, torn, lose-cache, lie=N,
+    /// spike=P:MS, crashes=M, seed=N (docs/sim-faults.md).
+    #[arg(long, value_name = "SPEC")]
+    faults: Option<String>,
+    /// Crash when the K-th device write is submitted, then recover from the
+    /// cache device's records and go on (a persistent engine; implies --check).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    crash_at: Option<u64>,
     #[command(flatten)]
     one: OneRun,
 }
@@ -200,6 +210,9 @@ fn sim(args: SimArgs) -> Result<(), AnyError> {
         }
     }
     match &args.experiment {
+        Some(_) if args.faults.is_some() || args.crash_at.is_some() => {
+            Err("--faults and --crash-at apply to one run, not to a named experiment".into())
+        }
         Some(_) if args.one.timeline.is_some() => {
             Err("--timeline records one run; it does not apply to a named experiment".into())
         }
@@ -329,7 +342,11 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         read_insert: o.read_cache,
         keep_clean: o.read_cache,
         requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
-        persistent: false,
+        persistent: args.crash_at.is_some(),
+    };
+    let faults = match &args.faults {
+        Some(spec) => FaultPlan::parse(spec).map_err(|e| format!("--faults: {e}"))?,
+        None => FaultPlan::default(),
     };
     let footprint = o.footprint.unwrap_or(backing.capacity_bytes()) / 4096 * 4096;
     let outstanding = o.outstanding.unwrap_or(16);
@@ -384,6 +401,9 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     };
     let workload = spec.build(o.seed)?;
     let mut sim = Simulation::new(engine, cache, backing, workload, args.check)?;
+    if args.faults.is_some() || args.crash_at.is_some() {
+        sim = sim.with_faults(faults, o.seed, args.crash_at)?;
+    }
     let limits = RunLimits {
         warmup_requests: o.warmup,
         measure_requests: o.requests,
@@ -465,10 +485,21 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         "occupancy mean      {:.0} pages, thresholds {:?}",
         r.occupancy_pages_mean, r.thresholds_pages
     );
-    if args.check {
+    if args.faults.is_some() || args.crash_at.is_some() {
+        let f = &r.faults;
+        println!(
+            "faults              {} EIO, {} latency spikes, {} crashes ({} torn writes, {} acknowledged cache writes lost by the device)",
+            f.eio, f.spikes, f.crashes, f.torn_writes, f.lost_writes
+        );
+    }
+    if args.check || args.crash_at.is_some() {
         println!(
             "data checked        {} sectors, all correct",
             r.sectors_checked
+        );
+        println!(
+            "backing checked     {} sectors after the final drain, all correct",
+            r.backing_sectors_checked
         );
     }
     Ok(())

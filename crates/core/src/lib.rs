@@ -9,6 +9,7 @@ pub mod geometry;
 pub mod index;
 pub mod metrics;
 pub mod policy;
+pub mod reference;
 pub mod time;
 pub mod types;
 

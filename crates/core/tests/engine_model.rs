@@ -8,8 +8,9 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
+use wcache_core::reference::{Partial, Reference};
 use wcache_core::time::Nanos;
-use wcache_core::types::{RequestId, SlotIndex, VolumeId};
+use wcache_core::types::{RequestId, VolumeId};
 use wcache_core::*;
 
 /// Expected content of one byte. Writes that overlap in time may land in
@@ -39,9 +40,9 @@ struct PendingRead {
 
 struct Harness {
     engine: Engine,
-    page: usize,
-    cache: Vec<u8>,
-    backing: Vec<Vec<u8>>,
+    /// The cache device (slots and their records) and the backing volumes,
+    /// byte by byte: every command is executed by the reference interpreter.
+    devices: Reference<u8>,
     model: Vec<Vec<ByteModel>>,
     bufs: HashMap<u64, Vec<u8>>,
     writes: HashMap<u64, (usize, usize, usize, u64)>, // id -> (vol, off, len, seq)
@@ -56,8 +57,6 @@ struct Harness {
     ticks: u64,
     config: EngineConfig,
     vol_sizes: Vec<usize>,
-    /// Slot records on the (simulated) cache device: written with a page, erased by FreeSlots.
-    records: HashMap<u32, SlotRecord>,
     crashes: u64,
 }
 
@@ -75,14 +74,12 @@ fn value(seq: u64, vol: usize, byte: usize) -> u8 {
 
 impl Harness {
     fn new(config: EngineConfig, vol_sizes: &[usize], fail_every: u64) -> Harness {
-        let page = config.page_size_bytes as usize;
-        let slots = config.cache_slots as usize;
         let mut engine = Engine::new(config.clone()).unwrap();
-        let mut backing = Vec::new();
+        let sizes: Vec<u64> = vol_sizes.iter().map(|&s| s as u64).collect();
+        let devices = Reference::new(config.page_size_bytes, 1, config.cache_slots, &sizes);
         let mut model = Vec::new();
         for (v, &size) in vol_sizes.iter().enumerate() {
             assert_eq!(engine.add_volume(size as u64).unwrap(), VolumeId(v as u16));
-            backing.push(vec![0u8; size]);
             model.push(vec![
                 ByteModel {
                     acked: Some(vec![0]),
@@ -95,9 +92,7 @@ impl Harness {
         }
         Harness {
             engine,
-            page,
-            cache: vec![0xEE; slots * page],
-            backing,
+            devices,
             model,
             bufs: HashMap::new(),
             writes: HashMap::new(),
@@ -112,7 +107,6 @@ impl Harness {
             ticks: 0,
             config,
             vol_sizes: vol_sizes.to_vec(),
-            records: HashMap::new(),
             crashes: 0,
         }
     }
@@ -303,16 +297,6 @@ impl Harness {
         }
     }
 
-    fn src_bytes(&self, src: Source, len: usize) -> Vec<u8> {
-        match src {
-            Source::Zero => vec![0; len],
-            Source::Request { req, offset_bytes } => {
-                let o = offset_bytes as usize;
-                self.bufs[&req.0][o..o + len].to_vec()
-            }
-        }
-    }
-
     /// Execute one pending command (the `k`-th, modulo) and complete it.
     fn complete(&mut self, k: usize) {
         if self.pending.is_empty() {
@@ -321,90 +305,8 @@ impl Harness {
         let cmd = self.pending.remove(k % self.pending.len());
         self.completions += 1;
         let fail = self.fail_every > 0 && self.completions.is_multiple_of(self.fail_every);
-        let p = self.page;
         if !fail {
-            match &cmd {
-                IoCommand::WritePage {
-                    slot, base, patch, ..
-                } => {
-                    let slot = *slot;
-                    let mut page = match *base {
-                        PageBase::None => vec![0xCD; p],
-                        PageBase::Slot(s) => self.cache[s.0 as usize * p..][..p].to_vec(),
-                        PageBase::Backing { volume, page } => {
-                            let b = &self.backing[volume.0 as usize];
-                            let start = page.0 as usize * p;
-                            let mut v = vec![0u8; p];
-                            let end = (start + p).min(b.len());
-                            v[..end - start].copy_from_slice(&b[start..end]);
-                            v
-                        }
-                    };
-                    let o = patch.page_offset_bytes as usize;
-                    let bytes = self.src_bytes(patch.src, patch.len_bytes as usize);
-                    page[o..o + bytes.len()].copy_from_slice(&bytes);
-                    self.cache[slot.0 as usize * p..][..p].copy_from_slice(&page);
-                    if let IoCommand::WritePage { record, .. } = &cmd {
-                        self.records.insert(slot.0, *record);
-                    }
-                }
-                IoCommand::FreeSlots { slots, .. } => {
-                    for s in slots {
-                        self.records.remove(&s.0);
-                    }
-                }
-                IoCommand::ReadPage {
-                    slot,
-                    page_offset_bytes,
-                    len_bytes,
-                    req,
-                    req_offset_bytes,
-                    ..
-                } => {
-                    let from = slot.0 as usize * p + *page_offset_bytes as usize;
-                    let bytes = self.cache[from..from + *len_bytes as usize].to_vec();
-                    let o = *req_offset_bytes as usize;
-                    self.bufs.get_mut(&req.0).unwrap()[o..o + bytes.len()].copy_from_slice(&bytes);
-                }
-                IoCommand::ReadBacking {
-                    volume,
-                    offset_bytes,
-                    len_bytes,
-                    req,
-                    req_offset_bytes,
-                    ..
-                } => {
-                    let b = &self.backing[volume.0 as usize];
-                    let bytes = b[*offset_bytes as usize..][..*len_bytes as usize].to_vec();
-                    let o = *req_offset_bytes as usize;
-                    self.bufs.get_mut(&req.0).unwrap()[o..o + bytes.len()].copy_from_slice(&bytes);
-                }
-                IoCommand::WriteBacking {
-                    volume,
-                    offset_bytes,
-                    len_bytes,
-                    src,
-                    ..
-                } => {
-                    let bytes = self.src_bytes(*src, *len_bytes as usize);
-                    self.backing[volume.0 as usize][*offset_bytes as usize..][..bytes.len()]
-                        .copy_from_slice(&bytes);
-                }
-                IoCommand::Destage {
-                    volume,
-                    first_page,
-                    slots,
-                    ..
-                } => {
-                    for (i, s) in slots.iter().enumerate() {
-                        let page = self.cache[s.0 as usize * p..][..p].to_vec();
-                        let b = &mut self.backing[volume.0 as usize];
-                        let start = (first_page.0 as usize + i) * p;
-                        let end = (start + p).min(b.len());
-                        b[start..end].copy_from_slice(&page[..end - start]);
-                    }
-                }
-            }
+            self.devices.execute(&cmd, &mut self.bufs);
         }
         let result = if fail { Err(IoError::Io) } else { Ok(()) };
         self.engine
@@ -413,23 +315,28 @@ impl Harness {
         self.pump();
     }
 
-    /// Lose power: every command in flight is lost (a page write in flight
-    /// never happened; a torn one is what the driver's data checksum rejects),
-    /// the engine restarts from the slot records, and bytes of requests in
-    /// flight may hold the old or the new value — but must then stay put.
+    /// Lose power: every command in flight is lost, each of its writes
+    /// landing torn (a prefix of its bytes, chosen by the crash count; a page
+    /// write's record or not, which the data checksum then judges), the
+    /// engine restarts from the slot records recovery trusts, and bytes of
+    /// requests in flight may hold the old or the new value — but must then
+    /// stay put.
     fn crash(&mut self) {
         if !self.config.persistent {
             return;
         }
         self.crashes += 1;
-        let found = self
-            .records
-            .iter()
-            .map(|(&slot, &record)| RecoveredSlot {
-                slot: SlotIndex(slot),
-                record,
-            })
-            .collect();
+        let pending = std::mem::take(&mut self.pending);
+        for (i, cmd) in pending.iter().enumerate() {
+            let h = (self.crashes * 1_000 + i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let units = self.devices.written_units(cmd);
+            let partial = Partial {
+                units: (h >> 33) as usize % (units + 1),
+                record: (h >> 17) & 1 == 1,
+            };
+            self.devices.apply_partial(cmd, partial, &mut self.bufs);
+        }
+        let found = self.devices.recoverable();
         let sizes: Vec<u64> = self.vol_sizes.iter().map(|&s| s as u64).collect();
         self.engine = Engine::recover(self.config.clone(), &sizes, found).unwrap();
         self.pending.clear();
@@ -476,10 +383,10 @@ impl Harness {
         for (v, vol) in self.model.iter().enumerate() {
             for (b, m) in vol.iter().enumerate() {
                 if let Some(a) = &m.acked {
+                    let got = self.devices.backing_unit(VolumeId(v as u16), b as u64);
                     assert!(
-                        a.contains(&self.backing[v][b]),
-                        "backing of vol {v} byte {b} after drain: {:#x} not in {a:x?}",
-                        self.backing[v][b]
+                        a.contains(&got),
+                        "backing of vol {v} byte {b} after drain: {got:#x} not in {a:x?}",
                     );
                 }
             }
@@ -737,7 +644,7 @@ fn write_around_bypass_is_not_undone_by_an_unfreed_older_record() {
         h.complete(0);
     }
     assert!(
-        !h.records.is_empty(),
+        h.devices.record_count() > 0,
         "the through-the-cache version's record is still on the device"
     );
     h.crash();

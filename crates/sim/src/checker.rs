@@ -5,7 +5,9 @@
 //! completes, exactly as a driver moving real bytes would.
 
 use rustc_hash::FxHashMap as HashMap;
-use wcache_core::{IoCommand, PageBase, Source};
+use wcache_core::reference::{Partial, Reference};
+use wcache_core::types::VolumeId;
+use wcache_core::{IoCommand, RecoveredSlot};
 
 pub const SECTOR_BYTES: u64 = 512;
 
@@ -37,11 +39,9 @@ pub struct IntegrityError {
 }
 
 pub struct DataModel {
-    sectors_per_page: u64,
-    /// Slot contents, created on first write.
-    cache: HashMap<u32, Vec<u64>>,
-    /// Backing contents per (volume, sector); absent = 0 (never written).
-    backing: HashMap<(u16, u64), u64>,
+    /// The cache slots and backing volumes, one stamp per sector; absent
+    /// backing sectors are 0 (never written).
+    devices: Reference<u64>,
     /// Request buffers, by request id, one stamp per sector.
     bufs: HashMap<u64, Vec<u64>>,
     model: HashMap<(u16, u64), SectorModel>,
@@ -56,11 +56,14 @@ fn stamp(req: u64, i: u64) -> u64 {
 }
 
 impl DataModel {
-    pub fn new(page_size_bytes: u64) -> DataModel {
+    pub fn new(page_size_bytes: u64, cache_slots: u64, volume_sizes_bytes: &[u64]) -> DataModel {
         DataModel {
-            sectors_per_page: page_size_bytes / SECTOR_BYTES,
-            cache: HashMap::default(),
-            backing: HashMap::default(),
+            devices: Reference::new(
+                page_size_bytes,
+                SECTOR_BYTES,
+                cache_slots,
+                volume_sizes_bytes,
+            ),
             bufs: HashMap::default(),
             model: HashMap::default(),
             reads: HashMap::default(),
@@ -190,121 +193,66 @@ impl DataModel {
         Ok(())
     }
 
-    fn src(&self, src: Source, sectors: u64) -> Vec<u64> {
-        match src {
-            Source::Zero => vec![0; sectors as usize],
-            Source::Request { req, offset_bytes } => {
-                let o = (offset_bytes / SECTOR_BYTES) as usize;
-                match self.bufs.get(&req.0) {
-                    Some(b) => b[o..o + sectors as usize].to_vec(),
-                    None => vec![u64::MAX; sectors as usize],
-                }
-            }
-        }
-    }
-
-    fn slot_page(&self, slot: u32) -> Vec<u64> {
-        self.cache
-            .get(&slot)
-            .cloned()
-            .unwrap_or_else(|| vec![u64::MAX - 1; self.sectors_per_page as usize])
-    }
-
     /// Apply the data effect of a command that completed successfully.
     pub fn execute(&mut self, cmd: &IoCommand) {
-        let spp = self.sectors_per_page;
-        match cmd {
-            IoCommand::FreeSlots { .. } => {}
-            IoCommand::WritePage {
-                slot, base, patch, ..
-            } => {
-                let mut page = match *base {
-                    PageBase::None => vec![u64::MAX - 2; spp as usize],
-                    PageBase::Slot(s) => self.slot_page(s.0),
-                    PageBase::Backing { volume, page } => (0..spp)
-                        .map(|i| {
-                            *self
-                                .backing
-                                .get(&(volume.0, page.0 * spp + i))
-                                .unwrap_or(&0)
-                        })
-                        .collect(),
-                };
-                let o = (patch.page_offset_bytes as u64 / SECTOR_BYTES) as usize;
-                let bytes = self.src(patch.src, patch.len_bytes as u64 / SECTOR_BYTES);
-                page[o..o + bytes.len()].copy_from_slice(&bytes);
-                self.cache.insert(slot.0, page);
+        self.devices.execute(cmd, &mut self.bufs);
+    }
+
+    /// Sectors `cmd` writes (records for `FreeSlots`).
+    pub fn written_sectors(&self, cmd: &IoCommand) -> usize {
+        self.devices.written_units(cmd)
+    }
+
+    /// The cache device lies about durability: it may lose its last
+    /// `writes` completed writes at a crash.
+    pub fn set_volatile_writes(&mut self, writes: usize) {
+        self.devices.set_volatile_writes(writes);
+    }
+
+    /// What landed of a command in flight at a crash.
+    pub fn apply_partial(&mut self, cmd: &IoCommand, partial: Partial) {
+        self.devices.apply_partial(cmd, partial, &mut self.bufs);
+    }
+
+    /// Power fails (after `apply_partial` of the commands in flight): requests
+    /// in flight are never answered, so each sector a write in flight covered
+    /// may hold the old or the new data; then, once a read sees it, only
+    /// that. With `lose_cache` the cache device is gone, and when it held the
+    /// only copy of acknowledged data (`cache_only_copy`, write-back) nothing
+    /// is promised any more. Returns the records recovery trusts and how many
+    /// acknowledged cache writes a lying device lost.
+    pub fn crash(
+        &mut self,
+        lose_cache: bool,
+        cache_only_copy: bool,
+    ) -> (Vec<RecoveredSlot>, usize) {
+        let lost = self.devices.lose_volatile();
+        if lose_cache {
+            self.devices.lose_cache();
+        }
+        for m in self.model.values_mut() {
+            if let Some(a) = &mut m.acked {
+                a.extend(m.inflight.iter().map(|&(x, _)| x));
             }
-            IoCommand::ReadPage {
-                slot,
-                page_offset_bytes,
-                len_bytes,
-                req,
-                req_offset_bytes,
-                ..
-            } => {
-                let page = self.slot_page(slot.0);
-                let from = (*page_offset_bytes as u64 / SECTOR_BYTES) as usize;
-                let n = (*len_bytes as u64 / SECTOR_BYTES) as usize;
-                let o = (*req_offset_bytes / SECTOR_BYTES) as usize;
-                if let Some(b) = self.bufs.get_mut(&req.0) {
-                    b[o..o + n].copy_from_slice(&page[from..from + n]);
-                }
-            }
-            IoCommand::ReadBacking {
-                volume,
-                offset_bytes,
-                len_bytes,
-                req,
-                req_offset_bytes,
-                ..
-            } => {
-                let first = offset_bytes / SECTOR_BYTES;
-                let n = len_bytes / SECTOR_BYTES;
-                let o = (*req_offset_bytes / SECTOR_BYTES) as usize;
-                let values: Vec<u64> = (0..n)
-                    .map(|i| *self.backing.get(&(volume.0, first + i)).unwrap_or(&0))
-                    .collect();
-                if let Some(b) = self.bufs.get_mut(&req.0) {
-                    b[o..o + n as usize].copy_from_slice(&values);
-                }
-            }
-            IoCommand::WriteBacking {
-                volume,
-                offset_bytes,
-                len_bytes,
-                src,
-                ..
-            } => {
-                let first = offset_bytes / SECTOR_BYTES;
-                let values = self.src(*src, len_bytes / SECTOR_BYTES);
-                for (i, v) in values.into_iter().enumerate() {
-                    self.backing.insert((volume.0, first + i as u64), v);
-                }
-            }
-            IoCommand::Destage {
-                volume,
-                first_page,
-                slots,
-                ..
-            } => {
-                for (i, s) in slots.iter().enumerate() {
-                    let page = self.slot_page(s.0);
-                    let first = (first_page.0 + i as u64) * spp;
-                    for (j, v) in page.into_iter().enumerate() {
-                        self.backing.insert((volume.0, first + j as u64), v);
-                    }
-                }
+            m.inflight.clear();
+            m.recent_acks.clear();
+            if lose_cache && cache_only_copy {
+                m.acked = None;
             }
         }
+        self.reads.clear();
+        self.writes.clear();
+        self.bufs.clear();
+        (self.devices.recoverable(), lost)
     }
 
     /// After a full drain: every sector's backing stamp must be allowed.
+    /// Returns the sectors checked.
     pub fn check_backing(&self) -> Result<u64, IntegrityError> {
         let mut checked = 0;
         for (&(volume, sector), m) in &self.model {
             let Some(allowed) = &m.acked else { continue };
-            let got = *self.backing.get(&(volume, sector)).unwrap_or(&0);
+            let got = self.devices.backing_unit(VolumeId(volume), sector);
             if !allowed.contains(&got) {
                 return Err(IntegrityError {
                     req: 0,

@@ -2,7 +2,9 @@
 //! engine in virtual time against device models and workloads.
 
 pub mod checker;
+pub mod crash_case;
 pub mod experiment;
+pub mod faults;
 pub mod run;
 pub mod workload;
 

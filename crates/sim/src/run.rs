@@ -3,9 +3,11 @@
 //! Deterministic: the same inputs give the same report, bit for bit.
 
 use crate::checker::{DataModel, IntegrityError, SECTOR_BYTES};
+use crate::faults::{FaultCounts, FaultPlan, Faults, OpClass, OpFate};
 use crate::workload::{IoRequest, ReqKind, Workload, WorkloadError, WorkloadStats};
 use rustc_hash::FxHashMap as HashMap;
 use thiserror::Error;
+use wcache_core::reference::{accesses, Access, Partial, Target};
 use wcache_core::time::Nanos;
 use wcache_core::types::{IoId, RequestId, VolumeId};
 use wcache_core::*;
@@ -37,6 +39,10 @@ pub enum SimError {
     Integrity(#[from] IntegrityError),
     #[error("simulation stuck at {now}: the engine has work in flight but nothing can happen")]
     Stuck { now: Nanos },
+    #[error("a crash needs a persistent engine configuration (persistent = true)")]
+    CrashNeedsPersistent,
+    #[error("recovery after the crash: {0}")]
+    Recovery(#[from] RecoveryError),
 }
 
 /// How long to run and what to measure.
@@ -117,25 +123,45 @@ pub struct SimReport {
     pub thresholds_pages: (u64, u64),
     /// Samples every `RunLimits::timeline_ns` over the whole run, warm-up included.
     pub timeline: Vec<TimelineSample>,
+    /// Faults injected over the whole run (all zero without a fault plan).
+    pub faults: FaultCounts,
+    /// Sectors checked on the backing after the final drain.
+    pub backing_sectors_checked: u64,
 }
 
 #[derive(Clone, Copy)]
 struct Pending {
     /// Device operations of the current phase not yet done.
     remaining: u32,
-    /// A second phase (the write after a read) is still to come.
-    second_phase: bool,
+    /// The second access (the write after a read), still to come.
+    next: Option<Access>,
+    /// The current phase's access writes.
+    writing: bool,
+    /// A device operation of the command failed.
+    failed: bool,
 }
 
 pub struct Simulation {
     engine: Engine,
+    config: EngineConfig,
+    volume_sizes_bytes: Vec<u64>,
+    faults: Option<Faults>,
+    /// Crash when the k-th device write (cache or backing) is submitted
+    /// (and at 2k, 3k, ... as the plan's `crashes` says).
+    crash_at: Option<u64>,
+    device_writes: u64,
+    crash_pending: bool,
+    /// The final drain has started (a recovered engine drains too).
+    draining: bool,
+    /// Completions held back by latency spikes.
+    delayed: Vec<DevCompletion>,
     cache: Box<dyn DeviceModel>,
     backing: Box<dyn DeviceModel>,
     workload: Box<dyn Workload>,
     page_bytes: u64,
     volume_base_bytes: Vec<u64>,
     commands: HashMap<u64, (IoCommand, Pending)>,
-    dev_ops: HashMap<u64, u64>, // device op id -> engine io id
+    dev_ops: HashMap<u64, (u64, OpFate)>, // device op id -> (engine io id, fate)
     next_op: u64,
     arrivals: HashMap<u64, (Nanos, bool)>,
     backlog: Vec<Request>,
@@ -166,14 +192,17 @@ impl Simulation {
                 have_bytes: cache.capacity_bytes(),
             });
         }
-        let mut engine = Engine::new(config)?;
+        let cache_slots = config.cache_slots;
+        let mut engine = Engine::new(config.clone())?;
         // Volumes sit one after another on the backing device.
         let mut volume_base_bytes = Vec::new();
+        let mut volume_sizes_bytes = Vec::new();
         let mut base = 0u64;
         for size in workload.volume_sizes_bytes() {
             let size = size.div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
             engine.add_volume(size)?;
             volume_base_bytes.push(base);
+            volume_sizes_bytes.push(size);
             base += size;
         }
         if base > backing.capacity_bytes() {
@@ -185,6 +214,14 @@ impl Simulation {
         }
         Ok(Simulation {
             engine,
+            config,
+            volume_sizes_bytes: volume_sizes_bytes.clone(),
+            faults: None,
+            crash_at: None,
+            device_writes: 0,
+            crash_pending: false,
+            draining: false,
+            delayed: Vec::new(),
             cache,
             backing,
             workload,
@@ -196,7 +233,7 @@ impl Simulation {
             arrivals: HashMap::default(),
             backlog: Vec::new(),
             first_rejection: None,
-            data: check_data.then(|| DataModel::new(page_bytes)),
+            data: check_data.then(|| DataModel::new(page_bytes, cache_slots, &volume_sizes_bytes)),
             done: Vec::new(),
             now: Nanos::ZERO,
         })
@@ -204,6 +241,35 @@ impl Simulation {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Inject the faults of `plan` (draws seeded by `plan.seed`, else
+    /// `run_seed`) and, with `crash_at`, crash when the k-th device write is
+    /// submitted, then recover from what the cache device holds. A crash
+    /// needs a persistent engine, and checks data (the data model holds the
+    /// cache device's records).
+    pub fn with_faults(
+        mut self,
+        plan: FaultPlan,
+        run_seed: u64,
+        crash_at: Option<u64>,
+    ) -> Result<Simulation, SimError> {
+        if crash_at.is_some() && !self.config.persistent {
+            return Err(SimError::CrashNeedsPersistent);
+        }
+        if crash_at.is_some() && self.data.is_none() {
+            self.data = Some(DataModel::new(
+                self.page_bytes,
+                self.config.cache_slots,
+                &self.volume_sizes_bytes,
+            ));
+        }
+        if let Some(d) = &mut self.data {
+            d.set_volatile_writes(plan.lie_writes);
+        }
+        self.faults = Some(Faults::new(plan, run_seed));
+        self.crash_at = crash_at;
+        Ok(self)
     }
 
     fn to_request(&self, r: &IoRequest) -> Request {
@@ -263,7 +329,24 @@ impl Simulation {
     ) {
         let id = self.next_op;
         self.next_op += 1;
-        self.dev_ops.insert(id, io.0);
+        let is_write = kind == DevOpKind::Write;
+        let fate = match &mut self.faults {
+            Some(f) => f.next_op(OpClass {
+                cache: to_cache,
+                write: is_write,
+            }),
+            None => OpFate::default(),
+        };
+        if is_write {
+            self.device_writes += 1;
+            if let (Some(k), Some(f)) = (self.crash_at, &self.faults) {
+                let n = self.device_writes;
+                if n.is_multiple_of(k) && n / k <= f.plan.crashes {
+                    self.crash_pending = true;
+                }
+            }
+        }
+        self.dev_ops.insert(id, (io.0, fate));
         let op = DevOp {
             id,
             kind,
@@ -281,110 +364,160 @@ impl Simulation {
         self.volume_base_bytes[volume.0 as usize] + offset_bytes
     }
 
-    /// Start a command's first phase.
+    /// Submit one access of command `io` to its device. The simulator
+    /// works in whole sectors; records are one small write at the start of
+    /// the cache device.
+    fn submit_access(&mut self, io: IoId, a: Access) {
+        let kind = if a.write {
+            DevOpKind::Write
+        } else {
+            DevOpKind::Read
+        };
+        let (to_cache, addr, len) = match a.target {
+            Target::Records => (true, 0, SECTOR_BYTES),
+            Target::Slots => (true, a.offset_bytes, a.len_bytes),
+            Target::Backing(volume) => (
+                false,
+                self.backing_addr(volume, a.offset_bytes),
+                a.len_bytes,
+            ),
+        };
+        self.device_op(io, to_cache, kind, align_down(addr), len.max(SECTOR_BYTES));
+    }
+
+    /// Start a command's first access.
     fn start_command(&mut self, cmd: IoCommand) {
         let io = cmd.io();
-        let p = self.page_bytes;
-        let mut pending = Pending {
+        let (first, next) = accesses(&cmd, self.page_bytes);
+        self.submit_access(io, first);
+        let pending = Pending {
             remaining: 1,
-            second_phase: false,
+            next,
+            writing: first.write,
+            failed: false,
         };
-        match &cmd {
-            // Persistent caches only: the free records, as one small cache write.
-            IoCommand::FreeSlots { .. } => {
-                self.device_op(io, true, DevOpKind::Write, 0, SECTOR_BYTES)
-            }
-            IoCommand::WritePage { slot, base, .. } => match *base {
-                PageBase::None => self.device_op(io, true, DevOpKind::Write, slot.0 as u64 * p, p),
-                PageBase::Slot(old) => {
-                    pending.second_phase = true;
-                    self.device_op(io, true, DevOpKind::Read, old.0 as u64 * p, p);
-                }
-                PageBase::Backing { volume, page } => {
-                    pending.second_phase = true;
-                    let addr = self.backing_addr(volume, page.0 * p);
-                    self.device_op(io, false, DevOpKind::Read, addr, p);
-                }
-            },
-            IoCommand::ReadPage {
-                slot,
-                page_offset_bytes,
-                len_bytes,
-                ..
-            } => {
-                let off = slot.0 as u64 * p + align_down(*page_offset_bytes as u64);
-                self.device_op(
-                    io,
-                    true,
-                    DevOpKind::Read,
-                    off,
-                    (*len_bytes as u64).max(SECTOR_BYTES),
-                );
-            }
-            IoCommand::ReadBacking {
-                volume,
-                offset_bytes,
-                len_bytes,
-                ..
-            } => {
-                let addr = self.backing_addr(*volume, *offset_bytes);
-                self.device_op(io, false, DevOpKind::Read, addr, *len_bytes);
-            }
-            IoCommand::WriteBacking {
-                volume,
-                offset_bytes,
-                len_bytes,
-                ..
-            } => {
-                let addr = self.backing_addr(*volume, *offset_bytes);
-                self.device_op(io, false, DevOpKind::Write, addr, *len_bytes);
-            }
-            IoCommand::Destage { slots, .. } => {
-                pending.second_phase = true;
-                let first = slots[0].0 as u64 * p;
-                self.device_op(io, true, DevOpKind::Read, first, p * slots.len() as u64);
-            }
-        }
         self.commands.insert(io.0, (cmd, pending));
     }
 
     fn second_phase(&mut self, io: IoId) {
-        let p = self.page_bytes;
-        let (cmd, pending) = self.commands.get_mut(&io.0).expect("command in flight");
-        pending.second_phase = false;
+        let (_, pending) = self.commands.get_mut(&io.0).expect("command in flight");
+        let a = pending.next.take().expect("a second access");
         pending.remaining = 1;
-        let (to_cache, addr, len) = match cmd {
-            IoCommand::WritePage { slot, .. } => (true, slot.0 as u64 * p, p),
-            IoCommand::Destage {
-                volume,
-                first_page,
-                slots,
-                ..
-            } => {
-                let (volume, off, n) = (*volume, first_page.0 * p, slots.len() as u64);
-                (false, self.backing_addr(volume, off), p * n)
-            }
-            _ => unreachable!("only page writes and destages have two phases"),
-        };
-        self.device_op(io, to_cache, DevOpKind::Write, addr, len);
+        pending.writing = a.write;
+        self.submit_access(io, a);
     }
 
     fn device_done(&mut self, c: DevCompletion) -> Result<(), SimError> {
-        let io = self.dev_ops.remove(&c.id).expect("device op was submitted");
+        let Some(&(io, fate)) = self.dev_ops.get(&c.id) else {
+            // An operation of the engine that crashed: nobody waits for it.
+            assert!(self.faults.as_ref().is_some_and(|f| f.counts.crashes > 0));
+            return Ok(());
+        };
+        if fate.delay_ns > 0 {
+            // A latency spike: the completion comes later.
+            self.dev_ops.insert(
+                c.id,
+                (
+                    io,
+                    OpFate {
+                        delay_ns: 0,
+                        ..fate
+                    },
+                ),
+            );
+            self.delayed.push(DevCompletion {
+                id: c.id,
+                time: Nanos(c.time.0 + fate.delay_ns),
+            });
+            return Ok(());
+        }
+        self.dev_ops.remove(&c.id);
         let (_, pending) = self.commands.get_mut(&io).expect("command in flight");
         pending.remaining -= 1;
+        pending.failed |= fate.eio;
         if pending.remaining > 0 {
             return Ok(());
         }
-        if pending.second_phase {
+        if pending.next.is_some() && !pending.failed {
             self.second_phase(IoId(io));
             return Ok(());
         }
-        let (cmd, _) = self.commands.remove(&io).expect("command in flight");
+        let (cmd, pending) = self.commands.remove(&io).expect("command in flight");
+        if pending.failed {
+            // A failed operation changes nothing on the device, unless the
+            // plan says failed writes land (docs/sim-faults.md).
+            let lands = pending.writing && self.faults.as_ref().is_some_and(|f| f.plan.eio_lands);
+            if let (true, Some(d)) = (lands, &mut self.data) {
+                d.execute(&cmd);
+            }
+            self.engine
+                .handle_completion(self.now, IoId(io), Err(IoError::Io))?;
+            return Ok(());
+        }
         if let Some(d) = &mut self.data {
             d.execute(&cmd);
         }
         self.engine.handle_completion(self.now, IoId(io), Ok(()))?;
+        Ok(())
+    }
+
+    /// Power fails: commands in flight are lost (with the fault plan's torn
+    /// writes, part of their writes lands), requests in flight are never
+    /// answered, and a new engine recovers from the records the cache
+    /// device holds, selected as the real store selects them.
+    fn crash(&mut self) -> Result<(), SimError> {
+        self.crash_pending = false;
+        let faults = self
+            .faults
+            .as_mut()
+            .expect("a crash comes from a fault plan");
+        faults.counts.crashes += 1;
+        let data = self
+            .data
+            .as_mut()
+            .expect("a crash run keeps the data model");
+        let mut inflight: Vec<(u64, IoCommand, Pending)> = self
+            .commands
+            .drain()
+            .map(|(io, (cmd, p))| (io, cmd, p))
+            .collect();
+        inflight.sort_by_key(|&(io, _, _)| io);
+        for (_, cmd, pending) in &inflight {
+            if !pending.writing {
+                continue; // still reading: nothing written yet
+            }
+            if let Some((landed, record)) = faults.torn(data.written_sectors(cmd)) {
+                data.apply_partial(
+                    cmd,
+                    Partial {
+                        units: landed,
+                        record,
+                    },
+                );
+            }
+        }
+        let cache_only_copy = self.config.write_policy == WritePolicyKind::WriteBack;
+        let (found, lost) = data.crash(faults.plan.lose_cache, cache_only_copy);
+        faults.counts.lost_writes += lost as u64;
+        self.dev_ops.clear();
+        self.delayed.clear();
+        self.engine = Engine::recover(self.config.clone(), &self.volume_sizes_bytes, found)?;
+        if self.draining {
+            self.engine.start_drain();
+        }
+        // Requests in flight are never answered; their clients go on.
+        let waiting: Vec<u64> = self.backlog.iter().map(|r| r.id.0).collect();
+        let mut lost_requests: Vec<u64> = self
+            .arrivals
+            .keys()
+            .copied()
+            .filter(|id| !waiting.contains(id))
+            .collect();
+        lost_requests.sort_unstable();
+        for id in lost_requests {
+            self.arrivals.remove(&id);
+            self.workload.complete(self.now, id);
+        }
         Ok(())
     }
 
@@ -436,6 +569,10 @@ impl Simulation {
                 for req in backlog {
                     self.submit(req)?;
                 }
+                moved = true;
+            }
+            if self.crash_pending {
+                self.crash()?;
                 moved = true;
             }
             if !moved {
@@ -490,11 +627,12 @@ impl Simulation {
             let workload_done = self.workload.finished() && self.engine.is_idle();
             if !draining && (measured_enough || out_of_time || workload_done) {
                 m.stop(self.now);
-                if !limits.check_data {
+                if !limits.check_data && self.crash_at.is_none() {
                     break;
                 }
                 // Finish what is in flight, destage everything, then check the backing.
                 draining = true;
+                self.draining = true;
                 self.engine.start_drain();
                 self.pump(&mut m)?;
             }
@@ -511,6 +649,7 @@ impl Simulation {
                 self.backing.next_event_time(),
                 self.cache.next_event_time(),
                 self.engine.poll_timeout(),
+                self.delayed.iter().map(|c| c.time).min(),
             ]
             .into_iter()
             .flatten()
@@ -529,6 +668,11 @@ impl Simulation {
             let mut done = std::mem::take(&mut self.done);
             self.cache.advance(self.now, &mut done);
             self.backing.advance(self.now, &mut done);
+            if !self.delayed.is_empty() {
+                let now = self.now;
+                done.extend(self.delayed.iter().filter(|c| c.time <= now));
+                self.delayed.retain(|c| c.time > now);
+            }
             done.sort_by_key(|c| (c.time, c.id));
             for c in done.drain(..) {
                 self.device_done(c)?;
@@ -538,14 +682,19 @@ impl Simulation {
                 self.engine.handle_timeout(self.now);
             }
         }
-        let sectors_checked = match &self.data {
-            Some(d) => {
-                d.check_backing()?;
-                d.sectors_checked
+        let (sectors_checked, backing_sectors_checked) = match &self.data {
+            Some(d) if limits.check_data || self.crash_at.is_some() => {
+                let backing = d.check_backing()?;
+                (d.sectors_checked, backing)
             }
-            None => 0,
+            Some(d) => (d.sectors_checked, 0),
+            None => (0, 0),
         };
-        let (stats0, backing0, members0) = warm_stats.unwrap_or_default();
+        let (mut stats0, backing0, members0) = warm_stats.unwrap_or_default();
+        if self.faults.as_ref().is_some_and(|f| f.counts.crashes > 0) {
+            // The engine that counted before the crash is gone.
+            stats0 = Stats::default();
+        }
         let backing1 = self.backing.stats();
         let members1 = DeviceStats::sum(&self.backing.member_stats());
         Ok(SimReport {
@@ -570,6 +719,8 @@ impl Simulation {
                 m.occupancy_sum as f64 / m.measured as f64
             },
             thresholds_pages: self.engine.thresholds_pages(),
+            faults: self.faults.as_ref().map(|f| f.counts).unwrap_or_default(),
+            backing_sectors_checked,
         })
     }
 }

@@ -1,0 +1,147 @@
+//! One small crash run, named by (write policy, seed, fault plan, crash
+//! point), built exactly as `wcache sim` builds it from the command line that
+//! [`CrashCase::command_line`] prints, so that a failing seed of the crash
+//! tests replays with one command. The configuration mirrors the CLI's
+//! defaults for the flags it names; a change to either must keep them equal.
+
+use crate::faults::FaultPlan;
+use crate::run::{RunLimits, SimError, SimReport, Simulation};
+use crate::workload::{RandomConfig, WorkloadSpec, OUTSTANDING_MAX_DEFAULT};
+use wcache_core::policy::destage_rate::RateConfig;
+use wcache_core::{EngineConfig, WritePolicyKind};
+use wcache_models::{build_device, build_device_with, HddParams};
+
+const BACKEND: &str = "ssd";
+const CACHE_DEVICE: &str = "nvram";
+const CACHE_PAGES: u64 = 32;
+const PAGE_BYTES: u64 = 4096;
+const GROUP_BYTES: u64 = 16384;
+const FOOTPRINT_KIB: u64 = 256;
+const READ_FRACTION: f64 = 0.3;
+const OUTSTANDING: u64 = 4;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct CrashCase {
+    pub policy: WritePolicyKind,
+    pub seed: u64,
+    /// The `--faults` SPEC.
+    pub faults: String,
+    /// Device write at which power fails.
+    pub crash_at: u64,
+    pub requests: u64,
+}
+
+fn mix(mut x: u64) -> u64 {
+    // splitmix64's finalizer: independent-looking choices from a seed.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn write_share(policy: WritePolicyKind) -> u64 {
+    match policy {
+        WritePolicyKind::WriteBack => 4,
+        WritePolicyKind::WriteThrough => 4,
+        WritePolicyKind::WriteAround => 2,
+    }
+}
+
+impl CrashCase {
+    /// Seed `seed`'s case: a crash point among the run's device writes and
+    /// a fault plan (EIO on either device, latency spikes, torn writes; the
+    /// cache device is lost at every fourth seed's crash, failed writes
+    /// land at every third seed, and every fourth crashes several times),
+    /// plus `extra`
+    /// fault items.
+    pub fn for_seed(policy: WritePolicyKind, seed: u64, requests: u64, extra: &str) -> CrashCase {
+        let h = mix(seed);
+        let eio = ["0", "0.005", "0.02"][(h % 3) as usize];
+        let mut faults = format!(
+            "torn,cache-read-eio={eio},cache-write-eio={eio},backing-read-eio={eio},backing-write-eio={eio},spike=0.02:5"
+        );
+        if (h >> 8).is_multiple_of(4) {
+            faults.push_str(",lose-cache");
+        }
+        if (h >> 12).is_multiple_of(3) {
+            faults.push_str(",eio-lands");
+        }
+        let mut crash_at = 1 + (h >> 16) % (requests * write_share(policy) / 3);
+        if (h >> 20).is_multiple_of(4) {
+            // Crash again and again, a few dozen writes apart: crashes
+            // while a recovered engine frees its old versions.
+            crash_at = 1 + (h >> 16) % 60;
+            faults.push_str(&format!(",crashes={}", 2 + (h >> 24) % 4));
+        }
+        if !extra.is_empty() {
+            faults.push(',');
+            faults.push_str(extra);
+        }
+        CrashCase {
+            policy,
+            seed,
+            faults,
+            // Within the run's device writes: about two per write under
+            // write-back and write-through, one under write-around.
+            crash_at,
+            requests,
+        }
+    }
+
+    fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// The `wcache sim` command that runs this case.
+    pub fn command_line(&self) -> String {
+        format!(
+            "wcache sim --backend {BACKEND} --cache-device {CACHE_DEVICE} --cache-pages {CACHE_PAGES} \
+             --page-size {PAGE_BYTES} --group-size {GROUP_BYTES} --write-policy {} --workload random \
+             --footprint {FOOTPRINT_KIB}K --read-fraction {READ_FRACTION} --outstanding {OUTSTANDING} \
+             --warmup 0 --requests {} --seed {} --faults {} --crash-at {} --check",
+            self.policy_name(),
+            self.requests,
+            self.seed,
+            self.faults,
+            self.crash_at
+        )
+    }
+
+    /// Run the case: Err when the run fails, data integrity included.
+    pub fn run(&self) -> Result<SimReport, SimError> {
+        // As `wcache sim` builds it from `command_line()`.
+        let backing =
+            build_device_with(BACKEND, &HddParams::ultrastar_10k()).expect("a known backing model");
+        let cache = build_device(CACHE_DEVICE).expect("a known cache model");
+        let engine = EngineConfig {
+            page_size_bytes: PAGE_BYTES,
+            group_size_bytes: GROUP_BYTES,
+            cache_slots: CACHE_PAGES,
+            write_policy: self.policy,
+            destage_order: "wow".into(),
+            destage_rate: "adaptive".into(),
+            rate: RateConfig::default(),
+            replacement: "lru".into(),
+            admission: "all".into(),
+            sequential_cutoff_bytes: 0,
+            read_insert: false,
+            keep_clean: false,
+            requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
+            persistent: true,
+        };
+        let mut c = RandomConfig::writes_closed(FOOTPRINT_KIB * 1024, OUTSTANDING);
+        c.read_fraction = READ_FRACTION;
+        let workload = WorkloadSpec::Random(c).build(self.seed)?;
+        let plan = FaultPlan::parse(&self.faults).expect("the case's fault spec parses");
+        let mut sim = Simulation::new(engine, cache, backing, workload, true)?.with_faults(
+            plan,
+            self.seed,
+            Some(self.crash_at),
+        )?;
+        sim.run(RunLimits {
+            warmup_requests: 0,
+            measure_requests: self.requests,
+            check_data: true,
+            ..RunLimits::default()
+        })
+    }
+}
