@@ -29,6 +29,8 @@ pub struct CrashCase {
     /// Device write at which power fails.
     pub crash_at: u64,
     pub requests: u64,
+    /// Admission's sequential cutoff (`--sequential-cutoff`; 0: none).
+    pub sequential_cutoff_bytes: u64,
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -51,8 +53,9 @@ impl CrashCase {
     /// a fault plan (EIO on either device, latency spikes, torn writes; the
     /// cache device is lost at every fourth seed's crash, failed writes
     /// land at every third seed, and every fourth crashes several times),
-    /// plus `extra`
-    /// fault items.
+    /// plus `extra` fault items. Every fifth seed runs with a sequential
+    /// cutoff of two pages, so that some writes (those continuing one of the
+    /// streams the cutoff tracks) go around the cache and others do not.
     pub fn for_seed(policy: WritePolicyKind, seed: u64, requests: u64, extra: &str) -> CrashCase {
         let h = mix(seed);
         let eio = ["0", "0.005", "0.02"][(h % 3) as usize];
@@ -76,10 +79,16 @@ impl CrashCase {
             faults.push(',');
             faults.push_str(extra);
         }
+        let sequential_cutoff_bytes = if (h >> 28).is_multiple_of(5) {
+            2 * PAGE_BYTES
+        } else {
+            0
+        };
         CrashCase {
             policy,
             seed,
             faults,
+            sequential_cutoff_bytes,
             // Within the run's device writes: about two per write under
             // write-back and write-through, one under write-around.
             crash_at,
@@ -97,9 +106,10 @@ impl CrashCase {
             "wcache sim --backend {BACKEND} --cache-device {CACHE_DEVICE} --cache-pages {CACHE_PAGES} \
              --page-size {PAGE_BYTES} --group-size {GROUP_BYTES} --write-policy {} --workload random \
              --footprint {FOOTPRINT_KIB}K --read-fraction {READ_FRACTION} --outstanding {OUTSTANDING} \
-             --warmup 0 --requests {} --seed {} --faults {} --crash-at {} --check",
+             --warmup 0 --requests {} --sequential-cutoff {} --seed {} --faults {} --crash-at {} --check",
             self.policy_name(),
             self.requests,
+            self.sequential_cutoff_bytes,
             self.seed,
             self.faults,
             self.crash_at
@@ -122,7 +132,7 @@ impl CrashCase {
             rate: RateConfig::default(),
             replacement: "lru".into(),
             admission: "all".into(),
-            sequential_cutoff_bytes: 0,
+            sequential_cutoff_bytes: self.sequential_cutoff_bytes,
             read_insert: false,
             keep_clean: false,
             requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,

@@ -25,8 +25,8 @@ fn run_seeds(
     policy: WritePolicyKind,
     count: u64,
     extra: &str,
-) -> (Option<(CrashCase, String)>, [u64; 4]) {
-    let mut totals = [0u64; 4];
+) -> (Option<(CrashCase, String)>, [u64; 5]) {
+    let mut totals = [0u64; 5];
     for seed in 1..=count {
         let case = CrashCase::for_seed(policy, seed, REQUESTS, extra);
         match case.run() {
@@ -35,6 +35,9 @@ fn run_seeds(
                 totals[1] += r.sectors_checked + r.backing_sectors_checked;
                 totals[2] += r.faults.torn_writes;
                 totals[3] += r.faults.eio;
+                if case.sequential_cutoff_bytes > 0 {
+                    totals[4] += r.stats.write_bypasses;
+                }
             }
             Err(e) => return (Some((case, e.to_string())), totals),
         }
@@ -44,7 +47,7 @@ fn run_seeds(
 
 fn every_seed_keeps_acknowledged_writes(policy: WritePolicyKind) {
     let count = seeds();
-    let (failure, [crashes, checked, torn, eio]) = run_seeds(policy, count, "");
+    let (failure, [crashes, checked, torn, eio, bypasses]) = run_seeds(policy, count, "");
     if let Some((case, error)) = failure {
         panic!(
             "{policy:?} seed {} failed: {error}\nreplay: {}",
@@ -63,8 +66,10 @@ fn every_seed_keeps_acknowledged_writes(policy: WritePolicyKind) {
         checked > count * 1000,
         "{policy:?}: only {checked} sectors checked"
     );
+    // The seeds with a sequential cutoff mix bypasses with cached writes.
+    assert!(bypasses > count, "{policy:?}: only {bypasses} bypasses");
     println!(
-        "{policy:?}: {count} seeds, {crashes} crashes, {torn} torn writes, {eio} EIO, {checked} sectors checked"
+        "{policy:?}: {count} seeds, {crashes} crashes, {torn} torn writes, {eio} EIO, {checked} sectors checked, {bypasses} bypasses under a cutoff"
     );
 }
 
