@@ -34,6 +34,26 @@ impl PageKey {
     }
 }
 
+/// A write group's sort key: volume in the high 16 bits, the group's number
+/// within the volume in the low 48, so that ascending keys are ascending
+/// addresses (the order CSCAN and WOW sweep in). A group's key is the page
+/// key of its number, the same packing as `PageKey`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupKey(pub u64);
+
+impl GroupKey {
+    pub fn new(volume: VolumeId, group: u64) -> GroupKey {
+        GroupKey(PageKey::new(volume, PageIndex(group)).0)
+    }
+    pub fn volume(self) -> VolumeId {
+        PageKey(self.0).volume()
+    }
+    /// The group's number within its volume.
+    pub fn group(self) -> u64 {
+        PageKey(self.0).page().0
+    }
+}
+
 /// Names one engine I/O command; the driver hands it back on completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IoId(pub u64);

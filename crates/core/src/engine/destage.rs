@@ -11,7 +11,7 @@ impl Engine {
         let gkey = self.dirty.group_of(key.0);
         if flags & E_CANDIDATE != 0 && self.dirty.group_flags(self.slots.keys(), gkey).is_none() {
             self.candidates -= 1;
-            self.order.remove(view!(self), gkey);
+            self.order.remove(view!(self), GroupKey(gkey));
         }
     }
 
@@ -30,12 +30,12 @@ impl Engine {
             self.dirty
                 .set_group_flags(self.slots.keys(), gkey, E_CANDIDATE, true);
             self.candidates += 1;
-            self.order.insert(view!(self), gkey);
+            self.order.insert(view!(self), GroupKey(gkey));
         } else if !undestaged && candidate {
             self.dirty
                 .set_group_flags(self.slots.keys(), gkey, E_CANDIDATE, false);
             self.candidates -= 1;
-            self.order.remove(view!(self), gkey);
+            self.order.remove(view!(self), GroupKey(gkey));
         }
     }
 
@@ -49,7 +49,7 @@ impl Engine {
             // look under the pointer only when the first holds.
             let next_sequential = self.last_destage_sequential && {
                 let under = self.order.peek(&*view!(self));
-                under.is_some_and(|g| self.dirty.group_has(self.slots.keys(), g, E_SEQUENTIAL))
+                under.is_some_and(|g| self.dirty.group_has(self.slots.keys(), g.0, E_SEQUENTIAL))
             };
             let input = RateInput {
                 occupancy_pages: self.dirty.pages() as u64,
@@ -65,7 +65,7 @@ impl Engine {
             if self.destages_in_flight >= target || fruitless > self.candidates {
                 return;
             }
-            let Some(gkey) = self.order.pick(view!(self)) else {
+            let Some(GroupKey(gkey)) = self.order.pick(view!(self)) else {
                 return;
             };
             let keys = self.slots.keys();

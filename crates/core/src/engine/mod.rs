@@ -27,7 +27,7 @@ use crate::config::{ConfigError, EngineConfig};
 use crate::geometry::{Geometry, PagePiece};
 use crate::metrics::{MetricKind, MetricsVisitor};
 use crate::policy::admission::{build_admission, Admission, Admit, WriteInfo};
-use crate::policy::destage_order::{Candidates, DestageOrder, GroupHit, DESTAGE_ORDERS};
+use crate::policy::destage_order::{Candidates, DestageOrder, GroupHit, GroupKey, DESTAGE_ORDERS};
 use crate::policy::destage_rate::{DestageRate, RateInput, DESTAGE_RATES};
 use crate::policy::replacement::{Replacement, REPLACEMENTS};
 use crate::policy::write_policy::{WriteAround, WritePolicy, WriteRoute};
@@ -584,14 +584,16 @@ impl Candidates for GroupView<'_> {
     fn len(&self) -> usize {
         self.candidates
     }
-    fn next(&self, after: Option<u64>) -> Option<u64> {
-        self.dirty.next_group(self.keys, after, E_CANDIDATE)
+    fn next(&self, after: Option<GroupKey>) -> Option<GroupKey> {
+        self.dirty
+            .next_group(self.keys, after.map(|g| g.0), E_CANDIDATE)
+            .map(GroupKey)
     }
-    fn recent(&self, key: u64) -> bool {
-        self.dirty.group_has(self.keys, key, E_RECENT)
+    fn recent(&self, key: GroupKey) -> bool {
+        self.dirty.group_has(self.keys, key.0, E_RECENT)
     }
-    fn set_recent(&mut self, key: u64, on: bool) {
-        let before = self.dirty.set_group_flags(self.keys, key, E_RECENT, on);
+    fn set_recent(&mut self, key: GroupKey, on: bool) {
+        let before = self.dirty.set_group_flags(self.keys, key.0, E_RECENT, on);
         if !on && before & E_RECENT != 0 {
             *self.skips += 1;
         }

@@ -137,7 +137,7 @@ impl Engine {
                     page_hit,
                     sequential,
                 };
-                self.order.hit(view!(self), gkey, hit);
+                self.order.hit(view!(self), GroupKey(gkey), hit);
             }
         }
         if through {

@@ -2,13 +2,13 @@
 //! A linked list over its own dense group ids (the policies' shared `Links`)
 //! and a map from group key to id: O(1) everything.
 
-use super::{Candidates, DestageOrder, GroupHit};
+use super::{Candidates, DestageOrder, GroupHit, GroupKey};
 use crate::policy::links::{Links, List};
 use rustc_hash::FxHashMap as HashMap;
 
 pub struct Lrw {
-    ids: HashMap<u64, u32>,
-    keys: Vec<u64>,
+    ids: HashMap<GroupKey, u32>,
+    keys: Vec<GroupKey>,
     free: Vec<u32>,
     links: Links,
     /// Head: most recently written; tail: least recently written.
@@ -28,7 +28,7 @@ impl Default for Lrw {
 }
 
 impl Lrw {
-    fn forget(&mut self, key: u64) -> u32 {
+    fn forget(&mut self, key: GroupKey) -> u32 {
         let id = self.ids.remove(&key).expect("candidate known to LRW");
         self.free.push(id);
         id
@@ -39,7 +39,7 @@ impl DestageOrder for Lrw {
     fn name(&self) -> &'static str {
         "lrw"
     }
-    fn insert(&mut self, _c: &mut dyn Candidates, key: u64) {
+    fn insert(&mut self, _c: &mut dyn Candidates, key: GroupKey) {
         let id = match self.free.pop() {
             Some(id) => {
                 self.keys[id as usize] = key;
@@ -55,21 +55,21 @@ impl DestageOrder for Lrw {
         debug_assert!(old.is_none(), "group inserted twice");
         self.links.push_head(&mut self.order, id);
     }
-    fn hit(&mut self, _c: &mut dyn Candidates, key: u64, _hit: GroupHit) {
+    fn hit(&mut self, _c: &mut dyn Candidates, key: GroupKey, _hit: GroupHit) {
         let id = self.ids[&key];
         self.links.move_to_head(&mut self.order, id);
     }
-    fn remove(&mut self, _c: &mut dyn Candidates, key: u64) {
+    fn remove(&mut self, _c: &mut dyn Candidates, key: GroupKey) {
         let id = self.forget(key);
         self.links.unlink(&mut self.order, id);
     }
-    fn pick(&mut self, _c: &mut dyn Candidates) -> Option<u64> {
+    fn pick(&mut self, _c: &mut dyn Candidates) -> Option<GroupKey> {
         let id = self.links.pop_tail(&mut self.order)?;
         let key = self.keys[id as usize];
         self.forget(key);
         Some(key)
     }
-    fn peek(&self, _c: &dyn Candidates) -> Option<u64> {
+    fn peek(&self, _c: &dyn Candidates) -> Option<GroupKey> {
         self.order.tail().map(|id| self.keys[id as usize])
     }
     fn metadata_bytes(&self) -> usize {

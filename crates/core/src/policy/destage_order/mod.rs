@@ -3,10 +3,9 @@
 //! The engine keeps the set of *candidate* groups (groups with dirty pages not
 //! already being destaged), sorted by key, with a recency bit each, and
 //! reports every change of it to the policy; the policy only orders. A group
-//! is named by its sort key (volume, group number) packed into a u64, so
-//! that ascending keys are ascending addresses. CSCAN and WOW walk the
-//! candidate set itself and keep only their destage pointer; LRW keeps its
-//! own list.
+//! is named by its `GroupKey` (volume, group number), whose order is address
+//! order. CSCAN and WOW walk the candidate set itself and keep only their
+//! destage pointer; LRW keeps its own list.
 
 mod cscan;
 mod lrw;
@@ -18,6 +17,7 @@ pub use wow::Wow;
 
 pub use super::registry::UnknownPolicy;
 use super::registry::{Entry, Registry};
+pub use crate::types::GroupKey;
 
 /// What one request did to one candidate group it wrote (Fig. 4 lines 1-9):
 /// the group was already a candidate (a write-group hit), and some page it
@@ -37,9 +37,9 @@ pub trait Candidates {
         self.len() == 0
     }
     /// The lowest candidate above `after`, or the lowest of all if None.
-    fn next(&self, after: Option<u64>) -> Option<u64>;
-    fn recent(&self, key: u64) -> bool;
-    fn set_recent(&mut self, key: u64, on: bool);
+    fn next(&self, after: Option<GroupKey>) -> Option<GroupKey>;
+    fn recent(&self, key: GroupKey) -> bool;
+    fn set_recent(&mut self, key: GroupKey, on: bool);
 }
 
 /// A destage order. Every method is O(log n) or better (amortized for the
@@ -48,17 +48,17 @@ pub trait DestageOrder: Send {
     fn name(&self) -> &'static str;
     /// `key` has become a candidate and is in `c` (Fig. 4 lines 11-17:
     /// sorted insert, recency 0).
-    fn insert(&mut self, c: &mut dyn Candidates, key: u64);
+    fn insert(&mut self, c: &mut dyn Candidates, key: GroupKey);
     /// A request wrote to candidate `key` (Fig. 4 lines 1-9).
-    fn hit(&mut self, c: &mut dyn Candidates, key: u64, hit: GroupHit);
+    fn hit(&mut self, c: &mut dyn Candidates, key: GroupKey, hit: GroupHit);
     /// `key` stopped being a candidate without being picked (e.g. trimmed)
     /// and is gone from `c`.
-    fn remove(&mut self, c: &mut dyn Candidates, key: u64);
+    fn remove(&mut self, c: &mut dyn Candidates, key: GroupKey);
     /// Choose the next victim (lines 20-26); the caller then takes it out of
     /// the candidates without calling `remove`.
-    fn pick(&mut self, c: &mut dyn Candidates) -> Option<u64>;
+    fn pick(&mut self, c: &mut dyn Candidates) -> Option<GroupKey>;
     /// The candidate the destage pointer rests on now, without moving it.
-    fn peek(&self, c: &dyn Candidates) -> Option<u64>;
+    fn peek(&self, c: &dyn Candidates) -> Option<GroupKey>;
     /// Heap bytes of the policy's own metadata.
     fn metadata_bytes(&self) -> usize;
 }

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 /// Literal Fig. 4 over a sorted vector; `use_bits` false makes it CSCAN.
 struct RefSweep {
-    groups: Vec<(u64, u32, bool)>, // (key, id, recency bit), sorted by key
+    groups: Vec<(GroupKey, u32, bool)>, // (key, id, recency bit), sorted by key
     pointer: usize,
     use_bits: bool,
 }
@@ -27,7 +27,7 @@ impl RefSweep {
             self.pointer += 1;
         }
     }
-    fn insert(&mut self, id: u32, key: u64) {
+    fn insert(&mut self, id: u32, key: GroupKey) {
         let pos = self
             .groups
             .iter()
@@ -80,7 +80,7 @@ struct RefLrw {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Insert(u32, u64),
+    Insert(u32, GroupKey),
     Hit(u32, bool, bool),
     Remove(u32),
     Pick,
@@ -89,7 +89,7 @@ enum Op {
 fn ops() -> impl Strategy<Value = Vec<Op>> {
     proptest::collection::vec(
         prop_oneof![
-            3 => (0u32..40, 0u64..200).prop_map(|(i, k)| Op::Insert(i, k)),
+            3 => (0u32..40, 0u64..200).prop_map(|(i, k)| Op::Insert(i, GroupKey(k))),
             3 => (0u32..40, any::<bool>(), any::<bool>()).prop_map(|(i, p, s)| Op::Hit(i, p, s)),
             1 => (0u32..40).prop_map(Op::Remove),
             3 => Just(Op::Pick),
@@ -100,22 +100,22 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
 
 /// The candidate set as a plain sorted map with recency bits.
 #[derive(Default)]
-struct Set(std::collections::BTreeMap<u64, bool>);
+struct Set(std::collections::BTreeMap<GroupKey, bool>);
 
 impl Candidates for Set {
     fn len(&self) -> usize {
         self.0.len()
     }
-    fn next(&self, after: Option<u64>) -> Option<u64> {
+    fn next(&self, after: Option<GroupKey>) -> Option<GroupKey> {
         match after {
-            Some(a) => self.0.range(a + 1..).next().map(|(&k, _)| k),
+            Some(a) => self.0.range(GroupKey(a.0 + 1)..).next().map(|(&k, _)| k),
             None => self.0.keys().next().copied(),
         }
     }
-    fn recent(&self, key: u64) -> bool {
+    fn recent(&self, key: GroupKey) -> bool {
         self.0[&key]
     }
-    fn set_recent(&mut self, key: u64, on: bool) {
+    fn set_recent(&mut self, key: GroupKey, on: bool) {
         *self.0.get_mut(&key).expect("candidate") = on;
     }
 }
@@ -126,8 +126,8 @@ fn run(name: &str, ops: &[Op]) -> Result<(), TestCaseError> {
     let mut sweep = RefSweep::new(name == "wow");
     let mut lrw = RefLrw::default();
     // Which ids are candidates, with their keys; keys unique among candidates.
-    let mut present: std::collections::HashMap<u32, u64> = Default::default();
-    let id_of = |present: &std::collections::HashMap<u32, u64>, key: u64| {
+    let mut present: std::collections::HashMap<u32, GroupKey> = Default::default();
+    let id_of = |present: &std::collections::HashMap<u32, GroupKey>, key: GroupKey| {
         present.iter().find(|(_, &k)| k == key).map(|(&id, _)| id)
     };
     for op in ops {
@@ -213,14 +213,14 @@ proptest! {
 }
 
 fn inserted(w: &mut dyn DestageOrder, set: &mut Set, key: u64) {
-    set.0.insert(key, false);
-    w.insert(set, key);
+    set.0.insert(GroupKey(key), false);
+    w.insert(set, GroupKey(key));
 }
 
 fn picked(w: &mut dyn DestageOrder, set: &mut Set) -> Option<u64> {
     let k = w.pick(set)?;
     set.0.remove(&k);
-    Some(k)
+    Some(k.0)
 }
 
 #[test]
@@ -232,7 +232,7 @@ fn wow_skips_recently_written_groups_once() {
     }
     w.hit(
         &mut set,
-        10,
+        GroupKey(10),
         GroupHit {
             page_hit: true,
             sequential: false,
@@ -253,7 +253,7 @@ fn wow_sequential_group_hit_does_not_set_bit() {
     inserted(&mut *w, &mut set, 20);
     w.hit(
         &mut set,
-        10,
+        GroupKey(10),
         GroupHit {
             page_hit: false,
             sequential: true,

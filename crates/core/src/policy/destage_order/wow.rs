@@ -6,7 +6,7 @@
 //! is 0. The bits live with the candidates (the engine's dirty set).
 
 use super::cscan::Pointer;
-use super::{Candidates, DestageOrder, GroupHit};
+use super::{Candidates, DestageOrder, GroupHit, GroupKey};
 
 #[derive(Default)]
 pub struct Wow {
@@ -17,19 +17,19 @@ impl DestageOrder for Wow {
     fn name(&self) -> &'static str {
         "wow"
     }
-    fn insert(&mut self, c: &mut dyn Candidates, key: u64) {
+    fn insert(&mut self, c: &mut dyn Candidates, key: GroupKey) {
         c.set_recent(key, false); // line 14
         self.pointer.inserted(c, key);
     }
-    fn hit(&mut self, c: &mut dyn Candidates, key: u64, hit: GroupHit) {
+    fn hit(&mut self, c: &mut dyn Candidates, key: GroupKey, hit: GroupHit) {
         if !hit.sequential || hit.page_hit {
             c.set_recent(key, true); // lines 2-4 and 5-6
         }
     }
-    fn remove(&mut self, c: &mut dyn Candidates, key: u64) {
+    fn remove(&mut self, c: &mut dyn Candidates, key: GroupKey) {
         self.pointer.removed(c, key);
     }
-    fn pick(&mut self, c: &mut dyn Candidates) -> Option<u64> {
+    fn pick(&mut self, c: &mut dyn Candidates) -> Option<GroupKey> {
         loop {
             let key = self.pointer.current(c)?;
             self.pointer.advance(c);
@@ -40,7 +40,7 @@ impl DestageOrder for Wow {
             return Some(key); // lines 24-26
         }
     }
-    fn peek(&self, c: &dyn Candidates) -> Option<u64> {
+    fn peek(&self, c: &dyn Candidates) -> Option<GroupKey> {
         self.pointer.current(c)
     }
     fn metadata_bytes(&self) -> usize {
