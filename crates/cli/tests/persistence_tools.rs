@@ -406,4 +406,14 @@ fn flush_drains_with_the_group_size_and_policies_serve_recorded() {
         ok && out.contains("format:  version 1"),
         "flush records no guess: {out}"
     );
+    // The next server upgrades it and records its configuration.
+    serve(3);
+    let log = std::fs::read_to_string(socket.with_extension("log")).expect("serve log");
+    assert!(
+        log.contains("superblock format version 1 upgraded to 2"),
+        "{log}"
+    );
+    let (ok, out, _) = wcache(&["inspect", "--cache", &cache_s]);
+    assert!(ok && out.contains("format:  version 2,"), "{out}");
+    assert!(out.contains(&format!("engine:  {recorded}")), "{out}");
 }

@@ -493,6 +493,9 @@ pub struct OpenReport {
     pub reformatted: Option<String>,
     /// The superblock said the last shutdown was clean.
     pub was_clean: bool,
+    /// The superblock's format version as found (`FORMAT_VERSION` after a
+    /// format); below it, the open for service upgrades the superblock.
+    pub format_version_found: u32,
     /// Records that failed verification and were freed (an in-flight write
     /// at a power loss shows as a data checksum mismatch).
     pub discarded: Vec<BadSlot>,
@@ -536,6 +539,7 @@ impl CacheStore {
             formatted: false,
             reformatted: None,
             was_clean: true,
+            format_version_found: FORMAT_VERSION,
             discarded: Vec::new(),
             dirty_pages: 0,
         };
@@ -562,6 +566,7 @@ impl CacheStore {
         };
         let sb = store.superblock();
         report.was_clean = sb.clean;
+        report.format_version_found = sb.format_version;
         let mut differences = Vec::new();
         if sb.layout.page_size_bytes != page_size_bytes {
             differences.push(format!(
