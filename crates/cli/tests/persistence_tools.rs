@@ -348,6 +348,16 @@ fn flush_drains_with_the_group_size_and_policies_serve_recorded() {
         drop(nbd);
         served.kill9();
     };
+    let assert_backing = |round: u8| {
+        let on_backing = std::fs::read(&backing).expect("backing");
+        for page in 0..10usize {
+            let at = page * PAGE_BYTES;
+            assert!(
+                on_backing[at..at + PAGE_BYTES] == image(page as u64, round),
+                "page {page} of round {round}"
+            );
+        }
+    };
     let export = format!("disk={backing_s}");
     let recorded = "write group 262144 bytes, write policy write-back, destage order cscan, \
                     destage rate linear, admission all, no sequential cutoff";
@@ -365,14 +375,7 @@ fn flush_drains_with_the_group_size_and_policies_serve_recorded() {
         )),
         "flush uses the recorded configuration: {out}"
     );
-    let on_backing = std::fs::read(&backing).expect("backing");
-    for page in 0..10usize {
-        let at = page * PAGE_BYTES;
-        assert!(
-            on_backing[at..at + PAGE_BYTES] == image(page as u64, 1),
-            "page {page}"
-        );
-    }
+    assert_backing(1);
 
     // A version-1 device: the tools work as before and say nothing is recorded.
     serve(2);
@@ -393,14 +396,7 @@ fn flush_drains_with_the_group_size_and_policies_serve_recorded() {
         out.contains("note: the engine configuration is not recorded (version-1 superblock); draining with a guess: write group 65536 bytes"),
         "{out}"
     );
-    let on_backing = std::fs::read(&backing).expect("backing");
-    for page in 0..10usize {
-        let at = page * PAGE_BYTES;
-        assert!(
-            on_backing[at..at + PAGE_BYTES] == image(page as u64, 2),
-            "page {page}"
-        );
-    }
+    assert_backing(2);
     let (ok, out, _) = wcache(&["inspect", "--cache", &cache_s]);
     assert!(
         ok && out.contains("format:  version 1"),

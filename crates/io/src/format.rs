@@ -117,7 +117,8 @@ pub enum FormatError {
     #[error("superblock field {field}: {source}")]
     UnknownName {
         field: &'static str,
-        source: UnknownPolicy,
+        /// Boxed: keeps `FormatError` (inside every open error) small.
+        source: Box<UnknownPolicy>,
     },
     #[error("a version {version} superblock cannot be written: {why}")]
     CannotEncode { version: u32, why: &'static str },
@@ -271,7 +272,10 @@ pub struct EngineRecord {
 impl EngineRecord {
     /// The record of `config` (names canonicalised through the registries).
     pub fn from_config(config: &EngineConfig) -> Result<EngineRecord, FormatError> {
-        let field = |field, source| FormatError::UnknownName { field, source };
+        let field = |field, source| FormatError::UnknownName {
+            field,
+            source: Box::new(source),
+        };
         let record = EngineRecord {
             group_size_bytes: config.group_size_bytes,
             write_policy: config.write_policy,
@@ -419,7 +423,12 @@ fn get_policy_name(b: &[u8], field: &'static str) -> Result<String, FormatError>
 /// against its registry.
 fn decode_engine(b: &[u8], page_size_bytes: u64) -> Result<EngineRecord, FormatError> {
     let name_at = |at: usize, field| get_policy_name(&b[at..at + POLICY_NAME_BYTES_MAX], field);
-    let unknown = |field| move |source| FormatError::UnknownName { field, source };
+    let unknown = |field| {
+        move |source| FormatError::UnknownName {
+            field,
+            source: Box::new(source),
+        }
+    };
     let group_size_bytes = get_u64(b, GROUP_SIZE_OFFSET_BYTES);
     if Geometry::new(page_size_bytes, group_size_bytes).is_err() {
         return Err(FormatError::BadField {

@@ -78,6 +78,18 @@ fn assert_pages(cache: &Cache, pages: u64, round: u8) {
     }
 }
 
+/// Pages `0..pages` of the backing file hold `image(page, round)`.
+fn assert_backing(backing: &Path, pages: u64, round: u8) {
+    let on_backing = std::fs::read(backing).expect("backing");
+    for page in 0..pages {
+        let at = (page * PAGE_BYTES) as usize;
+        assert!(
+            on_backing[at..at + PAGE_BYTES as usize] == image(page, round),
+            "backing page {page}"
+        );
+    }
+}
+
 struct Dir {
     dir: tempfile::TempDir,
 }
@@ -127,11 +139,7 @@ fn format_then_reopen_recovers_every_acknowledged_write() {
         .expect("drain");
     let closed = cache.close().expect("close");
     assert_eq!(closed.dirty_pages, 0);
-    let on_backing = std::fs::read(&backing).expect("backing");
-    for page in 0..20 {
-        let at = (page * PAGE_BYTES) as usize;
-        assert!(on_backing[at..at + PAGE_BYTES as usize] == image(page, 1));
-    }
+    assert_backing(&backing, 20, 1);
     // A drained, closed cache holds no record.
     let store = CacheStore::open(
         wcache_io::cache::open_existing_cache_device(&cache_path, SyncMode::Fdatasync)
@@ -332,11 +340,7 @@ fn offline_drain_needs_the_exact_volume_table_and_empties_the_cache() {
     assert!(seen.iter().all(|&dirty| dirty <= total), "{seen:?}");
     let closed = cache.close().expect("close");
     assert!(closed.recorded_clean && closed.dirty_pages == 0);
-    let on_backing = std::fs::read(&backing).expect("backing");
-    for page in 0..30 {
-        let at = (page * PAGE_BYTES) as usize;
-        assert!(on_backing[at..at + PAGE_BYTES as usize] == image(page, 2));
-    }
+    assert_backing(&backing, 30, 2);
 }
 
 #[test]
@@ -523,11 +527,7 @@ fn every_open_for_service_records_the_engine_configuration_and_flush_uses_it() {
         "the drain keeps the record"
     );
     assert!(sb.clean);
-    let on_backing = std::fs::read(&backing).expect("backing");
-    for page in 0..30 {
-        let at = (page * PAGE_BYTES) as usize;
-        assert!(on_backing[at..at + PAGE_BYTES as usize] == image(page, 4));
-    }
+    assert_backing(&backing, 30, 4);
 }
 
 #[test]
