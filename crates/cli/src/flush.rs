@@ -4,6 +4,9 @@
 //! ETA, then frees every record and records a clean state. The exports must
 //! be the ones the superblock names (same order, sizes and backings): a
 //! drain to the wrong backing would corrupt it, so this must never guess.
+//! The engine runs with the configuration the superblock records (a
+//! version-1 device records none: the drain then guesses the write group
+//! and policies, which is safe, and prints a note saying so).
 //! The lifecycle is `wcache_io::cache`; this file is wiring and output.
 
 use std::path::PathBuf;
@@ -14,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use wcache_io::{Cache, DriverConfig, OfflineConfig};
 
 use crate::args::{export_args, sync_arg};
-use crate::tools::AnyError;
+use crate::tools::{describe_offline_engine, AnyError};
 
 /// Destage every dirty page of a cache device to its backings (offline), then mark it clean.
 #[derive(Args, Debug)]
@@ -42,6 +45,10 @@ pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
         driver: DriverConfig { io_threads: 4 },
     };
     let cache = Cache::open_offline(&config)?;
+    println!(
+        "wcache flush: {}",
+        describe_offline_engine(cache.engine_config(), cache.engine_source())
+    );
     if let Some(report) = cache.open_report() {
         for bad in &report.discarded {
             eprintln!("wcache flush: discarded a damaged record: {bad}");

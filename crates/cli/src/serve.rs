@@ -23,6 +23,7 @@ use std::time::Duration;
 use clap::Args;
 use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
 use wcache_io::cache::Monitor;
+use wcache_io::format::FORMAT_VERSION;
 use wcache_io::{
     Cache, CacheConfig, CacheDeviceSpec, CloseReport, DriverConfig, DriverError, Volume, VolumeSpec,
 };
@@ -370,6 +371,13 @@ fn print_open_report(cache: &Cache) {
     }
     for bad in &report.discarded {
         eprintln!("wcache: discarded a damaged record: {bad}");
+    }
+    if report.reformatted.is_none() && report.format_version_found < FORMAT_VERSION {
+        println!(
+            "wcache: superblock format version {} upgraded to {FORMAT_VERSION}: it now records \
+             the engine configuration",
+            report.format_version_found
+        );
     }
     if cache.device().on_volatile_memory {
         eprintln!(

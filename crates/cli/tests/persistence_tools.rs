@@ -3,7 +3,9 @@
 //! backing (destages fail, are retried and reported, the server keeps
 //! serving the dirty data, and once the errors stop the data reaches the
 //! backing); refusal to start over another configuration's dirty cache
-//! without --force. A missing tool prints SKIP with the reason, unless
+//! without --force; the engine configuration `serve` records, shown by
+//! `inspect` and used by `flush` (and, on a version-1 device, which records
+//! none, a guess that `flush` says is one). A missing tool prints SKIP with the reason, unless
 //! WCACHE_REQUIRE_TOOLS=1. Install: apt-get install -y fio nbdkit.
 
 mod common;
@@ -295,4 +297,119 @@ fn another_configurations_dirty_cache_is_refused_without_force() {
     assert!(err.contains("no valid wcache superblock"), "{err}");
     let (ok, _, err) = wcache(&["check", "--cache", junk.to_str().expect("utf8")]);
     assert!(!ok && err.contains("no wcache superblock"), "{err}");
+}
+
+/// Rewrites a cache file's superblock as version 1 (what a version-1
+/// wcache wrote: no engine configuration), keeping everything else.
+fn downgrade_to_version_1(cache: &Path) {
+    use wcache_io::format::Superblock;
+    let mut bytes = std::fs::read(cache).expect("cache bytes");
+    let mut sb = Superblock::decode(&bytes[..4096]).expect("superblock");
+    sb.format_version = 1;
+    sb.engine = None;
+    let v1 = sb.encode().expect("encode version 1");
+    bytes[..4096].copy_from_slice(&v1);
+    std::fs::write(cache, bytes).expect("rewrite");
+}
+
+#[test]
+fn flush_drains_with_the_group_size_and_policies_serve_recorded() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let socket = dir.path().join("w.sock");
+    let cache = dir.path().join("cache.img");
+    let cache_s = cache.to_str().expect("utf8").to_string();
+    let backing = dir.path().join("b.img");
+    let backing_s = backing.to_str().expect("utf8").to_string();
+    let serve = |round: u8| {
+        let served = Served::start(
+            &[
+                "--cache",
+                &cache_s,
+                "--cache-size",
+                "4M",
+                "--backing",
+                &backing_s,
+                "--backing-size",
+                "4M",
+                "--group-size",
+                "262144",
+                "--order",
+                "cscan",
+                "--rate",
+                "linear",
+            ],
+            &socket,
+        );
+        let mut nbd = Nbd::connect_retry(&socket, "disk").expect("connect");
+        for page in 0..10u64 {
+            nbd.write(page * PAGE_BYTES as u64, &image(page, round), true)
+                .expect("write");
+        }
+        drop(nbd);
+        served.kill9();
+    };
+    let assert_backing = |round: u8| {
+        let on_backing = std::fs::read(&backing).expect("backing");
+        for page in 0..10usize {
+            let at = page * PAGE_BYTES;
+            assert!(
+                on_backing[at..at + PAGE_BYTES] == image(page as u64, round),
+                "page {page} of round {round}"
+            );
+        }
+    };
+    let export = format!("disk={backing_s}");
+    let recorded = "write group 262144 bytes, write policy write-back, destage order cscan, \
+                    destage rate linear, admission all, no sequential cutoff";
+
+    serve(1);
+    let (ok, out, err) = wcache(&["inspect", "--cache", &cache_s]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("format:  version 2,"), "{out}");
+    assert!(out.contains(&format!("engine:  {recorded}")), "{out}");
+    let (ok, out, err) = wcache(&["flush", "--cache", &cache_s, "--export", &export]);
+    assert!(ok, "flush: {out}{err}");
+    assert!(
+        out.contains(&format!(
+            "engine configuration as recorded by the last server: {recorded}"
+        )),
+        "flush uses the recorded configuration: {out}"
+    );
+    assert_backing(1);
+
+    // A version-1 device: the tools work as before and say nothing is recorded.
+    serve(2);
+    downgrade_to_version_1(&cache);
+    let (ok, out, err) = wcache(&["inspect", "--cache", &cache_s]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("format:  version 1 (rewritten as version 2"),
+        "{out}"
+    );
+    assert!(out.contains("engine:  not recorded"), "{out}");
+    assert!(out.contains("10 dirty pages"), "{out}");
+    let (ok, out, err) = wcache(&["check", "--cache", &cache_s]);
+    assert!(ok && out.contains("engine:  not recorded"), "{out}{err}");
+    let (ok, out, err) = wcache(&["flush", "--cache", &cache_s, "--export", &export]);
+    assert!(ok, "flush: {out}{err}");
+    assert!(
+        out.contains("note: the engine configuration is not recorded (version-1 superblock); draining with a guess: write group 65536 bytes"),
+        "{out}"
+    );
+    assert_backing(2);
+    let (ok, out, _) = wcache(&["inspect", "--cache", &cache_s]);
+    assert!(
+        ok && out.contains("format:  version 1"),
+        "flush records no guess: {out}"
+    );
+    // The next server upgrades it and records its configuration.
+    serve(3);
+    let log = std::fs::read_to_string(socket.with_extension("log")).expect("serve log");
+    assert!(
+        log.contains("superblock format version 1 upgraded to 2"),
+        "{log}"
+    );
+    let (ok, out, _) = wcache(&["inspect", "--cache", &cache_s]);
+    assert!(ok && out.contains("format:  version 2,"), "{out}");
+    assert!(out.contains(&format!("engine:  {recorded}")), "{out}");
 }

@@ -10,7 +10,10 @@
 //! needs no device is checked before any file is created or written; a
 //! backing is opened before the cache device, so a bad backing leaves the
 //! cache untouched; a cache holding another configuration's dirty pages is
-//! refused unless forced (`CacheStore::open_or_format`); an offline drain
+//! refused unless forced (`CacheStore::open_or_format`); every open for
+//! service records the engine configuration in the superblock, and an
+//! offline drain runs with the recorded one (it guesses only on a
+//! version-1 device, which records none, and says so); an offline drain
 //! never formats and never guesses which backing a volume is; write-back on
 //! a cache in process memory needs an explicit benchmark-only allowance.
 //! It must never make cache decisions (the engine does), move bytes itself
@@ -29,12 +32,13 @@ use crate::device::mem::MemDevice;
 use crate::device::nbd::NbdDevice;
 use crate::device::{parse_size_bytes, BlockDevice, DeviceError};
 use crate::driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
-use crate::format::{FormatError, Layout, VolumeEntry};
+use crate::format::{EngineRecord, FormatError, Layout, Superblock, VolumeEntry};
 use crate::store::{show_volumes, CacheStore, OpenError, OpenReport, StoreError};
 
 /// Connections an NBD backing opens (when its server allows several).
 const NBD_BACKING_CONNECTIONS_MAX: usize = 4;
-/// The write group the offline drain uses when the superblock does not say.
+/// The write group the offline drain uses when the superblock does not
+/// record one (version 1): at least this, and at least a page.
 const OFFLINE_GROUP_BYTES_MIN: u64 = 64 * 1024;
 
 /// Why a cache could not be started, drained or closed. Each variant names
@@ -234,6 +238,43 @@ pub struct OfflineConfig {
     pub driver: DriverConfig,
 }
 
+/// Where the engine configuration of a running cache comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineSource {
+    /// The settings it was started with (`Cache::open`); a persistent
+    /// cache's superblock now records them.
+    Settings,
+    /// The superblock's record of the last open for service (`open_offline`).
+    Recorded,
+    /// Not recorded (a version-1 superblock): `open_offline` runs
+    /// write-back with a write group of max(page, 64 KiB) and the default
+    /// destage order and rate. Every page is destaged all the same, perhaps
+    /// more slowly than with the server's settings.
+    Guessed,
+}
+
+/// The engine configuration `open_offline` runs a cache device with: the
+/// superblock's page size and slot count, and its recorded group size and
+/// policies, or for a version-1 superblock (nothing recorded) the guess
+/// `EngineSource::Guessed` describes.
+pub fn offline_engine_config(sb: &Superblock) -> (EngineConfig, EngineSource) {
+    let page = sb.layout.page_size_bytes;
+    let mut engine = EngineConfig {
+        page_size_bytes: page,
+        group_size_bytes: page.max(OFFLINE_GROUP_BYTES_MIN),
+        cache_slots: sb.layout.slot_count,
+        write_policy: WritePolicyKind::WriteBack,
+        ..EngineConfig::default()
+    };
+    match &sb.engine {
+        Some(record) => {
+            record.apply(&mut engine);
+            (engine, EngineSource::Recorded)
+        }
+        None => (engine, EngineSource::Guessed),
+    }
+}
+
 /// One volume of a running cache: what a front end reads, writes, flushes.
 /// Cheap to clone; every clone talks to the same driver. Calls block until
 /// the engine answers and may come from many threads at once.
@@ -360,6 +401,8 @@ pub struct Cache {
     volumes: Vec<Volume>,
     device: CacheDeviceInfo,
     report: Option<OpenReport>,
+    engine: EngineConfig,
+    engine_source: EngineSource,
 }
 
 impl Cache {
@@ -387,16 +430,23 @@ impl Cache {
         engine.cache_slots = device.size_bytes / engine.page_size_bytes.max(1);
         let (driver, report) = match config.cache {
             CacheDeviceSpec::Memory { .. } => {
-                let driver = Driver::new(engine, cache, backings.clone(), config.driver.clone())?;
+                let driver = Driver::new(
+                    engine.clone(),
+                    cache,
+                    backings.clone(),
+                    config.driver.clone(),
+                )?;
                 (driver, None)
             }
             CacheDeviceSpec::File { .. } => {
                 check_alignment(engine.page_size_bytes, cache.as_ref(), &backings)?;
                 let entries = volume_entries(&config.volumes, &backings)?;
+                let record = EngineRecord::from_config(&engine)?;
                 let (driver, report) = start_persistent(
-                    engine,
+                    &mut engine,
                     cache,
                     entries,
+                    (&record, true),
                     config.force,
                     backings.clone(),
                     config.driver.clone(),
@@ -411,14 +461,18 @@ impl Cache {
             config.block_size_bytes,
             device,
             report,
+            (engine, EngineSource::Settings),
         ))
     }
 
     /// Opens a cache device that no server is using, to drain it: never
     /// creates or formats; the volumes must be exactly the ones its
     /// superblock names (same order, sizes and backings), since a drain to
-    /// the wrong backing would corrupt it. The engine runs write-back with
-    /// the superblock's page size.
+    /// the wrong backing would corrupt it. The engine runs with the
+    /// superblock's page size and recorded configuration
+    /// (`offline_engine_config`; `engine_source` says whether it was
+    /// recorded or, on a version-1 device, guessed). The superblock keeps
+    /// its version and record.
     pub fn open_offline(config: &OfflineConfig) -> Result<Cache, CacheError> {
         check_volume_names(&config.volumes)?;
         let dev = open_existing_cache_device(&config.cache_path, SyncMode::Fdatasync)?;
@@ -431,14 +485,10 @@ impl Cache {
                 given: show_volumes(&given),
             });
         }
-        let page = sb.layout.page_size_bytes;
-        let engine = EngineConfig {
-            page_size_bytes: page,
-            group_size_bytes: page.max(OFFLINE_GROUP_BYTES_MIN),
-            cache_slots: sb.layout.slot_count,
-            write_policy: WritePolicyKind::WriteBack,
-            ..EngineConfig::default()
-        };
+        let (mut engine, source) = offline_engine_config(&sb);
+        // Used only if the device must be formatted anew (it no longer fits
+        // its slot count and holds no dirty page): then it is what this run uses.
+        let record = EngineRecord::from_config(&engine)?;
         let device = CacheDeviceInfo {
             name: dev.name(),
             size_bytes: dev.len_bytes(),
@@ -446,9 +496,10 @@ impl Cache {
             on_volatile_memory: is_on_volatile_memory(&config.cache_path),
         };
         let (driver, report) = start_persistent(
-            engine,
+            &mut engine,
             dev,
             given,
+            (&record, false),
             false,
             backings.clone(),
             config.driver.clone(),
@@ -460,6 +511,7 @@ impl Cache {
             1,
             device,
             Some(report),
+            (engine, source),
         ))
     }
 
@@ -470,6 +522,7 @@ impl Cache {
         block_size_bytes: u32,
         device: CacheDeviceInfo,
         report: Option<OpenReport>,
+        (engine, engine_source): (EngineConfig, EngineSource),
     ) -> Cache {
         let driver = Arc::new(driver);
         let volumes = specs
@@ -496,6 +549,8 @@ impl Cache {
             volumes,
             device,
             report,
+            engine,
+            engine_source,
         }
     }
 
@@ -517,6 +572,17 @@ impl Cache {
 
     pub fn page_size_bytes(&self) -> u64 {
         self.driver.page_size_bytes()
+    }
+
+    /// The engine configuration the cache runs with (slot count included).
+    pub fn engine_config(&self) -> &EngineConfig {
+        &self.engine
+    }
+
+    /// Where `engine_config` comes from: the settings, the superblock's
+    /// record, or (offline, version-1 device) a guess.
+    pub fn engine_source(&self) -> EngineSource {
+        self.engine_source
     }
 
     pub fn dirty_pages(&self) -> u64 {
@@ -595,20 +661,23 @@ impl Cache {
 }
 
 /// Formats or recovers a persistent cache device, records that it is in
-/// service, and starts the driver over it.
+/// service (with `record` as the configuration in force when `for_service`;
+/// a format records it in any case), and starts the driver over it.
+/// `engine` gets the slot count of the device.
 fn start_persistent(
-    mut engine: EngineConfig,
+    engine: &mut EngineConfig,
     cache: Arc<dyn BlockDevice>,
     entries: Vec<VolumeEntry>,
+    (record, for_service): (&EngineRecord, bool),
     force: bool,
     backings: Vec<Arc<dyn BlockDevice>>,
     driver: DriverConfig,
 ) -> Result<(Driver, OpenReport), CacheError> {
     let page = engine.page_size_bytes;
-    let (store, found, report) = CacheStore::open_or_format(cache, page, entries, force)?;
-    store.set_clean(false, true)?;
+    let (store, found, report) = CacheStore::open_or_format(cache, page, record, entries, force)?;
+    store.record_open(Some(record).filter(|_| for_service))?;
     engine.cache_slots = store.layout().slot_count;
-    let driver = Driver::recover(engine, Arc::new(store), found, backings, driver)?;
+    let driver = Driver::recover(engine.clone(), Arc::new(store), found, backings, driver)?;
     Ok((driver, report))
 }
 

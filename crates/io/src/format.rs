@@ -9,13 +9,27 @@
 //! All integers are little-endian. Every structure carries a crc32c.
 //! This module must never guess: a field that does not decode is an error
 //! that names the field.
+//!
+//! Superblock versions: 2 (written) records the engine configuration a
+//! server last opened the cache with (`EngineRecord`), and room for the
+//! ordered/journaled write-back state (epoch, transaction id); 1 (read)
+//! does not record the configuration: it decodes with `engine: None`, the
+//! offline tools say so, and the next open for service rewrites it as 2.
 
+use wcache_core::geometry::Geometry;
+use wcache_core::policy::admission::ADMISSIONS;
+use wcache_core::policy::destage_order::DESTAGE_ORDERS;
+use wcache_core::policy::destage_rate::DESTAGE_RATES;
+use wcache_core::policy::registry::UnknownPolicy;
 use wcache_core::types::PageKey;
-use wcache_core::SlotRecord;
+use wcache_core::{EngineConfig, SlotRecord, WritePolicyKind};
 
 /// Superblock magic, the first 8 bytes of a formatted cache device.
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"WCACHEsb";
-pub const FORMAT_VERSION: u32 = 1;
+/// The superblock version this build writes.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest superblock version this build reads (upgraded when a server opens it).
+pub const FORMAT_VERSION_MIN: u32 = 1;
 pub const SUPERBLOCK_BYTES: u64 = 4096;
 /// The unit in which records are written (one in-memory copy per block).
 pub const RECORD_BLOCK_BYTES: u64 = 4096;
@@ -36,6 +50,24 @@ const SUPERBLOCK_CRC_OFFSET_BYTES: usize = SUPERBLOCK_BYTES as usize - 4;
 
 pub const SUPERBLOCK_FLAG_CLEAN: u32 = 1;
 
+// Version 2 fields, in bytes version 1 kept reserved (zero): the ordering
+// state at 84..128, the engine configuration at 3968..4092.
+const EPOCH_OFFSET_BYTES: usize = 88;
+const TRANSACTION_ID_OFFSET_BYTES: usize = 96;
+const GROUP_SIZE_OFFSET_BYTES: usize = 3968;
+const SEQUENTIAL_CUTOFF_OFFSET_BYTES: usize = 3976;
+const WRITE_POLICY_OFFSET_BYTES: usize = 3984;
+const DESTAGE_ORDER_OFFSET_BYTES: usize = 4008;
+const DESTAGE_RATE_OFFSET_BYTES: usize = 4032;
+const ADMISSION_OFFSET_BYTES: usize = 4056;
+/// Width of a policy name field (ASCII, NUL-padded).
+pub const POLICY_NAME_BYTES_MAX: usize = 24;
+/// Bytes of a version-2 superblock that must be zero: (offset, length).
+const RESERVED_V2: [(usize, usize); 3] = [(84, 4), (104, 24), (4080, 12)];
+/// What version 1 kept reserved, and version 2 uses or keeps reserved.
+#[cfg(test)]
+const RESERVED_V1: [(usize, usize); 2] = [(84, 44), (3968, 124)];
+
 const _: () = assert!(RECORD_BLOCK_BYTES.is_multiple_of(RECORD_BYTES));
 const _: () = assert!(
     512u64.is_multiple_of(RECORD_BYTES),
@@ -45,13 +77,29 @@ const _: () = assert!(
     VOLUME_TABLE_OFFSET_BYTES + VOLUMES_MAX * VOLUME_ENTRY_BYTES <= SUPERBLOCK_CRC_OFFSET_BYTES
 );
 const _: () = assert!(VOLUME_NAME_BYTES_MAX + 8 + VOLUME_IDENTITY_BYTES_MAX == VOLUME_ENTRY_BYTES);
+const _: () = assert!(TRANSACTION_ID_OFFSET_BYTES + 8 == RESERVED_V2[1].0);
+const _: () = assert!(RESERVED_V2[1].0 + RESERVED_V2[1].1 == VOLUME_TABLE_OFFSET_BYTES);
+const _: () = assert!(
+    VOLUME_TABLE_OFFSET_BYTES + VOLUMES_MAX * VOLUME_ENTRY_BYTES == GROUP_SIZE_OFFSET_BYTES
+);
+const _: () = assert!(ADMISSION_OFFSET_BYTES + POLICY_NAME_BYTES_MAX == RESERVED_V2[2].0);
+const _: () = assert!(RESERVED_V2[2].0 + RESERVED_V2[2].1 == SUPERBLOCK_CRC_OFFSET_BYTES);
+const _: () =
+    assert!(WRITE_POLICY_OFFSET_BYTES + POLICY_NAME_BYTES_MAX == DESTAGE_ORDER_OFFSET_BYTES);
+const _: () =
+    assert!(DESTAGE_ORDER_OFFSET_BYTES + POLICY_NAME_BYTES_MAX == DESTAGE_RATE_OFFSET_BYTES);
+const _: () = assert!(DESTAGE_RATE_OFFSET_BYTES + POLICY_NAME_BYTES_MAX == ADMISSION_OFFSET_BYTES);
 
 /// Why a superblock or record does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
     #[error("no wcache superblock (magic is {found:02x?}, expected {SUPERBLOCK_MAGIC:02x?}); is this a cache device? (a new one is formatted only when it is all zeros)")]
     BadMagic { found: [u8; 8] },
-    #[error("superblock format version {found}, this wcache reads version {FORMAT_VERSION}")]
+    #[error(
+        "superblock format version {found}: this wcache reads versions {FORMAT_VERSION_MIN} to \
+         {FORMAT_VERSION} only{}",
+        if *found > FORMAT_VERSION { " (written by a newer wcache? use that one)" } else { "" }
+    )]
     BadVersion { found: u32 },
     #[error("superblock checksum mismatch (stored {stored:#010x}, computed {computed:#010x}): the superblock is corrupt")]
     BadSuperblockChecksum { stored: u32, computed: u32 },
@@ -61,6 +109,21 @@ pub enum FormatError {
         value: u64,
         why: &'static str,
     },
+    #[error("superblock field {field}: {why}")]
+    BadName {
+        field: &'static str,
+        why: &'static str,
+    },
+    #[error("superblock field {field}: {source}")]
+    UnknownName {
+        field: &'static str,
+        /// Boxed: keeps `FormatError` (inside every open error) small.
+        source: Box<UnknownPolicy>,
+    },
+    #[error("a version {version} superblock cannot be written: {why}")]
+    CannotEncode { version: u32, why: &'static str },
+    #[error("policy name {name:?} does not fit the superblock ({POLICY_NAME_BYTES_MAX} ASCII bytes at most)")]
+    PolicyNameTooLong { name: String },
     #[error("volume {index} in the superblock: {why}")]
     BadVolume { index: usize, why: &'static str },
     #[error("{count} volumes do not fit the superblock (at most {VOLUMES_MAX})")]
@@ -188,9 +251,114 @@ fn shorten_identity(identity: &str) -> String {
     format!("{}{suffix}", &identity[..cut])
 }
 
+/// The engine configuration a superblock records (version 2): what a
+/// server last opened the cache for service with, so that recovery and the
+/// offline tools use it instead of guessing. Names are the registries'
+/// canonical names, so a record built here always encodes and decodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineRecord {
+    pub group_size_bytes: u64,
+    pub write_policy: WritePolicyKind,
+    /// `DESTAGE_ORDERS` name.
+    pub destage_order: &'static str,
+    /// `DESTAGE_RATES` name.
+    pub destage_rate: &'static str,
+    /// `ADMISSIONS` name.
+    pub admission: &'static str,
+    /// 0: no sequential cutoff.
+    pub sequential_cutoff_bytes: u64,
+}
+
+impl EngineRecord {
+    /// The record of `config` (names canonicalised through the registries).
+    pub fn from_config(config: &EngineConfig) -> Result<EngineRecord, FormatError> {
+        let field = |field, source| FormatError::UnknownName {
+            field,
+            source: Box::new(source),
+        };
+        let record = EngineRecord {
+            group_size_bytes: config.group_size_bytes,
+            write_policy: config.write_policy,
+            destage_order: DESTAGE_ORDERS
+                .find(&config.destage_order)
+                .map_err(|e| field("destage_order", e))?
+                .name,
+            destage_rate: DESTAGE_RATES
+                .find(&config.destage_rate)
+                .map_err(|e| field("destage_rate", e))?
+                .name,
+            admission: ADMISSIONS
+                .find(&config.admission)
+                .map_err(|e| field("admission", e))?
+                .name,
+            sequential_cutoff_bytes: config.sequential_cutoff_bytes,
+        };
+        for name in record.names().map(|(_, name, _)| name) {
+            if name.len() > POLICY_NAME_BYTES_MAX || !name.is_ascii() {
+                return Err(FormatError::PolicyNameTooLong {
+                    name: name.to_string(),
+                });
+            }
+        }
+        Ok(record)
+    }
+
+    /// `config` with this record's settings (page size, slots and the rest
+    /// are `config`'s).
+    pub fn apply(&self, config: &mut EngineConfig) {
+        config.group_size_bytes = self.group_size_bytes;
+        config.write_policy = self.write_policy;
+        config.destage_order = self.destage_order.to_string();
+        config.destage_rate = self.destage_rate.to_string();
+        config.admission = self.admission.to_string();
+        config.sequential_cutoff_bytes = self.sequential_cutoff_bytes;
+    }
+
+    /// (field, name, offset) of each name field.
+    fn names(&self) -> [(&'static str, &'static str, usize); 4] {
+        [
+            (
+                "write_policy",
+                self.write_policy.name(),
+                WRITE_POLICY_OFFSET_BYTES,
+            ),
+            (
+                "destage_order",
+                self.destage_order,
+                DESTAGE_ORDER_OFFSET_BYTES,
+            ),
+            ("destage_rate", self.destage_rate, DESTAGE_RATE_OFFSET_BYTES),
+            ("admission", self.admission, ADMISSION_OFFSET_BYTES),
+        ]
+    }
+}
+
+impl std::fmt::Display for EngineRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "write group {} bytes, write policy {}, destage order {}, destage rate {}, admission {}, ",
+            self.group_size_bytes,
+            self.write_policy.name(),
+            self.destage_order,
+            self.destage_rate,
+            self.admission
+        )?;
+        match self.sequential_cutoff_bytes {
+            0 => write!(f, "no sequential cutoff"),
+            n => write!(f, "sequential cutoff {n} bytes"),
+        }
+    }
+}
+
 /// The superblock's contents.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
+    /// The version read from the device, and the one `encode` writes:
+    /// `FORMAT_VERSION` for a new superblock; `1` for a device not yet
+    /// upgraded (the offline tools keep it so), which records no engine
+    /// configuration.
+    pub format_version: u32,
     pub uuid: [u8; 16],
     pub layout: Layout,
     /// Set by a clean shutdown, cleared when a server opens the cache.
@@ -198,6 +366,13 @@ pub struct Superblock {
     /// How many times the cache was opened for service (each open bumps it).
     pub open_count: u64,
     pub volumes: Vec<VolumeEntry>,
+    /// The engine configuration of the last open for service: always
+    /// present in version 2, `None` (not recorded) in version 1.
+    pub engine: Option<EngineRecord>,
+    /// Ordered/journaled write-back (to come): the current epoch and
+    /// transaction id. Written 0 until then; kept as read by every rewrite.
+    pub epoch: u64,
+    pub transaction_id: u64,
 }
 
 fn put_u32(b: &mut [u8], at: usize, v: u32) {
@@ -229,6 +404,64 @@ fn get_str(b: &[u8]) -> Option<String> {
     String::from_utf8(b[..end].to_vec()).ok()
 }
 
+/// A policy name field: NUL-padded ASCII, not empty.
+fn get_policy_name(b: &[u8], field: &'static str) -> Result<String, FormatError> {
+    let bad = |why| FormatError::BadName { field, why };
+    let name = get_str(b).ok_or(bad("not NUL-padded text"))?;
+    if name.is_empty() {
+        return Err(bad(
+            "empty (a version-2 superblock always names its policies)",
+        ));
+    }
+    if !name.bytes().all(|c| c.is_ascii_graphic()) {
+        return Err(bad("not printable ASCII"));
+    }
+    Ok(name)
+}
+
+/// The version-2 engine configuration at its offsets, each name checked
+/// against its registry.
+fn decode_engine(b: &[u8], page_size_bytes: u64) -> Result<EngineRecord, FormatError> {
+    let name_at = |at: usize, field| get_policy_name(&b[at..at + POLICY_NAME_BYTES_MAX], field);
+    let unknown = |field| {
+        move |source| FormatError::UnknownName {
+            field,
+            source: Box::new(source),
+        }
+    };
+    let group_size_bytes = get_u64(b, GROUP_SIZE_OFFSET_BYTES);
+    if Geometry::new(page_size_bytes, group_size_bytes).is_err() {
+        return Err(FormatError::BadField {
+            field: "group_size_bytes",
+            value: group_size_bytes,
+            why: "not a whole number of pages (1 to 4096 of them)",
+        });
+    }
+    let write_policy =
+        WritePolicyKind::from_name(&name_at(WRITE_POLICY_OFFSET_BYTES, "write_policy")?)
+            .map_err(unknown("write_policy"))?;
+    let destage_order = DESTAGE_ORDERS
+        .find(&name_at(DESTAGE_ORDER_OFFSET_BYTES, "destage_order")?)
+        .map_err(unknown("destage_order"))?
+        .name;
+    let destage_rate = DESTAGE_RATES
+        .find(&name_at(DESTAGE_RATE_OFFSET_BYTES, "destage_rate")?)
+        .map_err(unknown("destage_rate"))?
+        .name;
+    let admission = ADMISSIONS
+        .find(&name_at(ADMISSION_OFFSET_BYTES, "admission")?)
+        .map_err(unknown("admission"))?
+        .name;
+    Ok(EngineRecord {
+        group_size_bytes,
+        write_policy,
+        destage_order,
+        destage_rate,
+        admission,
+        sequential_cutoff_bytes: get_u64(b, SEQUENTIAL_CUTOFF_OFFSET_BYTES),
+    })
+}
+
 impl Superblock {
     pub fn encode(&self) -> Result<[u8; SUPERBLOCK_BYTES as usize], FormatError> {
         if self.volumes.len() > VOLUMES_MAX {
@@ -236,9 +469,23 @@ impl Superblock {
                 count: self.volumes.len(),
             });
         }
+        let cannot = |why| FormatError::CannotEncode {
+            version: self.format_version,
+            why,
+        };
+        match (self.format_version, &self.engine) {
+            (FORMAT_VERSION, Some(_)) => {}
+            (FORMAT_VERSION, None) => return Err(cannot("no engine configuration")),
+            (1, Some(_)) => return Err(cannot("it records no engine configuration")),
+            (1, None) if self.epoch != 0 || self.transaction_id != 0 => {
+                return Err(cannot("it has no epoch or transaction id"))
+            }
+            (1, None) => {}
+            _ => return Err(cannot("not a version this wcache writes")),
+        }
         let mut b = [0u8; SUPERBLOCK_BYTES as usize];
         b[0..8].copy_from_slice(&SUPERBLOCK_MAGIC);
-        put_u32(&mut b, 8, FORMAT_VERSION);
+        put_u32(&mut b, 8, self.format_version);
         put_u32(
             &mut b,
             12,
@@ -266,6 +513,24 @@ impl Superblock {
             let id_at = at + VOLUME_NAME_BYTES_MAX + 8;
             b[id_at..id_at + id.len()].copy_from_slice(id.as_bytes());
         }
+        if let Some(engine) = &self.engine {
+            put_u64(&mut b, EPOCH_OFFSET_BYTES, self.epoch);
+            put_u64(&mut b, TRANSACTION_ID_OFFSET_BYTES, self.transaction_id);
+            put_u64(&mut b, GROUP_SIZE_OFFSET_BYTES, engine.group_size_bytes);
+            put_u64(
+                &mut b,
+                SEQUENTIAL_CUTOFF_OFFSET_BYTES,
+                engine.sequential_cutoff_bytes,
+            );
+            for (_, name, at) in engine.names() {
+                if name.len() > POLICY_NAME_BYTES_MAX || !name.is_ascii() {
+                    return Err(FormatError::PolicyNameTooLong {
+                        name: name.to_string(),
+                    });
+                }
+                b[at..at + name.len()].copy_from_slice(name.as_bytes());
+            }
+        }
         let crc = crc32c::crc32c(&b[..SUPERBLOCK_CRC_OFFSET_BYTES]);
         put_u32(&mut b, SUPERBLOCK_CRC_OFFSET_BYTES, crc);
         Ok(b)
@@ -279,7 +544,7 @@ impl Superblock {
             return Err(FormatError::BadMagic { found: magic });
         }
         let version = get_u32(b, 8);
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version) {
             return Err(FormatError::BadVersion { found: version });
         }
         let stored = get_u32(b, SUPERBLOCK_CRC_OFFSET_BYTES);
@@ -369,12 +634,35 @@ impl Superblock {
                 identity,
             });
         }
+        // Version 1 never checked its reserved bytes: read it as it always was.
+        let (engine, epoch, transaction_id) = if version == 1 {
+            (None, 0, 0)
+        } else {
+            for (at, len) in RESERVED_V2 {
+                if let Some(i) = b[at..at + len].iter().position(|&c| c != 0) {
+                    return Err(FormatError::BadField {
+                        field: "reserved",
+                        value: (at + i) as u64,
+                        why: "a reserved byte (at this offset) is not zero",
+                    });
+                }
+            }
+            (
+                Some(decode_engine(b, page)?),
+                get_u64(b, EPOCH_OFFSET_BYTES),
+                get_u64(b, TRANSACTION_ID_OFFSET_BYTES),
+            )
+        };
         Ok(Superblock {
+            format_version: version,
             uuid,
             layout,
             clean: flags & SUPERBLOCK_FLAG_CLEAN != 0,
             open_count: get_u64(b, 72),
             volumes,
+            engine,
+            epoch,
+            transaction_id,
         })
     }
 
@@ -505,9 +793,14 @@ mod tests {
         assert!(Layout::for_device(8192, 4096).is_err());
     }
 
+    fn record() -> EngineRecord {
+        EngineRecord::from_config(&EngineConfig::default()).expect("default config records")
+    }
+
     #[test]
     fn superblock_round_trip_and_corruption() {
         let sb = Superblock {
+            format_version: FORMAT_VERSION,
             uuid: new_uuid(),
             layout: Layout::for_device(1 << 30, 4096).expect("layout"),
             clean: true,
@@ -516,6 +809,9 @@ mod tests {
                 VolumeEntry::new("disk", 8 << 30, "/tmp/backing.img").expect("entry"),
                 VolumeEntry::new("two", 4096, &"x".repeat(500)).expect("entry"),
             ],
+            engine: Some(record()),
+            epoch: 0,
+            transaction_id: 0,
         };
         let b = sb.encode().expect("encode");
         let back = Superblock::decode(&b).expect("decode");
@@ -523,10 +819,283 @@ mod tests {
         assert!(back.volumes[1].identity.len() <= VOLUME_IDENTITY_BYTES_MAX);
         assert_eq!(back.layout, sb.layout);
         assert!(back.clean);
+        assert_eq!(back.format_version, FORMAT_VERSION);
+        assert_eq!(back.engine, sb.engine);
+        assert_eq!((back.epoch, back.transaction_id), (0, 0));
         for at in [0usize, 9, 40, 200, 4000, 4093] {
             let mut bad = b;
             bad[at] ^= 1;
             assert!(Superblock::decode(&bad).is_err(), "flip at {at} undetected");
+        }
+    }
+
+    /// A version-2 superblock with every field away from its default.
+    fn every_field_v2() -> Superblock {
+        Superblock {
+            format_version: 2,
+            uuid: new_uuid(),
+            layout: Layout::for_device(64 << 20, 8192).expect("layout"),
+            clean: false,
+            open_count: 41,
+            volumes: vec![
+                VolumeEntry::new("db", 8 << 30, "/dev/sdb").expect("entry"),
+                VolumeEntry::new("log", 1 << 30, "nbd://host/log").expect("entry"),
+            ],
+            engine: Some(EngineRecord {
+                group_size_bytes: 256 * 1024,
+                write_policy: WritePolicyKind::WriteThrough,
+                destage_order: "cscan",
+                destage_rate: "linear",
+                admission: "all",
+                sequential_cutoff_bytes: 1 << 20,
+            }),
+            epoch: 0x0102_0304_0506_0708,
+            transaction_id: 0x1112_1314_1516_1718,
+        }
+    }
+
+    /// Rewrites the checksum after a test changed bytes on purpose.
+    fn reseal(b: &mut [u8; SUPERBLOCK_BYTES as usize]) {
+        let crc = crc32c::crc32c(&b[..SUPERBLOCK_CRC_OFFSET_BYTES]);
+        put_u32(b, SUPERBLOCK_CRC_OFFSET_BYTES, crc);
+    }
+
+    #[test]
+    fn superblock_v2_round_trips_every_field_at_its_documented_offset() {
+        let sb = every_field_v2();
+        let b = sb.encode().expect("encode");
+        assert_eq!(Superblock::decode(&b).expect("decode"), sb);
+        // The byte table of docs/on-disk-format.md.
+        assert_eq!(get_u32(&b, 8), 2, "format_version");
+        assert_eq!(get_u64(&b, 88), 0x0102_0304_0506_0708, "epoch");
+        assert_eq!(get_u64(&b, 96), 0x1112_1314_1516_1718, "transaction_id");
+        assert_eq!(get_u64(&b, 3968), 256 * 1024, "group_size_bytes");
+        assert_eq!(get_u64(&b, 3976), 1 << 20, "sequential_cutoff_bytes");
+        let name = |at: usize| get_str(&b[at..at + 24]).expect("name");
+        assert_eq!(name(3984), "write-through");
+        assert_eq!(name(4008), "cscan");
+        assert_eq!(name(4032), "linear");
+        assert_eq!(name(4056), "all");
+        for (at, len) in RESERVED_V2 {
+            assert!(b[at..at + len].iter().all(|&c| c == 0), "reserved at {at}");
+        }
+        // Every field is covered by the checksum.
+        for at in [88usize, 100, 3970, 3980, 3990, 4010, 4040, 4060] {
+            let mut bad = b;
+            bad[at] ^= 0x20;
+            assert!(
+                matches!(
+                    Superblock::decode(&bad),
+                    Err(FormatError::BadSuperblockChecksum { .. })
+                ),
+                "flip at {at}"
+            );
+        }
+        // Names are stored canonical: an alias in the configuration is not.
+        let config = EngineConfig {
+            write_policy: WritePolicyKind::from_name("wa").expect("alias"),
+            destage_order: "WOW".into(),
+            ..EngineConfig::default()
+        };
+        let canonical = EngineRecord::from_config(&config).expect("record");
+        assert_eq!(
+            (canonical.write_policy.name(), canonical.destage_order),
+            ("write-around", "wow")
+        );
+        let mut applied = EngineConfig::default();
+        sb.engine.as_ref().expect("engine").apply(&mut applied);
+        assert_eq!(applied.group_size_bytes, 256 * 1024);
+        assert_eq!(applied.write_policy, WritePolicyKind::WriteThrough);
+        assert_eq!(
+            (
+                applied.destage_order.as_str(),
+                applied.destage_rate.as_str()
+            ),
+            ("cscan", "linear")
+        );
+        assert_eq!(applied.sequential_cutoff_bytes, 1 << 20);
+    }
+
+    /// A version-1 superblock as a version-1 wcache wrote it, byte by byte
+    /// (not through `encode`).
+    fn v1_bytes_by_hand(layout: Layout, volume: (&str, u64, &str)) -> [u8; 4096] {
+        let mut b = [0u8; 4096];
+        b[0..8].copy_from_slice(b"WCACHEsb");
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        b[12..16].copy_from_slice(&1u32.to_le_bytes()); // clean
+        b[16..32].copy_from_slice(&[0xab; 16]);
+        b[32..40].copy_from_slice(&layout.page_size_bytes.to_le_bytes());
+        b[40..48].copy_from_slice(&layout.slot_count.to_le_bytes());
+        b[48..56].copy_from_slice(&layout.record_offset_bytes.to_le_bytes());
+        b[56..64].copy_from_slice(&layout.record_area_bytes.to_le_bytes());
+        b[64..72].copy_from_slice(&layout.data_offset_bytes.to_le_bytes());
+        b[72..80].copy_from_slice(&3u64.to_le_bytes());
+        b[80..84].copy_from_slice(&1u32.to_le_bytes());
+        let (name, size_bytes, identity) = volume;
+        b[128..128 + name.len()].copy_from_slice(name.as_bytes());
+        b[192..200].copy_from_slice(&size_bytes.to_le_bytes());
+        b[200..200 + identity.len()].copy_from_slice(identity.as_bytes());
+        let crc = crc32c::crc32c(&b[..4092]);
+        b[4092..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn version_1_superblock_made_by_hand_decodes_as_not_recorded_and_upgrades() {
+        let layout = Layout::for_device(16 << 20, 4096).expect("layout");
+        let v1 = v1_bytes_by_hand(layout, ("disk", 1 << 30, "/srv/backing.img"));
+        let sb = Superblock::decode(&v1).expect("a version-1 superblock reads");
+        assert_eq!(sb.format_version, 1);
+        assert_eq!(sb.engine, None, "version 1 records no configuration");
+        assert_eq!((sb.epoch, sb.transaction_id), (0, 0));
+        assert_eq!(sb.layout, layout);
+        assert!(sb.clean);
+        assert_eq!(sb.open_count, 3);
+        assert_eq!(sb.uuid, [0xab; 16]);
+        assert_eq!(
+            sb.volumes,
+            vec![VolumeEntry::new("disk", 1 << 30, "/srv/backing.img").expect("entry")]
+        );
+        // The offline tools rewrite it as it was (version 1).
+        assert!(sb.encode().expect("encode v1") == v1);
+        // A server's open rewrites it as version 2 with its configuration.
+        let upgraded = Superblock {
+            format_version: FORMAT_VERSION,
+            engine: Some(record()),
+            ..sb.clone()
+        };
+        let v2 = upgraded.encode().expect("encode v2");
+        assert_eq!(Superblock::decode(&v2).expect("decode v2"), upgraded);
+        for (at, (old, new)) in v1.iter().zip(v2.iter()).enumerate() {
+            let in_v1_reserved = RESERVED_V1
+                .iter()
+                .any(|&(from, len)| (from..from + len).contains(&at));
+            let version_or_crc = (8..12).contains(&at) || at >= SUPERBLOCK_CRC_OFFSET_BYTES;
+            assert!(
+                old == new || in_v1_reserved || version_or_crc,
+                "byte {at} outside version 1's reserved bytes changed"
+            );
+        }
+        // Either version with the other's content is refused at encode.
+        let mixed = Superblock {
+            format_version: 1,
+            ..upgraded.clone()
+        };
+        assert!(matches!(
+            mixed.encode(),
+            Err(FormatError::CannotEncode { version: 1, .. })
+        ));
+        let mixed = Superblock {
+            format_version: 2,
+            engine: None,
+            ..upgraded
+        };
+        assert!(matches!(
+            mixed.encode(),
+            Err(FormatError::CannotEncode { version: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn a_newer_or_unknown_version_is_refused_naming_it_and_the_versions_read() {
+        let mut b = every_field_v2().encode().expect("encode");
+        put_u32(&mut b, 8, 3);
+        reseal(&mut b);
+        let e = Superblock::decode(&b).expect_err("version 3 refused");
+        assert_eq!(e, FormatError::BadVersion { found: 3 });
+        assert_eq!(
+            e.to_string(),
+            "superblock format version 3: this wcache reads versions 1 to 2 only \
+             (written by a newer wcache? use that one)"
+        );
+        put_u32(&mut b, 8, 0);
+        reseal(&mut b);
+        let e = Superblock::decode(&b).expect_err("version 0 refused");
+        assert_eq!(
+            e.to_string(),
+            "superblock format version 0: this wcache reads versions 1 to 2 only"
+        );
+    }
+
+    #[test]
+    fn a_bad_stored_policy_name_is_an_error_naming_the_field() {
+        let good = every_field_v2().encode().expect("encode");
+        let fields = [
+            ("write_policy", 3984usize, "write policy"),
+            ("destage_order", 4008, "destage order"),
+            ("destage_rate", 4032, "destage rate"),
+            ("admission", 4056, "admission policy"),
+        ];
+        for (field, at, family) in fields {
+            let mut b = good;
+            b[at..at + 24].fill(0);
+            b[at..at + 4].copy_from_slice(b"nope");
+            reseal(&mut b);
+            let e = Superblock::decode(&b).expect_err("unknown name refused");
+            assert!(
+                matches!(&e, FormatError::UnknownName { field: f, source } if *f == field && source.name == "nope"),
+                "{field}: {e:?}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.starts_with(&format!(
+                    "superblock field {field}: unknown {family} \"nope\"; valid: "
+                )),
+                "{text}"
+            );
+            // Not NUL-padded (a byte after the first NUL), not ASCII, empty.
+            for (bytes, why) in [
+                (&b"lrw\0x"[..], "not NUL-padded text"),
+                (&[0xc3, 0xa9][..], "not printable ASCII"),
+                (&b""[..], "empty"),
+            ] {
+                let mut b = good;
+                b[at..at + 24].fill(0);
+                b[at..at + bytes.len()].copy_from_slice(bytes);
+                reseal(&mut b);
+                let e = Superblock::decode(&b).expect_err("bad name refused");
+                assert!(
+                    matches!(&e, FormatError::BadName { field: f, why: w } if *f == field && w.starts_with(why)),
+                    "{field} {bytes:?}: {e:?}"
+                );
+            }
+        }
+        let mut b = good;
+        put_u64(&mut b, 3968, 4096 * 3 + 1);
+        reseal(&mut b);
+        assert!(matches!(
+            Superblock::decode(&b),
+            Err(FormatError::BadField {
+                field: "group_size_bytes",
+                ..
+            })
+        ));
+        for at in [85usize, 110, 4085] {
+            let mut b = good;
+            b[at] = 1;
+            reseal(&mut b);
+            assert_eq!(
+                Superblock::decode(&b),
+                Err(FormatError::BadField {
+                    field: "reserved",
+                    value: at as u64,
+                    why: "a reserved byte (at this offset) is not zero"
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn every_registered_policy_name_fits_its_field() {
+        let names = WritePolicyKind::ALL
+            .iter()
+            .map(|k| k.name())
+            .chain(DESTAGE_ORDERS.names())
+            .chain(DESTAGE_RATES.names())
+            .chain(ADMISSIONS.names());
+        for name in names {
+            assert!(name.len() <= POLICY_NAME_BYTES_MAX, "{name}");
+            assert!(name.bytes().all(|c| c.is_ascii_graphic()), "{name}");
         }
     }
 

@@ -18,8 +18,8 @@ pub mod format;
 pub mod store;
 
 pub use cache::{
-    Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, Monitor, OfflineConfig, Volume,
-    VolumeSpec,
+    Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, EngineSource, Monitor,
+    OfflineConfig, Volume, VolumeSpec,
 };
 pub use device::emulated::EmulatedDevice;
 pub use device::faulty::{FaultPlan, FaultyDevice};

@@ -21,8 +21,9 @@ use wcache_core::{RecoveredSlot, SlotRecord};
 
 use crate::device::{AlignedBuf, BlockDevice, DeviceError};
 use crate::format::{
-    decode_record, encode_record, new_uuid, FormatError, Layout, RecordError, RecordState,
-    Superblock, VolumeEntry, RECORDS_PER_BLOCK, RECORD_BLOCK_BYTES, RECORD_BYTES, SUPERBLOCK_BYTES,
+    decode_record, encode_record, new_uuid, EngineRecord, FormatError, Layout, RecordError,
+    RecordState, Superblock, VolumeEntry, FORMAT_VERSION, RECORDS_PER_BLOCK, RECORD_BLOCK_BYTES,
+    RECORD_BYTES, SUPERBLOCK_BYTES,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -164,12 +165,14 @@ impl CacheStore {
         Ok(sb)
     }
 
-    /// Formats `dev`: every record free, a new UUID, `volumes` in the
-    /// superblock. The old superblock is invalidated first, so that a crash
-    /// in the middle leaves a device that is recognisably unformatted.
+    /// Formats `dev`: every record free, a new UUID, `volumes` and the
+    /// engine configuration `engine` in the superblock (current version).
+    /// The old superblock is invalidated first, so that a crash in the
+    /// middle leaves a device that is recognisably unformatted.
     pub fn format(
         dev: Arc<dyn BlockDevice>,
         page_size_bytes: u64,
+        engine: &EngineRecord,
         volumes: Vec<VolumeEntry>,
     ) -> Result<CacheStore, StoreError> {
         let fmt_err = |source| StoreError::Format {
@@ -178,11 +181,15 @@ impl CacheStore {
         };
         let layout = Layout::for_device(dev.len_bytes(), page_size_bytes).map_err(fmt_err)?;
         let sb = Superblock {
+            format_version: FORMAT_VERSION,
             uuid: new_uuid(),
             layout,
             clean: true,
             open_count: 0,
             volumes,
+            engine: Some(engine.clone()),
+            epoch: 0,
+            transaction_id: 0,
         };
         let encoded = sb.encode().map_err(fmt_err)?;
         let mut buf = AlignedBuf::new();
@@ -431,6 +438,22 @@ impl CacheStore {
         self.write_superblock(&sb)
     }
 
+    /// Records that the device is opened: not clean, one more open, and with
+    /// `engine` (a server's open) the configuration in force, which
+    /// upgrades a version-1 superblock to the current version. `None` (the
+    /// offline drain) keeps the version and the record as they are. Durable
+    /// on return.
+    pub fn record_open(&self, engine: Option<&EngineRecord>) -> Result<(), StoreError> {
+        let mut sb = self.lock_sb();
+        sb.clean = false;
+        sb.open_count += 1;
+        if let Some(engine) = engine {
+            sb.format_version = FORMAT_VERSION;
+            sb.engine = Some(engine.clone());
+        }
+        self.write_superblock(&sb)
+    }
+
     /// Replaces the volume table (same geometry), durably.
     pub fn set_volumes(&self, volumes: Vec<VolumeEntry>) -> Result<(), StoreError> {
         let mut sb = self.lock_sb();
@@ -470,6 +493,9 @@ pub struct OpenReport {
     pub reformatted: Option<String>,
     /// The superblock said the last shutdown was clean.
     pub was_clean: bool,
+    /// The superblock's format version as found (`FORMAT_VERSION` after a
+    /// format); below it, the open for service upgrades the superblock.
+    pub format_version_found: u32,
     /// Records that failed verification and were freed (an in-flight write
     /// at a power loss shows as a data checksum mismatch).
     pub discarded: Vec<BadSlot>,
@@ -498,11 +524,14 @@ impl CacheStore {
     /// verified records for `Driver::recover`. A device whose superblock
     /// names another page size or other volumes is formatted anew only when
     /// it holds no dirty page, or with `force` (the report says what was
-    /// discarded). Does not touch the clean flag (the caller clears it once
-    /// it serves).
+    /// discarded). A format records `engine`; another engine configuration
+    /// is no reason to format (any configuration recovers any records).
+    /// Does not touch the clean flag or an existing superblock's engine
+    /// record (the caller's `record_open` does, once it serves).
     pub fn open_or_format(
         dev: Arc<dyn BlockDevice>,
         page_size_bytes: u64,
+        engine: &EngineRecord,
         volumes: Vec<VolumeEntry>,
         force: bool,
     ) -> Result<(CacheStore, Vec<RecoveredSlot>, OpenReport), OpenError> {
@@ -510,12 +539,13 @@ impl CacheStore {
             formatted: false,
             reformatted: None,
             was_clean: true,
+            format_version_found: FORMAT_VERSION,
             discarded: Vec::new(),
             dirty_pages: 0,
         };
         if CacheStore::is_blank(dev.as_ref()).map_err(StoreError::from)? {
             report.formatted = true;
-            let store = CacheStore::format(dev, page_size_bytes, volumes)?;
+            let store = CacheStore::format(dev, page_size_bytes, engine, volumes)?;
             return Ok((store, Vec::new(), report));
         }
         let store = match CacheStore::open(dev.clone()) {
@@ -524,7 +554,7 @@ impl CacheStore {
                 report.reformatted = Some(format!(
                     "an unreadable cache device ({source}) and whatever it held"
                 ));
-                let store = CacheStore::format(dev, page_size_bytes, volumes)?;
+                let store = CacheStore::format(dev, page_size_bytes, engine, volumes)?;
                 return Ok((store, Vec::new(), report));
             }
             Err(source) => {
@@ -536,6 +566,7 @@ impl CacheStore {
         };
         let sb = store.superblock();
         report.was_clean = sb.clean;
+        report.format_version_found = sb.format_version;
         let mut differences = Vec::new();
         if sb.layout.page_size_bytes != page_size_bytes {
             differences.push(format!(
@@ -574,7 +605,7 @@ impl CacheStore {
                 differences.join("; ")
             ));
             drop(store);
-            let store = CacheStore::format(dev, page_size_bytes, volumes)?;
+            let store = CacheStore::format(dev, page_size_bytes, engine, volumes)?;
             return Ok((store, Vec::new(), report));
         }
         let bad_slots: Vec<SlotIndex> = scan

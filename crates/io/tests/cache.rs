@@ -3,15 +3,19 @@
 //! byte for byte as it was; bad settings and specs named before any cache
 //! file is created or written; the offline drain (exact volume table, never
 //! a blank or missing device); write-back on a memory cache only with the
-//! benchmark allowance; volumes end at the last whole block.
+//! benchmark allowance; volumes end at the last whole block; the superblock
+//! records the engine configuration at every open for service and the
+//! offline drain uses it; a version-1 device is drained with a guess and
+//! upgraded by the next server; a newer version is refused.
 
 use std::path::{Path, PathBuf};
 
 use wcache_core::{EngineConfig, WritePolicyKind};
+use wcache_io::format::{EngineRecord, Superblock};
 use wcache_io::store::OpenError;
 use wcache_io::{
-    Cache, CacheConfig, CacheDeviceSpec, CacheError, CacheStore, DriverConfig, OfflineConfig,
-    SyncMode, VolumeSpec,
+    Cache, CacheConfig, CacheDeviceSpec, CacheError, CacheStore, DriverConfig, EngineSource,
+    OfflineConfig, SyncMode, VolumeSpec,
 };
 
 const PAGE_BYTES: u64 = 4096;
@@ -74,6 +78,18 @@ fn assert_pages(cache: &Cache, pages: u64, round: u8) {
     }
 }
 
+/// Pages `0..pages` of the backing file hold `image(page, round)`.
+fn assert_backing(backing: &Path, pages: u64, round: u8) {
+    let on_backing = std::fs::read(backing).expect("backing");
+    for page in 0..pages {
+        let at = (page * PAGE_BYTES) as usize;
+        assert!(
+            on_backing[at..at + PAGE_BYTES as usize] == image(page, round),
+            "backing page {page}"
+        );
+    }
+}
+
 struct Dir {
     dir: tempfile::TempDir,
 }
@@ -123,11 +139,7 @@ fn format_then_reopen_recovers_every_acknowledged_write() {
         .expect("drain");
     let closed = cache.close().expect("close");
     assert_eq!(closed.dirty_pages, 0);
-    let on_backing = std::fs::read(&backing).expect("backing");
-    for page in 0..20 {
-        let at = (page * PAGE_BYTES) as usize;
-        assert!(on_backing[at..at + PAGE_BYTES as usize] == image(page, 1));
-    }
+    assert_backing(&backing, 20, 1);
     // A drained, closed cache holds no record.
     let store = CacheStore::open(
         wcache_io::cache::open_existing_cache_device(&cache_path, SyncMode::Fdatasync)
@@ -328,11 +340,7 @@ fn offline_drain_needs_the_exact_volume_table_and_empties_the_cache() {
     assert!(seen.iter().all(|&dirty| dirty <= total), "{seen:?}");
     let closed = cache.close().expect("close");
     assert!(closed.recorded_clean && closed.dirty_pages == 0);
-    let on_backing = std::fs::read(&backing).expect("backing");
-    for page in 0..30 {
-        let at = (page * PAGE_BYTES) as usize;
-        assert!(on_backing[at..at + PAGE_BYTES as usize] == image(page, 2));
-    }
+    assert_backing(&backing, 30, 2);
 }
 
 #[test]
@@ -396,4 +404,204 @@ fn volumes_end_at_the_last_whole_block_and_take_every_request_kind() {
     assert_eq!(cache.monitor().dirty_pages(), 0, "write-through");
     let closed = cache.close().expect("close");
     assert!(closed.stats.requests >= 6);
+}
+
+fn offline_config(cache_path: &Path, volumes: Vec<VolumeSpec>) -> OfflineConfig {
+    OfflineConfig {
+        cache_path: cache_path.to_path_buf(),
+        volumes,
+        backing_sync: SyncMode::Fdatasync,
+        driver: DriverConfig { io_threads: 2 },
+    }
+}
+
+fn superblock_bytes(cache_path: &Path) -> Vec<u8> {
+    let mut b = std::fs::read(cache_path).expect("cache bytes");
+    b.truncate(4096);
+    b
+}
+
+fn superblock_of(cache_path: &Path) -> Superblock {
+    Superblock::decode(&superblock_bytes(cache_path)).expect("superblock")
+}
+
+/// Rewrites the superblock as version `version` with the bytes version 1
+/// kept reserved zeroed (what a version-1 wcache wrote), by hand.
+fn rewrite_superblock_as(cache_path: &Path, version: u32, zero_v2_fields: bool) {
+    let mut b = superblock_bytes(cache_path);
+    b[8..12].copy_from_slice(&version.to_le_bytes());
+    if zero_v2_fields {
+        b[84..128].fill(0);
+        b[3968..4092].fill(0);
+    }
+    let crc = crc32c(&b[..4092]);
+    b[4092..4096].copy_from_slice(&crc.to_le_bytes());
+    let mut all = std::fs::read(cache_path).expect("cache bytes");
+    all[..4096].copy_from_slice(&b);
+    std::fs::write(cache_path, all).expect("rewrite superblock");
+}
+
+/// crc32c (Castagnoli), bit by bit: the tests do not share the crate's.
+fn crc32c(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in data {
+        crc ^= byte as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn every_open_for_service_records_the_engine_configuration_and_flush_uses_it() {
+    let d = Dir::new();
+    let (cache_path, backing) = (d.path("cache.img"), d.path("b.img"));
+    let mut cfg = config(&cache_path, vec![volume("disk", &backing)]);
+    cfg.engine.group_size_bytes = 256 * 1024;
+    cfg.engine.destage_order = "CSCAN".into();
+    cfg.engine.destage_rate = "linear".into();
+    cfg.engine.sequential_cutoff_bytes = 512 * 1024;
+    let cache = Cache::open(&cfg).expect("format");
+    assert_eq!(cache.engine_source(), EngineSource::Settings);
+    let sb = superblock_of(&cache_path);
+    assert_eq!(sb.format_version, 2);
+    let recorded = EngineRecord {
+        group_size_bytes: 256 * 1024,
+        write_policy: WritePolicyKind::WriteBack,
+        destage_order: "cscan",
+        destage_rate: "linear",
+        admission: "all",
+        sequential_cutoff_bytes: 512 * 1024,
+    };
+    assert_eq!(sb.engine.as_ref(), Some(&recorded), "recorded at format");
+    assert_eq!((sb.epoch, sb.transaction_id), (0, 0));
+    write_pages(&cache, 30, 4);
+    cache.close().expect("close");
+
+    // Another server's settings: recorded at its open.
+    let mut other = cfg.clone();
+    other.engine.group_size_bytes = 16 * 1024;
+    other.engine.destage_order = "lrw".into();
+    other.engine.write_policy = WritePolicyKind::WriteThrough;
+    let cache = Cache::open(&other).expect("reopen");
+    let sb = superblock_of(&cache_path);
+    let engine = sb.engine.expect("recorded");
+    assert_eq!(engine.group_size_bytes, 16 * 1024);
+    assert_eq!(engine.destage_order, "lrw");
+    assert_eq!(engine.write_policy, WritePolicyKind::WriteThrough);
+    assert!(!sb.clean);
+    drop(cache); // a crash: the record stays
+
+    let cache = Cache::open(&cfg).expect("reopen with the first settings");
+    assert_eq!(superblock_of(&cache_path).engine.as_ref(), Some(&recorded));
+    assert_pages(&cache, 30, 4);
+    cache.close().expect("close");
+
+    let cache = Cache::open_offline(&offline_config(&cache_path, vec![volume("disk", &backing)]))
+        .expect("offline");
+    assert_eq!(cache.engine_source(), EngineSource::Recorded);
+    let used = cache.engine_config();
+    assert_eq!(
+        used.group_size_bytes,
+        256 * 1024,
+        "no guess: the recorded group"
+    );
+    assert_eq!(
+        (used.destage_order.as_str(), used.destage_rate.as_str()),
+        ("cscan", "linear")
+    );
+    assert_eq!(used.sequential_cutoff_bytes, 512 * 1024);
+    cache
+        .drain(std::time::Duration::from_secs(10), |_| {})
+        .expect("drain");
+    assert_eq!(cache.close().expect("close").dirty_pages, 0);
+    let sb = superblock_of(&cache_path);
+    assert_eq!(
+        sb.engine.as_ref(),
+        Some(&recorded),
+        "the drain keeps the record"
+    );
+    assert!(sb.clean);
+    assert_backing(&backing, 30, 4);
+}
+
+#[test]
+fn a_version_1_device_is_drained_with_a_guess_and_upgraded_by_the_next_server() {
+    let d = Dir::new();
+    let (cache_path, backing) = (d.path("cache.img"), d.path("b.img"));
+    let cfg = config(&cache_path, vec![volume("disk", &backing)]);
+    let cache = Cache::open(&cfg).expect("format");
+    let dirty = write_pages(&cache, 30, 5);
+    assert!(dirty > 0);
+    cache.close().expect("close");
+    rewrite_superblock_as(&cache_path, 1, true);
+    let sb = superblock_of(&cache_path);
+    assert_eq!((sb.format_version, sb.engine.as_ref()), (1, None));
+    let opens = sb.open_count;
+
+    // Offline: the drain guesses (64 KiB groups, default order and rate)
+    // and leaves the superblock at version 1 (it records no guess).
+    let cache = Cache::open_offline(&offline_config(&cache_path, vec![volume("disk", &backing)]))
+        .expect("offline on version 1");
+    assert_eq!(cache.engine_source(), EngineSource::Guessed);
+    let used = cache.engine_config();
+    assert_eq!(used.group_size_bytes, 64 * 1024);
+    assert_eq!(used.destage_order, EngineConfig::default().destage_order);
+    assert_eq!(used.destage_rate, EngineConfig::default().destage_rate);
+    assert_eq!(cache.dirty_pages(), dirty);
+    cache.close().expect("close without draining");
+    let b = superblock_bytes(&cache_path);
+    let sb = Superblock::decode(&b).expect("still readable");
+    assert_eq!((sb.format_version, sb.engine.as_ref()), (1, None));
+    assert_eq!(sb.open_count, opens + 1);
+    assert!(b[84..128].iter().chain(&b[3968..4092]).all(|&c| c == 0));
+
+    // A server's open upgrades it, with every dirty page recovered.
+    let cache = Cache::open(&cfg).expect("open for service upgrades");
+    let report = cache.open_report().expect("persistent");
+    assert!(!report.formatted && report.reformatted.is_none());
+    assert_eq!(report.dirty_pages, dirty);
+    let sb = superblock_of(&cache_path);
+    assert_eq!(sb.format_version, 2);
+    assert_eq!(
+        sb.engine,
+        Some(EngineRecord::from_config(&cfg.engine).expect("record"))
+    );
+    assert_eq!(sb.open_count, opens + 2);
+    assert_pages(&cache, 30, 5);
+    cache.close().expect("close");
+    assert_eq!(superblock_of(&cache_path).format_version, 2);
+}
+
+#[test]
+fn a_newer_superblock_version_is_refused_by_name_and_left_unchanged() {
+    let d = Dir::new();
+    let (cache_path, backing) = (d.path("cache.img"), d.path("b.img"));
+    let cfg = config(&cache_path, vec![volume("disk", &backing)]);
+    let cache = Cache::open(&cfg).expect("format");
+    write_pages(&cache, 3, 6);
+    cache.close().expect("close");
+    rewrite_superblock_as(&cache_path, 3, false);
+    let before = std::fs::read(&cache_path).expect("cache bytes");
+    let e = Cache::open(&cfg).err().expect("version 3 refused");
+    let text = e.to_string();
+    assert!(
+        text.contains("superblock format version 3: this wcache reads versions 1 to 2 only"),
+        "{text}"
+    );
+    assert!(text.contains("--force"), "{text}");
+    let e = Cache::open_offline(&offline_config(&cache_path, vec![volume("disk", &backing)]))
+        .err()
+        .expect("offline refuses it too");
+    assert!(
+        e.to_string()
+            .contains("superblock format version 3: this wcache reads versions 1 to 2 only"),
+        "{e}"
+    );
+    assert!(std::fs::read(&cache_path).expect("cache bytes") == before);
 }

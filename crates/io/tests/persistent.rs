@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use wcache_core::types::VolumeId;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::device::file::{FileDevice, FileOptions, SyncMode};
-use wcache_io::format::VolumeEntry;
+use wcache_io::format::{EngineRecord, VolumeEntry};
 use wcache_io::store::{BadSlot, OpenError};
 use wcache_io::{BlockDevice, CacheStore, Driver, DriverConfig, MemDevice};
 
@@ -38,23 +38,38 @@ fn volumes(size_bytes: u64) -> Vec<VolumeEntry> {
     vec![VolumeEntry::new("disk", size_bytes, "mem:test").expect("entry")]
 }
 
+fn engine_config(policy: WritePolicyKind) -> EngineConfig {
+    EngineConfig {
+        page_size_bytes: PAGE_BYTES,
+        group_size_bytes: 16 * 1024,
+        write_policy: policy,
+        requests_max: 64,
+        ..EngineConfig::default()
+    }
+}
+
+/// What a format records (the tests' engine configuration).
+fn record() -> EngineRecord {
+    EngineRecord::from_config(&engine_config(WritePolicyKind::WriteBack)).expect("record")
+}
+
 fn start(
     cache: Arc<dyn BlockDevice>,
     backing: Arc<dyn BlockDevice>,
     policy: WritePolicyKind,
 ) -> (Driver, wcache_io::store::OpenReport) {
-    let (store, found, report) =
-        CacheStore::open_or_format(cache, PAGE_BYTES, volumes(backing.len_bytes()), false)
-            .expect("open cache");
+    let mut config = engine_config(policy);
+    let record = EngineRecord::from_config(&config).expect("record");
+    let (store, found, report) = CacheStore::open_or_format(
+        cache,
+        PAGE_BYTES,
+        &record,
+        volumes(backing.len_bytes()),
+        false,
+    )
+    .expect("open cache");
     let store = Arc::new(store);
-    let config = EngineConfig {
-        page_size_bytes: PAGE_BYTES,
-        group_size_bytes: 16 * 1024,
-        cache_slots: store.layout().slot_count,
-        write_policy: policy,
-        requests_max: 64,
-        ..EngineConfig::default()
-    };
+    config.cache_slots = store.layout().slot_count;
     let driver = Driver::recover(
         config,
         store,
@@ -207,9 +222,10 @@ fn another_configuration_with_dirty_pages_is_refused_without_force() {
     driver.shutdown();
     drop(driver);
     let other = vec![VolumeEntry::new("disk", VOLUME_BYTES * 2, "mem:other").expect("entry")];
-    let err = CacheStore::open_or_format(cache.clone(), PAGE_BYTES, other.clone(), false)
-        .err()
-        .expect("refused");
+    let err =
+        CacheStore::open_or_format(cache.clone(), PAGE_BYTES, &record(), other.clone(), false)
+            .err()
+            .expect("refused");
     let text = err.to_string();
     assert!(
         matches!(err, OpenError::OtherConfiguration { dirty_pages: 1, .. }),
@@ -219,12 +235,13 @@ fn another_configuration_with_dirty_pages_is_refused_without_force() {
         text.contains("mem:test") && text.contains("mem:other"),
         "{text}"
     );
-    let err = CacheStore::open_or_format(cache.clone(), 8192, volumes(VOLUME_BYTES), false)
-        .err()
-        .expect("refused");
+    let err =
+        CacheStore::open_or_format(cache.clone(), 8192, &record(), volumes(VOLUME_BYTES), false)
+            .err()
+            .expect("refused");
     assert!(err.to_string().contains("page size 4096"), "{err}");
     let (_, found, report) =
-        CacheStore::open_or_format(cache, PAGE_BYTES, other, true).expect("forced");
+        CacheStore::open_or_format(cache, PAGE_BYTES, &record(), other, true).expect("forced");
     assert!(found.is_empty());
     let said = report.reformatted.expect("says what it discarded");
     assert!(said.contains("1 dirty pages"), "{said}");
