@@ -1,0 +1,483 @@
+//! NbdDevice connections that heal, against a real nbdkit (file plugin over a
+//! temporary file, Unix socket): the server is killed (-9) or stopped
+//! (SIGTERM) under load and started again on the same socket; no write the
+//! device acknowledged is lost, reads come back, a backing away longer than
+//! the timeout fails requests with EIO and heals when it returns, and an
+//! export whose size changed is refused with both sizes named.
+//! Prints SKIP when nbdkit is missing, unless WCACHE_REQUIRE_TOOLS=1.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use wcache_io::{BlockDevice, NbdDevice, NbdOptions, NbdState};
+
+const PAGE_BYTES: usize = 4096;
+const PAGES: u64 = 1024;
+const EXPORT_BYTES: u64 = PAGES * PAGE_BYTES as u64;
+const SERVER_START_TIMEOUT: Duration = Duration::from_secs(10);
+const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The bound: reads of uncached data succeed again this soon after
+/// the backing returns.
+const READ_AGAIN_WITHIN: Duration = Duration::from_secs(2);
+
+fn have(tool: &str) -> bool {
+    let found = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        assert!(
+            std::env::var("WCACHE_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "{tool} is required (WCACHE_REQUIRE_TOOLS=1)"
+        );
+        eprintln!("SKIP: {tool} not installed (apt-get install -y nbdkit)");
+    }
+    found
+}
+
+/// An nbdkit file-plugin server on a Unix socket, restartable.
+struct Server {
+    socket: PathBuf,
+    file: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn new(dir: &Path, size_bytes: u64) -> Server {
+        let file = dir.join("backing.img");
+        let f = std::fs::File::create(&file).expect("create backing file");
+        f.set_len(size_bytes).expect("size backing file");
+        let mut server = Server {
+            socket: dir.join("kit.sock"),
+            file,
+            log: dir.join("nbdkit.log"),
+            child: None,
+        };
+        server.start();
+        server
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///disk?socket={}", self.socket.display())
+    }
+
+    /// Starts nbdkit and returns when its socket accepts connections.
+    fn start(&mut self) {
+        assert!(self.child.is_none(), "server already running");
+        let _ = std::fs::remove_file(&self.socket);
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open nbdkit log");
+        let child = Command::new("nbdkit")
+            .args(["-f", "-v", "-U"])
+            .arg(&self.socket)
+            .args(["--exportname=disk", "file"])
+            .arg(&self.file)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start nbdkit");
+        self.child = Some(child);
+        let start = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            assert!(
+                start.elapsed() < SERVER_START_TIMEOUT,
+                "nbdkit did not start"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn kill9(&mut self) {
+        let mut child = self.child.take().expect("server running");
+        child.kill().expect("kill -9 nbdkit");
+        child.wait().expect("reap nbdkit");
+    }
+
+    /// SIGTERM, then waits (bounded) for the server to exit; returns how long
+    /// it took to stop.
+    fn terminate(&mut self) -> Duration {
+        let mut child = self.child.take().expect("server running");
+        let pid = child.id() as libc::pid_t;
+        let start = Instant::now();
+        // SAFETY: kill(2) on the pid of our own child, not yet reaped.
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(rc, 0, "SIGTERM to nbdkit");
+        loop {
+            if child.try_wait().expect("poll nbdkit").is_some() {
+                return start.elapsed();
+            }
+            if start.elapsed() > SERVER_STOP_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "nbdkit did not stop within {SERVER_STOP_TIMEOUT:?} of SIGTERM (a client kept it alive)"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn options(timeout: Duration) -> NbdOptions {
+    NbdOptions {
+        connections_max: 2,
+        unavailable_timeout: timeout,
+        ..NbdOptions::default()
+    }
+}
+
+/// The bytes of version `version` of `page` (version 0: never written, zeros).
+fn page_bytes(page: u64, version: u64) -> Vec<u8> {
+    if version == 0 {
+        return vec![0u8; PAGE_BYTES];
+    }
+    let mut out = vec![0u8; PAGE_BYTES];
+    for (i, chunk) in out.chunks_mut(16).enumerate() {
+        chunk[0..8].copy_from_slice(&page.to_le_bytes());
+        chunk[8..16].copy_from_slice(&(version ^ (i as u64) << 40).to_le_bytes());
+    }
+    out
+}
+
+/// Writers and readers on the device while the server comes and goes. Each
+/// worker owns the pages `p % workers == w`, so its shadow (the last
+/// acknowledged version of each page) is exact for its own reads.
+struct Load {
+    stop: Arc<AtomicBool>,
+    ops: Arc<AtomicU64>,
+    shadow: Arc<Mutex<Vec<u64>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+const WORKERS: u64 = 3;
+const OPS_PER_WORKER_MAX: u64 = 2_000_000;
+
+impl Load {
+    fn start(dev: Arc<NbdDevice>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ops = Arc::new(AtomicU64::new(0));
+        let shadow = Arc::new(Mutex::new(vec![0u64; PAGES as usize]));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let mut threads = Vec::new();
+        for w in 0..WORKERS {
+            let (dev, stop, ops, shadow, errors) = (
+                dev.clone(),
+                stop.clone(),
+                ops.clone(),
+                shadow.clone(),
+                errors.clone(),
+            );
+            threads.push(std::thread::spawn(move || {
+                let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ (w + 1);
+                let mut buf = vec![0u8; PAGE_BYTES];
+                for n in 0..OPS_PER_WORKER_MAX {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let page = (x % (PAGES / WORKERS)) * WORKERS + w;
+                    let offset = page * PAGE_BYTES as u64;
+                    let known = shadow.lock().expect("shadow")[page as usize];
+                    let result = match n % 4 {
+                        0 | 1 => {
+                            let version = known + 1;
+                            let r = dev.write_at(&page_bytes(page, version), offset);
+                            if r.is_ok() {
+                                shadow.lock().expect("shadow")[page as usize] = version;
+                            }
+                            r
+                        }
+                        2 => dev.read_at(&mut buf, offset).map(|()| {
+                            if buf != page_bytes(page, known) {
+                                errors.lock().expect("errors").push(format!(
+                                    "page {page}: read is not version {known}"
+                                ));
+                            }
+                        }),
+                        _ => dev.flush(),
+                    };
+                    if let Err(e) = result {
+                        errors.lock().expect("errors").push(e.to_string());
+                    }
+                    ops.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        Load {
+            stop,
+            ops,
+            shadow,
+            errors,
+            threads,
+        }
+    }
+
+    fn ops(&self) -> u64 {
+        self.ops.load(Ordering::Relaxed)
+    }
+
+    /// Waits (bounded) until `count` more operations completed.
+    fn wait_ops(&self, count: u64) {
+        let target = self.ops() + count;
+        let start = Instant::now();
+        while self.ops() < target {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "load made no progress"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Stops the workers; returns the shadow, failing on any error seen.
+    fn finish(self) -> Vec<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().expect("worker");
+        }
+        let errors = self.errors.lock().expect("errors");
+        assert!(
+            errors.is_empty(),
+            "{} requests failed or read wrong data, first: {:?}",
+            errors.len(),
+            errors.iter().take(3).collect::<Vec<_>>()
+        );
+        let shadow = self.shadow.lock().expect("shadow").clone();
+        shadow
+    }
+}
+
+/// Every page of the backing file holds its last acknowledged version.
+fn assert_file_matches(file: &Path, shadow: &[u64]) {
+    let f = std::fs::File::open(file).expect("open backing file");
+    let mut buf = vec![0u8; PAGE_BYTES];
+    let mut written = 0;
+    for (page, &version) in shadow.iter().enumerate() {
+        f.read_exact_at(&mut buf, page as u64 * PAGE_BYTES as u64)
+            .expect("read backing file");
+        assert!(
+            buf == page_bytes(page as u64, version),
+            "page {page}: the backing file lost acknowledged version {version}"
+        );
+        written += (version > 0) as u64;
+    }
+    assert!(written > PAGES / 4, "the load wrote too little ({written} pages)");
+}
+
+/// Time from the server's return until a read of the device succeeds.
+fn read_again_latency(dev: &NbdDevice) -> Duration {
+    let start = Instant::now();
+    let mut buf = vec![0u8; PAGE_BYTES];
+    dev.read_at(&mut buf, (PAGES - 1) * PAGE_BYTES as u64)
+        .expect("read after the server returned");
+    start.elapsed()
+}
+
+#[test]
+fn kill_9_restarts_of_the_backing_lose_no_acknowledged_write() {
+    if !have("nbdkit") {
+        return;
+    }
+    const RESTARTS: usize = 6;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = Server::new(dir.path(), EXPORT_BYTES);
+    let dev = Arc::new(
+        NbdDevice::connect_with(&server.uri(), options(Duration::from_secs(10))).expect("connect"),
+    );
+    let load = Load::start(dev.clone());
+    let mut latencies = Vec::new();
+    for _ in 0..RESTARTS {
+        load.wait_ops(300);
+        server.kill9();
+        std::thread::sleep(Duration::from_millis(150));
+        server.start();
+        latencies.push(read_again_latency(&dev));
+    }
+    load.wait_ops(300);
+    let shadow = load.finish();
+    dev.flush().expect("final flush");
+    let status = dev.status();
+    eprintln!("read-again latencies after each restart: {latencies:?}; {status:?}");
+    assert!(status.connections_lost >= RESTARTS as u64, "{status:?}");
+    assert!(status.reconnects >= RESTARTS as u64, "{status:?}");
+    assert_eq!(dev.state(), NbdState::Connected);
+    for latency in &latencies {
+        assert!(*latency < READ_AGAIN_WITHIN, "{latencies:?}");
+    }
+    drop(dev);
+    assert_file_matches(&server.file, &shadow);
+}
+
+#[test]
+fn graceful_stops_of_the_backing_get_a_soft_disconnect_and_a_reconnect() {
+    if !have("nbdkit") {
+        return;
+    }
+    const RESTARTS: usize = 5;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = Server::new(dir.path(), EXPORT_BYTES);
+    let dev = Arc::new(
+        NbdDevice::connect_with(&server.uri(), options(Duration::from_secs(10))).expect("connect"),
+    );
+    let load = Load::start(dev.clone());
+    let mut stop_times = Vec::new();
+    let mut latencies = Vec::new();
+    for _ in 0..RESTARTS {
+        load.wait_ops(300);
+        // The server stops only once every client has left: bounded here.
+        stop_times.push(server.terminate());
+        std::thread::sleep(Duration::from_millis(100));
+        server.start();
+        latencies.push(read_again_latency(&dev));
+    }
+    load.wait_ops(300);
+    let shadow = load.finish();
+    dev.flush().expect("final flush");
+    let status = dev.status();
+    eprintln!(
+        "nbdkit stop times after SIGTERM: {stop_times:?}; read-again latencies: {latencies:?}; {status:?}"
+    );
+    assert!(status.connections_lost >= RESTARTS as u64, "{status:?}");
+    assert_eq!(dev.state(), NbdState::Connected);
+    for latency in &latencies {
+        assert!(*latency < READ_AGAIN_WITHIN, "{latencies:?}");
+    }
+    drop(dev);
+    assert_file_matches(&server.file, &shadow);
+}
+
+#[test]
+fn a_backing_away_past_the_timeout_fails_requests_with_eio_then_heals() {
+    if !have("nbdkit") {
+        return;
+    }
+    let timeout = Duration::from_millis(400);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = Server::new(dir.path(), EXPORT_BYTES);
+    let uri = server.uri();
+    let dev = NbdDevice::connect_with(&uri, options(timeout)).expect("connect");
+    let data = page_bytes(7, 1);
+    dev.write_at(&data, 7 * PAGE_BYTES as u64).expect("write");
+    server.kill9();
+
+    let mut buf = vec![0u8; PAGE_BYTES];
+    let start = Instant::now();
+    let err = dev
+        .read_at(&mut buf, 7 * PAGE_BYTES as u64)
+        .expect_err("read while the backing is away");
+    let waited = start.elapsed();
+    let text = err.to_string();
+    assert!(waited >= timeout, "failed after {waited:?}, before the timeout");
+    assert!(waited < timeout + Duration::from_secs(2), "waited {waited:?}");
+    assert!(text.contains(&uri), "error does not name the backing: {text}");
+    assert!(text.contains("EIO"), "{text}");
+    assert!(
+        matches!(&err, wcache_io::DeviceError::Io { .. }),
+        "reported to clients as EIO: {err:?}"
+    );
+    assert_eq!(dev.state(), NbdState::Reconnecting);
+    let err = dev
+        .write_at(&page_bytes(8, 1), 8 * PAGE_BYTES as u64)
+        .expect_err("write while the backing is away");
+    assert!(err.to_string().contains(&uri), "{err}");
+    assert!(dev.flush().is_err(), "flush while the backing is away");
+
+    server.start();
+    let latency = read_again_latency(&dev);
+    eprintln!("read-again latency after {timeout:?} timeout: {latency:?}");
+    assert!(latency < READ_AGAIN_WITHIN);
+    dev.read_at(&mut buf, 7 * PAGE_BYTES as u64).expect("read");
+    assert!(buf == data, "the write before the outage is still there");
+    dev.write_at(&page_bytes(8, 1), 8 * PAGE_BYTES as u64)
+        .expect("write after the return");
+    dev.flush().expect("flush after the return");
+    assert_eq!(dev.state(), NbdState::Connected);
+    let status = dev.status();
+    assert_eq!(status.replay_log_bytes, 0, "the flush emptied the log");
+    assert!(status.writes_replayed >= 1, "the unflushed write was replayed");
+}
+
+#[test]
+fn an_export_whose_size_changed_is_refused_naming_both_sizes() {
+    if !have("nbdkit") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = Server::new(dir.path(), EXPORT_BYTES);
+    let timeout = Duration::from_secs(10);
+    let dev = NbdDevice::connect_with(&server.uri(), options(timeout)).expect("connect");
+    let data = page_bytes(3, 1);
+    dev.write_at(&data, 3 * PAGE_BYTES as u64).expect("write");
+    dev.flush().expect("flush");
+
+    server.kill9();
+    let grown = EXPORT_BYTES * 2;
+    std::fs::File::options()
+        .write(true)
+        .open(&server.file)
+        .expect("open backing file")
+        .set_len(grown)
+        .expect("grow backing file");
+    server.start();
+    let mut buf = vec![0u8; PAGE_BYTES];
+    let start = Instant::now();
+    let err = dev.read_at(&mut buf, 0).expect_err("size changed");
+    let text = err.to_string();
+    assert!(
+        start.elapsed() < timeout,
+        "refused at once, not after the timeout"
+    );
+    assert!(text.contains(&EXPORT_BYTES.to_string()), "{text}");
+    assert!(text.contains(&grown.to_string()), "{text}");
+    assert_eq!(dev.state(), NbdState::Incompatible);
+
+    // The original export back: the device heals.
+    server.kill9();
+    std::fs::File::options()
+        .write(true)
+        .open(&server.file)
+        .expect("open backing file")
+        .set_len(EXPORT_BYTES)
+        .expect("shrink backing file");
+    server.start();
+    let start = Instant::now();
+    loop {
+        match dev.read_at(&mut buf, 3 * PAGE_BYTES as u64) {
+            Ok(()) => break,
+            Err(e) => assert!(
+                start.elapsed() < READ_AGAIN_WITHIN,
+                "not healed after the original export returned: {e}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(buf == data);
+    assert_eq!(dev.state(), NbdState::Connected);
+}
