@@ -47,11 +47,18 @@ struct Server {
     socket: PathBuf,
     file: PathBuf,
     log: PathBuf,
+    /// Filter arguments before the plugin, and plugin arguments after the file.
+    filters: Vec<String>,
+    params: Vec<String>,
     child: Option<Child>,
 }
 
 impl Server {
     fn new(dir: &Path, size_bytes: u64) -> Server {
+        Server::with_filters(dir, size_bytes, &[], &[])
+    }
+
+    fn with_filters(dir: &Path, size_bytes: u64, filters: &[&str], params: &[&str]) -> Server {
         let file = dir.join("backing.img");
         let f = std::fs::File::create(&file).expect("create backing file");
         f.set_len(size_bytes).expect("size backing file");
@@ -59,6 +66,8 @@ impl Server {
             socket: dir.join("kit.sock"),
             file,
             log: dir.join("nbdkit.log"),
+            filters: filters.iter().map(|s| s.to_string()).collect(),
+            params: params.iter().map(|s| s.to_string()).collect(),
             child: None,
         };
         server.start();
@@ -81,8 +90,11 @@ impl Server {
         let child = Command::new("nbdkit")
             .args(["-f", "-v", "-U"])
             .arg(&self.socket)
-            .args(["--exportname=disk", "file"])
+            .arg("--exportname=disk")
+            .args(&self.filters)
+            .arg("file")
             .arg(&self.file)
+            .args(&self.params)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -365,11 +377,68 @@ fn graceful_stops_of_the_backing_get_a_soft_disconnect_and_a_reconnect() {
         "nbdkit stop times after SIGTERM: {stop_times:?}; read-again latencies: {latencies:?}; {status:?}"
     );
     assert!(status.connections_lost >= RESTARTS as u64, "{status:?}");
+    assert!(status.shutdowns_seen >= 1, "no ESHUTDOWN seen: {status:?}");
+    // Each ESHUTDOWN was followed by NBD_CMD_DISC on its connection (the
+    // servers stopped above have written their whole log).
+    let discs = server
+        .log_text()
+        .matches("client sent NBD_CMD_DISC")
+        .count() as u64;
+    assert!(discs >= status.shutdowns_seen, "{discs} DISC, {status:?}");
     assert_eq!(dev.state(), NbdState::Connected);
     for latency in &latencies {
         assert!(*latency < READ_AGAIN_WITHIN, "{latencies:?}");
     }
     drop(dev);
+    assert_file_matches(&server.file, &shadow);
+}
+
+#[test]
+fn writes_a_restarted_server_lost_from_its_cache_are_replayed_before_reads_and_flush() {
+    if !have("nbdkit") {
+        return;
+    }
+    // nbdkit's cache filter in write-back mode keeps writes in a cache that a
+    // kill -9 loses; only a FLUSH writes them to the file.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = Server::with_filters(
+        dir.path(),
+        EXPORT_BYTES,
+        &["--filter=cache"],
+        &["cache=writeback"],
+    );
+    let dev = NbdDevice::connect_with(&server.uri(), options(Duration::from_secs(10)))
+        .expect("connect");
+    let mut shadow = vec![0u64; PAGES as usize];
+    let write = |dev: &NbdDevice, page: u64, shadow: &mut [u64]| {
+        let version = shadow[page as usize] + 1;
+        dev.write_at(&page_bytes(page, version), page * PAGE_BYTES as u64)
+            .expect("write");
+        shadow[page as usize] = version;
+    };
+    for page in 0..PAGES / 2 {
+        write(&dev, page, &mut shadow);
+    }
+    dev.flush().expect("flush");
+    // Acknowledged, not flushed: half of them overwrite flushed pages.
+    for page in PAGES / 4..PAGES * 3 / 4 {
+        write(&dev, page, &mut shadow);
+    }
+    let logged = dev.status().replay_log_bytes;
+    assert_eq!(logged, (PAGES / 2) as usize * PAGE_BYTES, "unflushed writes are logged");
+    server.kill9();
+    server.start();
+    // Read before any flush: the replay comes first.
+    let mut buf = vec![0u8; PAGE_BYTES];
+    let page = PAGES / 2;
+    dev.read_at(&mut buf, page * PAGE_BYTES as u64).expect("read");
+    assert!(buf == page_bytes(page, shadow[page as usize]), "read after restart");
+    dev.flush().expect("flush after restart");
+    let status = dev.status();
+    assert!(status.writes_replayed >= PAGES / 2, "{status:?}");
+    assert_eq!(status.replay_log_bytes, 0, "{status:?}");
+    drop(dev);
+    // Only what the server flushed is in the file: every acknowledged write.
     assert_file_matches(&server.file, &shadow);
 }
 
