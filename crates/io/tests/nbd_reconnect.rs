@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use wcache_io::{BlockDevice, NbdDevice, NbdOptions, NbdState};
+use wcache_core::types::VolumeId;
+use wcache_core::{EngineConfig, WritePolicyKind};
+use wcache_io::{BlockDevice, Driver, DriverConfig, MemDevice, NbdDevice, NbdOptions, NbdState};
 
 const PAGE_BYTES: usize = 4096;
 const PAGES: u64 = 1024;
@@ -549,4 +551,94 @@ fn an_export_whose_size_changed_is_refused_naming_both_sizes() {
     }
     assert!(buf == data);
     assert_eq!(dev.state(), NbdState::Connected);
+}
+
+#[test]
+fn a_write_back_cache_keeps_destaging_across_backing_restarts_and_loses_nothing() {
+    if !have("nbdkit") {
+        return;
+    }
+    const RESTARTS: usize = 3;
+    const WRITES_MAX: u64 = 1_000_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = Server::new(dir.path(), EXPORT_BYTES);
+    let dev = Arc::new(
+        NbdDevice::connect_with(&server.uri(), options(Duration::from_secs(10))).expect("connect"),
+    );
+    let config = EngineConfig {
+        cache_slots: 64,
+        group_size_bytes: 16 * 1024,
+        write_policy: WritePolicyKind::WriteBack,
+        ..EngineConfig::default()
+    };
+    let driver = Arc::new(
+        Driver::new(
+            config,
+            Arc::new(MemDevice::new(64 * PAGE_BYTES as u64)),
+            vec![dev.clone() as Arc<dyn BlockDevice>],
+            DriverConfig::default(),
+        )
+        .expect("driver"),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let ops = Arc::new(AtomicU64::new(0));
+    // One writer: 64 cache slots over 1024 pages, so writes wait for
+    // destages (to the backing that comes and goes) and reads miss.
+    let writer = {
+        let (driver, stop, ops) = (driver.clone(), stop.clone(), ops.clone());
+        std::thread::spawn(move || {
+            let mut shadow = vec![0u64; PAGES as usize];
+            let mut buf = vec![0u8; PAGE_BYTES];
+            let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+            for n in 0..WRITES_MAX {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let page = x % PAGES;
+                let offset = page * PAGE_BYTES as u64;
+                if n % 3 == 2 {
+                    driver
+                        .read(VolumeId(0), offset, &mut buf)
+                        .expect("read through the cache");
+                    assert!(buf == page_bytes(page, shadow[page as usize]), "page {page}");
+                } else {
+                    let version = shadow[page as usize] + 1;
+                    driver
+                        .write(VolumeId(0), offset, &page_bytes(page, version), false)
+                        .expect("write through the cache");
+                    shadow[page as usize] = version;
+                }
+                ops.fetch_add(1, Ordering::Relaxed);
+            }
+            shadow
+        })
+    };
+    let wait_ops = |count: u64| {
+        let target = ops.load(Ordering::Relaxed) + count;
+        let start = Instant::now();
+        while ops.load(Ordering::Relaxed) < target {
+            assert!(start.elapsed() < Duration::from_secs(20), "no progress");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    for _ in 0..RESTARTS {
+        wait_ops(500);
+        server.kill9();
+        std::thread::sleep(Duration::from_millis(150));
+        server.start();
+    }
+    wait_ops(500);
+    stop.store(true, Ordering::Relaxed);
+    let shadow = writer.join().expect("writer");
+    driver
+        .drain_timeout(Duration::from_secs(30))
+        .expect("drain onto the backing");
+    let status = dev.status();
+    assert!(status.reconnects >= RESTARTS as u64, "{status:?}");
+    drop(driver);
+    drop(dev);
+    assert_file_matches(&server.file, &shadow);
 }

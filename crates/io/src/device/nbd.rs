@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -436,6 +436,7 @@ impl Shared {
                 let mut pool = self.pool();
                 if !pool.closing && pool.live >= pool.wanted {
                     let satisfied_at = Instant::now();
+                    attempts = 0;
                     while !pool.closing && pool.live >= pool.wanted {
                         pool = self
                             .wake_reconnector
@@ -445,7 +446,6 @@ impl Shared {
                     if satisfied_at.elapsed() >= backoff_max {
                         // The connections were stable: start the backoff over.
                         backoff = backoff_min;
-                        attempts = 0;
                     } else if !pool.closing {
                         // Lost again at once (a server that keeps closing or
                         // answering ESHUTDOWN): keep backing off.
@@ -592,6 +592,8 @@ pub struct NbdDevice {
     /// a half-replayed log and no write interleaves with a replayed one.
     gate: RwLock<()>,
     log: Mutex<ReplayLog>,
+    /// `ReplayLog::bytes`, readable while a replay holds the log.
+    log_bytes: AtomicUsize,
     next_cookie: AtomicU64,
     reconnector: Option<JoinHandle<()>>,
 }
@@ -843,6 +845,7 @@ impl NbdDevice {
             transmission_flags: flags,
             gate: RwLock::new(()),
             log: Mutex::new(ReplayLog::default()),
+            log_bytes: AtomicUsize::new(0),
             next_cookie: AtomicU64::new(1),
             reconnector: Some(reconnector),
         })
@@ -860,7 +863,7 @@ impl NbdDevice {
 
     /// Health and counters.
     pub fn status(&self) -> NbdStatus {
-        let replay_log_bytes = self.log().bytes;
+        let replay_log_bytes = self.log_bytes.load(Ordering::Relaxed);
         let pool = self.shared.pool();
         NbdStatus {
             state: pool.state,
@@ -1055,7 +1058,9 @@ impl NbdDevice {
         let _gate = self.shared_gate();
         let epoch = self.lost_total();
         self.request("write", CMD_WRITE, offset_bytes, len, Some(piece), None)?;
-        self.log().push(epoch, offset_bytes, piece);
+        let mut log = self.log();
+        log.push(epoch, offset_bytes, piece);
+        self.log_bytes.store(log.bytes, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1076,7 +1081,9 @@ impl NbdDevice {
             };
             self.request("flush", CMD_FLUSH, 0, 0, None, None)?;
             if self.lost_total() == lost_before {
-                self.log().retire(end_seq);
+                let mut log = self.log();
+                log.retire(end_seq);
+                self.log_bytes.store(log.bytes, Ordering::Relaxed);
                 return Ok(());
             }
         }
