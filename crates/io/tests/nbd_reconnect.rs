@@ -230,9 +230,10 @@ impl Load {
                         }
                         2 => dev.read_at(&mut buf, offset).map(|()| {
                             if buf != page_bytes(page, known) {
-                                errors.lock().expect("errors").push(format!(
-                                    "page {page}: read is not version {known}"
-                                ));
+                                errors
+                                    .lock()
+                                    .expect("errors")
+                                    .push(format!("page {page}: read is not version {known}"));
                             }
                         }),
                         _ => dev.flush(),
@@ -302,7 +303,23 @@ fn assert_file_matches(file: &Path, shadow: &[u64]) {
         );
         written += (version > 0) as u64;
     }
-    assert!(written > PAGES / 4, "the load wrote too little ({written} pages)");
+    assert!(
+        written > PAGES / 4,
+        "the load wrote too little ({written} pages)"
+    );
+}
+
+/// Waits (bounded) until every connection wanted is open again.
+fn wait_connected(dev: &NbdDevice) {
+    let start = Instant::now();
+    while dev.state() != NbdState::Connected {
+        assert!(
+            start.elapsed() < READ_AGAIN_WITHIN,
+            "not connected: {:?}",
+            dev.status()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Time from the server's return until a read of the device succeeds.
@@ -341,7 +358,7 @@ fn kill_9_restarts_of_the_backing_lose_no_acknowledged_write() {
     eprintln!("read-again latencies after each restart: {latencies:?}; {status:?}");
     assert!(status.connections_lost >= RESTARTS as u64, "{status:?}");
     assert!(status.reconnects >= RESTARTS as u64, "{status:?}");
-    assert_eq!(dev.state(), NbdState::Connected);
+    wait_connected(&dev);
     for latency in &latencies {
         assert!(*latency < READ_AGAIN_WITHIN, "{latencies:?}");
     }
@@ -387,7 +404,7 @@ fn graceful_stops_of_the_backing_get_a_soft_disconnect_and_a_reconnect() {
         .matches("client sent NBD_CMD_DISC")
         .count() as u64;
     assert!(discs >= status.shutdowns_seen, "{discs} DISC, {status:?}");
-    assert_eq!(dev.state(), NbdState::Connected);
+    wait_connected(&dev);
     for latency in &latencies {
         assert!(*latency < READ_AGAIN_WITHIN, "{latencies:?}");
     }
@@ -409,8 +426,8 @@ fn writes_a_restarted_server_lost_from_its_cache_are_replayed_before_reads_and_f
         &["--filter=cache"],
         &["cache=writeback"],
     );
-    let dev = NbdDevice::connect_with(&server.uri(), options(Duration::from_secs(10)))
-        .expect("connect");
+    let dev =
+        NbdDevice::connect_with(&server.uri(), options(Duration::from_secs(10))).expect("connect");
     let mut shadow = vec![0u64; PAGES as usize];
     let write = |dev: &NbdDevice, page: u64, shadow: &mut [u64]| {
         let version = shadow[page as usize] + 1;
@@ -427,14 +444,22 @@ fn writes_a_restarted_server_lost_from_its_cache_are_replayed_before_reads_and_f
         write(&dev, page, &mut shadow);
     }
     let logged = dev.status().replay_log_bytes;
-    assert_eq!(logged, (PAGES / 2) as usize * PAGE_BYTES, "unflushed writes are logged");
+    assert_eq!(
+        logged,
+        (PAGES / 2) as usize * PAGE_BYTES,
+        "unflushed writes are logged"
+    );
     server.kill9();
     server.start();
     // Read before any flush: the replay comes first.
     let mut buf = vec![0u8; PAGE_BYTES];
     let page = PAGES / 2;
-    dev.read_at(&mut buf, page * PAGE_BYTES as u64).expect("read");
-    assert!(buf == page_bytes(page, shadow[page as usize]), "read after restart");
+    dev.read_at(&mut buf, page * PAGE_BYTES as u64)
+        .expect("read");
+    assert!(
+        buf == page_bytes(page, shadow[page as usize]),
+        "read after restart"
+    );
     dev.flush().expect("flush after restart");
     let status = dev.status();
     assert!(status.writes_replayed >= PAGES / 2, "{status:?}");
@@ -465,9 +490,18 @@ fn a_backing_away_past_the_timeout_fails_requests_with_eio_then_heals() {
         .expect_err("read while the backing is away");
     let waited = start.elapsed();
     let text = err.to_string();
-    assert!(waited >= timeout, "failed after {waited:?}, before the timeout");
-    assert!(waited < timeout + Duration::from_secs(2), "waited {waited:?}");
-    assert!(text.contains(&uri), "error does not name the backing: {text}");
+    assert!(
+        waited >= timeout,
+        "failed after {waited:?}, before the timeout"
+    );
+    assert!(
+        waited < timeout + Duration::from_secs(2),
+        "waited {waited:?}"
+    );
+    assert!(
+        text.contains(&uri),
+        "error does not name the backing: {text}"
+    );
     assert!(text.contains("EIO"), "{text}");
     assert!(
         matches!(&err, wcache_io::DeviceError::Io { .. }),
@@ -489,10 +523,13 @@ fn a_backing_away_past_the_timeout_fails_requests_with_eio_then_heals() {
     dev.write_at(&page_bytes(8, 1), 8 * PAGE_BYTES as u64)
         .expect("write after the return");
     dev.flush().expect("flush after the return");
-    assert_eq!(dev.state(), NbdState::Connected);
+    wait_connected(&dev);
     let status = dev.status();
     assert_eq!(status.replay_log_bytes, 0, "the flush emptied the log");
-    assert!(status.writes_replayed >= 1, "the unflushed write was replayed");
+    assert!(
+        status.writes_replayed >= 1,
+        "the unflushed write was replayed"
+    );
 }
 
 #[test]
@@ -550,7 +587,7 @@ fn an_export_whose_size_changed_is_refused_naming_both_sizes() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(buf == data);
-    assert_eq!(dev.state(), NbdState::Connected);
+    wait_connected(&dev);
 }
 
 #[test]
@@ -603,7 +640,10 @@ fn a_write_back_cache_keeps_destaging_across_backing_restarts_and_loses_nothing(
                     driver
                         .read(VolumeId(0), offset, &mut buf)
                         .expect("read through the cache");
-                    assert!(buf == page_bytes(page, shadow[page as usize]), "page {page}");
+                    assert!(
+                        buf == page_bytes(page, shadow[page as usize]),
+                        "page {page}"
+                    );
                 } else {
                     let version = shadow[page as usize] + 1;
                     driver

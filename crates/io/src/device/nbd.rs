@@ -376,7 +376,10 @@ impl Shared {
         if conn.epoch < pool.shutdown_epoch {
             drop(pool);
             conn.disconnect();
-            self.lost("server is shutting down (ESHUTDOWN on another connection)".into(), false);
+            self.lost(
+                "server is shutting down (ESHUTDOWN on another connection)".into(),
+                false,
+            );
             return;
         }
         pool.idle.push(conn);
@@ -487,9 +490,12 @@ impl Shared {
                     pool.live += 1;
                     pool.reconnects += 1;
                     pool.incompatible = None;
+                    let why = format!("reconnected ({attempts} attempts)");
                     if pool.live >= pool.wanted {
-                        let why = format!("reconnected ({attempts} attempts)");
                         self.set_state(&mut pool, NbdState::Connected, &why);
+                    } else if pool.state == NbdState::Incompatible {
+                        // Requests run again; more connections to open.
+                        self.set_state(&mut pool, NbdState::Reconnecting, &why);
                     }
                     drop(pool);
                     self.conn_ready.notify_all();
@@ -539,11 +545,12 @@ struct Logged {
     data: Vec<u8>,
 }
 
-#[derive(Default)]
 struct ReplayLog {
     entries: VecDeque<Logged>,
     bytes: usize,
     next_seq: u64,
+    /// Smallest `epoch` of the entries (`u64::MAX` when empty).
+    epoch_min: u64,
     /// Buffers of retired entries, reused for new ones.
     spare: Vec<Vec<u8>>,
 }
@@ -552,8 +559,36 @@ struct ReplayLog {
 const REPLAY_SPARE_BUFFERS_MAX: usize = 64;
 
 impl ReplayLog {
+    fn new() -> ReplayLog {
+        ReplayLog {
+            entries: VecDeque::new(),
+            bytes: 0,
+            next_seq: 0,
+            epoch_min: u64::MAX,
+            spare: Vec::new(),
+        }
+    }
+
+    /// Some entry was sent before a connection was lost.
     fn stale(&self, lost_total: u64) -> bool {
-        self.entries.iter().any(|e| e.epoch < lost_total)
+        debug_assert_eq!(
+            self.epoch_min,
+            self.entries
+                .iter()
+                .map(|e| e.epoch)
+                .min()
+                .unwrap_or(u64::MAX)
+        );
+        self.epoch_min < lost_total
+    }
+
+    fn recompute_epoch_min(&mut self) {
+        self.epoch_min = self
+            .entries
+            .iter()
+            .map(|e| e.epoch)
+            .min()
+            .unwrap_or(u64::MAX);
     }
 
     fn push(&mut self, epoch: u64, offset_bytes: u64, piece: &[u8]) {
@@ -563,6 +598,7 @@ impl ReplayLog {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.bytes += data.len();
+        self.epoch_min = self.epoch_min.min(epoch);
         self.entries.push_back(Logged {
             seq,
             epoch,
@@ -581,6 +617,7 @@ impl ReplayLog {
                 self.spare.push(e.data);
             }
         }
+        self.recompute_epoch_min();
     }
 }
 
@@ -592,8 +629,10 @@ pub struct NbdDevice {
     /// a half-replayed log and no write interleaves with a replayed one.
     gate: RwLock<()>,
     log: Mutex<ReplayLog>,
-    /// `ReplayLog::bytes`, readable while a replay holds the log.
+    /// `ReplayLog::bytes` and `epoch_min`, readable without the log's lock
+    /// (stored under it).
     log_bytes: AtomicUsize,
+    log_epoch_min: AtomicU64,
     next_cookie: AtomicU64,
     reconnector: Option<JoinHandle<()>>,
 }
@@ -796,7 +835,9 @@ impl NbdDevice {
             if size != size_bytes {
                 return Err(proto_err(
                     uri,
-                    format!("export size changed between connections: {size_bytes} then {size} bytes"),
+                    format!(
+                        "export size changed between connections: {size_bytes} then {size} bytes"
+                    ),
                 ));
             }
             idle.push(Conn {
@@ -844,8 +885,9 @@ impl NbdDevice {
             shared,
             transmission_flags: flags,
             gate: RwLock::new(()),
-            log: Mutex::new(ReplayLog::default()),
+            log: Mutex::new(ReplayLog::new()),
             log_bytes: AtomicUsize::new(0),
+            log_epoch_min: AtomicU64::new(u64::MAX),
             next_cookie: AtomicU64::new(1),
             reconnector: Some(reconnector),
         })
@@ -932,7 +974,9 @@ impl NbdDevice {
             }
             let mut conn = match shared.take(&mut away_since) {
                 Ok(conn) => conn,
-                Err(TakeError::Unavailable { waited, why }) => return Err(unavailable(waited, why)),
+                Err(TakeError::Unavailable { waited, why }) => {
+                    return Err(unavailable(waited, why))
+                }
                 Err(TakeError::Incompatible(why)) => return Err(proto_err(&shared.uri, why)),
             };
             if attempt > 0 {
@@ -994,7 +1038,7 @@ impl NbdDevice {
     /// When a connection was lost after logged writes were sent, writes them
     /// all again, in order, before any other request runs.
     fn replay_if_stale(&self) -> Result<(), DeviceError> {
-        if !self.logs_writes() || !self.log().stale(self.lost_total()) {
+        if !self.logs_writes() || self.log_epoch_min.load(Ordering::SeqCst) >= self.lost_total() {
             return Ok(());
         }
         let _exclusive = self.gate.write().unwrap_or_else(|p| p.into_inner());
@@ -1017,6 +1061,8 @@ impl NbdDevice {
             entry.epoch = epoch;
             replayed += 1;
         }
+        log.recompute_epoch_min();
+        self.log_epoch_min.store(log.epoch_min, Ordering::SeqCst);
         drop(log);
         self.shared.pool().writes_replayed += replayed;
         Ok(())
@@ -1050,7 +1096,8 @@ impl NbdDevice {
             let _gate = self.shared_gate();
             return self.request("write", CMD_WRITE, offset_bytes, len, Some(piece), None);
         }
-        let full = self.log().bytes + piece.len() > self.shared.options.replay_log_bytes_max;
+        let full = self.log_bytes.load(Ordering::Relaxed) + piece.len()
+            > self.shared.options.replay_log_bytes_max;
         if full {
             self.flush_logged()?;
         }
@@ -1061,6 +1108,7 @@ impl NbdDevice {
         let mut log = self.log();
         log.push(epoch, offset_bytes, piece);
         self.log_bytes.store(log.bytes, Ordering::Relaxed);
+        self.log_epoch_min.store(log.epoch_min, Ordering::SeqCst);
         Ok(())
     }
 
@@ -1084,6 +1132,7 @@ impl NbdDevice {
                 let mut log = self.log();
                 log.retire(end_seq);
                 self.log_bytes.store(log.bytes, Ordering::Relaxed);
+                self.log_epoch_min.store(log.epoch_min, Ordering::SeqCst);
                 return Ok(());
             }
         }
