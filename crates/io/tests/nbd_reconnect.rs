@@ -489,6 +489,7 @@ fn a_backing_away_past_the_timeout_fails_requests_with_eio_then_heals() {
         .read_at(&mut buf, 7 * PAGE_BYTES as u64)
         .expect_err("read while the backing is away");
     let waited = start.elapsed();
+    eprintln!("read failed after {waited:?} (timeout {timeout:?}): {err}");
     let text = err.to_string();
     assert!(
         waited >= timeout,
