@@ -336,7 +336,7 @@ fn kill_9_restarts_of_the_backing_lose_no_acknowledged_write() {
     if !have("nbdkit") {
         return;
     }
-    const RESTARTS: usize = 6;
+    const RESTARTS: usize = 10;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = Server::new(dir.path(), EXPORT_BYTES);
     let dev = Arc::new(
@@ -371,7 +371,7 @@ fn graceful_stops_of_the_backing_get_a_soft_disconnect_and_a_reconnect() {
     if !have("nbdkit") {
         return;
     }
-    const RESTARTS: usize = 5;
+    const RESTARTS: usize = 10;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = Server::new(dir.path(), EXPORT_BYTES);
     let dev = Arc::new(

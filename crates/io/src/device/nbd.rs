@@ -551,12 +551,13 @@ struct ReplayLog {
     next_seq: u64,
     /// Smallest `epoch` of the entries (`u64::MAX` when empty).
     epoch_min: u64,
-    /// Buffers of retired entries, reused for new ones.
+    /// Buffers of retired entries, reused for new ones, and their capacity.
     spare: Vec<Vec<u8>>,
+    spare_bytes: usize,
 }
 
-/// Spare buffers kept for reuse by the replay log.
-const REPLAY_SPARE_BUFFERS_MAX: usize = 64;
+/// Capacity of the retired buffers kept for reuse by the replay log.
+const REPLAY_SPARE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 impl ReplayLog {
     fn new() -> ReplayLog {
@@ -566,6 +567,7 @@ impl ReplayLog {
             next_seq: 0,
             epoch_min: u64::MAX,
             spare: Vec::new(),
+            spare_bytes: 0,
         }
     }
 
@@ -592,7 +594,13 @@ impl ReplayLog {
     }
 
     fn push(&mut self, epoch: u64, offset_bytes: u64, piece: &[u8]) {
-        let mut data = self.spare.pop().unwrap_or_default();
+        let mut data = match self.spare.pop() {
+            Some(buffer) => {
+                self.spare_bytes -= buffer.capacity();
+                buffer
+            }
+            None => Vec::new(),
+        };
         data.clear();
         data.extend_from_slice(piece);
         let seq = self.next_seq;
@@ -613,7 +621,8 @@ impl ReplayLog {
             let e = self.entries.pop_front().expect("front exists");
             assert!(self.bytes >= e.data.len());
             self.bytes -= e.data.len();
-            if self.spare.len() < REPLAY_SPARE_BUFFERS_MAX {
+            if self.spare_bytes + e.data.capacity() <= REPLAY_SPARE_BYTES_MAX {
+                self.spare_bytes += e.data.capacity();
                 self.spare.push(e.data);
             }
         }
