@@ -1250,6 +1250,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn replay_log_tracks_staleness_and_retires_what_a_flush_covered() {
+        let mut log = ReplayLog::new();
+        assert!(!log.stale(0) && !log.stale(u64::MAX - 1));
+        log.push(0, 0, &[1u8; 4096]);
+        log.push(2, 4096, &[2u8; 512]);
+        assert_eq!(log.bytes, 4096 + 512);
+        assert!(!log.stale(0), "nothing lost since the first was sent");
+        assert!(log.stale(1), "a loss after the first was sent");
+        let end_seq = log.next_seq;
+        log.push(5, 8192, &[3u8; 100]);
+        log.retire(end_seq);
+        assert_eq!(log.entries.len(), 1, "the write after the flush stays");
+        assert_eq!(log.bytes, 100);
+        assert_eq!(log.epoch_min, 5);
+        assert!(!log.stale(5) && log.stale(6));
+        let reused = log.spare_bytes;
+        assert!(reused >= 4096 + 512, "retired buffers kept for reuse");
+        log.push(6, 0, &[4u8; 10]);
+        assert!(log.spare_bytes < reused, "a spare buffer was reused");
+        log.retire(log.next_seq);
+        assert_eq!(
+            (log.bytes, log.entries.len(), log.epoch_min),
+            (0, 0, u64::MAX)
+        );
+        assert!(log.spare_bytes <= REPLAY_SPARE_BYTES_MAX);
+    }
+
+    #[test]
     fn uris_parse() {
         assert_eq!(
             NbdAddress::parse("nbd://localhost/disk").expect("tcp"),
