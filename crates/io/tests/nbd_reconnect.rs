@@ -6,6 +6,8 @@
 //! export whose size changed is refused with both sizes named.
 //! Prints SKIP when nbdkit is missing, unless WCACHE_REQUIRE_TOOLS=1.
 
+mod common;
+
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -14,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::have;
 use wcache_core::types::VolumeId;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::{BlockDevice, Driver, DriverConfig, MemDevice, NbdDevice, NbdOptions, NbdState};
@@ -26,23 +29,6 @@ const SERVER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// The bound: reads of uncached data succeed again this soon after
 /// the backing returns.
 const READ_AGAIN_WITHIN: Duration = Duration::from_secs(2);
-
-fn have(tool: &str) -> bool {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !found {
-        assert!(
-            std::env::var("WCACHE_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "{tool} is required (WCACHE_REQUIRE_TOOLS=1)"
-        );
-        eprintln!("SKIP: {tool} not installed (apt-get install -y nbdkit)");
-    }
-    found
-}
 
 /// An nbdkit file-plugin server on a Unix socket, restartable.
 struct Server {
@@ -331,6 +317,57 @@ fn read_again_latency(dev: &NbdDevice) -> Duration {
     start.elapsed()
 }
 
+/// What `restart_under_load` saw.
+struct Restarts {
+    dev: Arc<NbdDevice>,
+    shadow: Vec<u64>,
+    /// How long each stop took, and each read after the server's return.
+    stop_times: Vec<Duration>,
+    latencies: Vec<Duration>,
+}
+
+/// Stops the server `restarts` times under load with `stop` (returning how
+/// long it took), starts it again after `away`, and measures the first read
+/// after each return; ends with the load stopped and a final flush.
+fn restart_under_load(
+    server: &mut Server,
+    restarts: usize,
+    away: Duration,
+    stop: fn(&mut Server) -> Duration,
+) -> Restarts {
+    let dev = Arc::new(
+        NbdDevice::connect_with(&server.uri(), options(Duration::from_secs(10))).expect("connect"),
+    );
+    let load = Load::start(dev.clone());
+    let mut stop_times = Vec::new();
+    let mut latencies = Vec::new();
+    for _ in 0..restarts {
+        load.wait_ops(300);
+        stop_times.push(stop(server));
+        std::thread::sleep(away);
+        server.start();
+        latencies.push(read_again_latency(&dev));
+    }
+    load.wait_ops(300);
+    let shadow = load.finish();
+    dev.flush().expect("final flush");
+    eprintln!(
+        "stop times: {stop_times:?}; read-again latencies: {latencies:?}; {:?}",
+        dev.status()
+    );
+    assert!(dev.status().connections_lost >= restarts as u64);
+    wait_connected(&dev);
+    for latency in &latencies {
+        assert!(*latency < READ_AGAIN_WITHIN, "{latencies:?}");
+    }
+    Restarts {
+        dev,
+        shadow,
+        stop_times,
+        latencies,
+    }
+}
+
 #[test]
 fn kill_9_restarts_of_the_backing_lose_no_acknowledged_write() {
     if !have("nbdkit") {
@@ -339,31 +376,14 @@ fn kill_9_restarts_of_the_backing_lose_no_acknowledged_write() {
     const RESTARTS: usize = 10;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = Server::new(dir.path(), EXPORT_BYTES);
-    let dev = Arc::new(
-        NbdDevice::connect_with(&server.uri(), options(Duration::from_secs(10))).expect("connect"),
-    );
-    let load = Load::start(dev.clone());
-    let mut latencies = Vec::new();
-    for _ in 0..RESTARTS {
-        load.wait_ops(300);
-        server.kill9();
-        std::thread::sleep(Duration::from_millis(150));
-        server.start();
-        latencies.push(read_again_latency(&dev));
-    }
-    load.wait_ops(300);
-    let shadow = load.finish();
-    dev.flush().expect("final flush");
-    let status = dev.status();
-    eprintln!("read-again latencies after each restart: {latencies:?}; {status:?}");
-    assert!(status.connections_lost >= RESTARTS as u64, "{status:?}");
-    assert!(status.reconnects >= RESTARTS as u64, "{status:?}");
-    wait_connected(&dev);
-    for latency in &latencies {
-        assert!(*latency < READ_AGAIN_WITHIN, "{latencies:?}");
-    }
-    drop(dev);
-    assert_file_matches(&server.file, &shadow);
+    let run = restart_under_load(&mut server, RESTARTS, Duration::from_millis(150), |s| {
+        s.kill9();
+        Duration::ZERO
+    });
+    assert!(run.dev.status().reconnects >= RESTARTS as u64);
+    assert_eq!(run.latencies.len(), RESTARTS);
+    drop(run.dev);
+    assert_file_matches(&server.file, &run.shadow);
 }
 
 #[test]
@@ -374,28 +394,16 @@ fn graceful_stops_of_the_backing_get_a_soft_disconnect_and_a_reconnect() {
     const RESTARTS: usize = 10;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut server = Server::new(dir.path(), EXPORT_BYTES);
-    let dev = Arc::new(
-        NbdDevice::connect_with(&server.uri(), options(Duration::from_secs(10))).expect("connect"),
+    // Each server stops only once every client has left (bounded in
+    // `terminate`).
+    let run = restart_under_load(
+        &mut server,
+        RESTARTS,
+        Duration::from_millis(100),
+        Server::terminate,
     );
-    let load = Load::start(dev.clone());
-    let mut stop_times = Vec::new();
-    let mut latencies = Vec::new();
-    for _ in 0..RESTARTS {
-        load.wait_ops(300);
-        // The server stops only once every client has left: bounded here.
-        stop_times.push(server.terminate());
-        std::thread::sleep(Duration::from_millis(100));
-        server.start();
-        latencies.push(read_again_latency(&dev));
-    }
-    load.wait_ops(300);
-    let shadow = load.finish();
-    dev.flush().expect("final flush");
-    let status = dev.status();
-    eprintln!(
-        "nbdkit stop times after SIGTERM: {stop_times:?}; read-again latencies: {latencies:?}; {status:?}"
-    );
-    assert!(status.connections_lost >= RESTARTS as u64, "{status:?}");
+    assert_eq!(run.stop_times.len(), RESTARTS);
+    let status = run.dev.status();
     assert!(status.shutdowns_seen >= 1, "no ESHUTDOWN seen: {status:?}");
     // Each ESHUTDOWN was followed by NBD_CMD_DISC on its connection (the
     // servers stopped above have written their whole log).
@@ -404,12 +412,8 @@ fn graceful_stops_of_the_backing_get_a_soft_disconnect_and_a_reconnect() {
         .matches("client sent NBD_CMD_DISC")
         .count() as u64;
     assert!(discs >= status.shutdowns_seen, "{discs} DISC, {status:?}");
-    wait_connected(&dev);
-    for latency in &latencies {
-        assert!(*latency < READ_AGAIN_WITHIN, "{latencies:?}");
-    }
-    drop(dev);
-    assert_file_matches(&server.file, &shadow);
+    drop(run.dev);
+    assert_file_matches(&server.file, &run.shadow);
 }
 
 #[test]
