@@ -25,7 +25,7 @@ pub use device::emulated::EmulatedDevice;
 pub use device::faulty::{FaultPlan, FaultyDevice};
 pub use device::file::{FileDevice, FileOptions, SyncMode};
 pub use device::mem::MemDevice;
-pub use device::nbd::{NbdAddress, NbdDevice};
+pub use device::nbd::{NbdAddress, NbdDevice, NbdOptions, NbdState, NbdStatus};
 pub use device::{BlockDevice, DeviceError};
 pub use driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
 pub use store::{CacheStore, Scan, StoreError};

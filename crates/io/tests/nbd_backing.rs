@@ -2,30 +2,16 @@
 //! round-trips bytes, and the driver runs with a remote export as backing.
 //! Prints SKIP when nbdkit is missing, unless WCACHE_REQUIRE_TOOLS=1.
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::have;
 use wcache_core::types::VolumeId;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::{BlockDevice, Driver, DriverConfig, MemDevice, NbdDevice};
-
-fn have(tool: &str) -> bool {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if !found {
-        assert!(
-            std::env::var("WCACHE_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "{tool} is required (WCACHE_REQUIRE_TOOLS=1)"
-        );
-        eprintln!("SKIP: {tool} not installed (apt-get install -y nbdkit)");
-    }
-    found
-}
 
 struct Nbdkit(Child);
 impl Drop for Nbdkit {
