@@ -24,7 +24,10 @@
 //! a command is completed only when its writes are durable — a cache write
 //! after the cache device's flush (group-committed: one flush covers every
 //! write that finished before it started) unless the device says
-//! `writes_durable()`, and a backing write likewise on the backing.
+//! `writes_durable()`, and a backing write likewise on the backing. The one
+//! exception is a clean copy of a read miss (`WritePage` whose record is not
+//! dirty): nothing acknowledged depends on it, so it completes once written,
+//! without a flush (see `docs/consistency.md`).
 //! This module must never complete a command early, and never make a policy
 //! decision.
 
@@ -1070,6 +1073,13 @@ impl Shared {
                 // unacknowledged version).
                 if let (Some(store), Some(crc)) = (&self.store, data_crc32c) {
                     store.write_record(*slot, record, crc).map_err(on_cache)?;
+                }
+                if !record.dirty {
+                    // A clean copy of a read miss: nothing acknowledged
+                    // depends on it (recovery drops clean records), so the
+                    // read is not delayed by a flush; the next flush of any
+                    // dirty write covers it.
+                    return Ok(());
                 }
                 self.make_durable(cache, true).map_err(on_cache)
             }

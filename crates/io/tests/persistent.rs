@@ -229,3 +229,37 @@ fn another_configuration_with_dirty_pages_is_refused_without_force() {
     let said = report.reformatted.expect("says what it discarded");
     assert!(said.contains("1 dirty pages"), "{said}");
 }
+
+/// A read miss's clean copy completes without a cache flush (nothing
+/// acknowledged depends on it); a dirty write still flushes; after a
+/// restart the clean copies are dropped and every byte reads back.
+#[test]
+fn read_misses_insert_clean_copies_without_a_cache_flush() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache_path = dir.path().join("cache.img");
+    let cache_bytes = 4096 + 4096 + 512 * PAGE_BYTES;
+    let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(VOLUME_BYTES));
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut shadow: Vec<u8> = (0..VOLUME_BYTES).map(|_| rng.gen()).collect();
+    backing.write_at(&shadow, 0).expect("fill backing");
+    let cache = open_file(&cache_path, cache_bytes, false);
+    let (driver, _) = start(cache, backing.clone(), WritePolicy::WriteBack);
+    check_reads(&driver, &shadow);
+    assert!(
+        driver.engine_stats().read_inserts > 0,
+        "the read must have inserted clean copies"
+    );
+    assert_eq!(driver.stats().cache_flushes, 0, "clean copies need no flush");
+    check_reads(&driver, &shadow); // now hits
+    write_random(&driver, &mut shadow, 8, 20);
+    assert!(driver.stats().cache_flushes > 0, "dirty writes are flushed");
+    check_reads(&driver, &shadow);
+    driver.shutdown();
+    let cache = open_file(&cache_path, cache_bytes, false);
+    let (driver, _) = start(cache, backing.clone(), WritePolicy::WriteBack);
+    check_reads(&driver, &shadow);
+    driver.drain().expect("drain");
+    let mut on_backing = vec![0u8; VOLUME_BYTES as usize];
+    backing.read_at(&mut on_backing, 0).expect("read backing");
+    assert!(on_backing == shadow, "backing differs after drain");
+}
