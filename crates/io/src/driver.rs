@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use wcache_core::time::Nanos;
 use wcache_core::{
     ConfigError, Engine, EngineConfig, EngineError, IoCommand, IoError, PageBase, RecoveredSlot,
-    RecoveryError, Request, RequestFlags, RequestKind, Source, Stats, SubmitError,
+    RecoveryError, Request, RequestFlags, RequestKind, SlotRecord, Source, Stats, SubmitError,
 };
 
 use crate::device::{AlignedBuf, BlockDevice, DeviceError};
@@ -173,6 +173,11 @@ impl BufPtr {
 /// a handoff costs a thread wake-up, more than a fast device's whole I/O.
 const INLINE_JOBS_MAX: usize = 2;
 
+/// Page writes run together as one batch (their data by runs of
+/// consecutive slots, their records by block, one durability barrier):
+/// up to a 1 MiB request of 4 KiB pages, or that many queued pages.
+const WRITE_BATCH_MAX: usize = 256;
+
 struct Job {
     cmd: IoCommand,
     buf: BufPtr,
@@ -231,6 +236,18 @@ thread_local! {
 struct Scratch {
     page: AlignedBuf,
     bounce: AlignedBuf,
+    /// Reused by write batches (no allocation per batch once grown).
+    batch: BatchScratch,
+}
+
+#[derive(Default)]
+struct BatchScratch {
+    results: Vec<Result<(), IoError>>,
+    crcs: Vec<u32>,
+    whole: Vec<u32>,
+    records: Vec<(SlotIndex, SlotRecord, u32)>,
+    record_jobs: Vec<u32>,
+    order: Vec<u32>,
 }
 
 struct InFlight {
@@ -891,11 +908,12 @@ impl Shared {
                     }
                     continue;
                 }
-                // Destages always, and commands beyond the first few, go to the pool.
+                // Destages always, and commands beyond the first few, go to
+                // the pool; page writes stay (they run as one batch).
                 let mut kept = 0;
                 let hand_over = jobs.iter().any(|j| {
                     let destage = matches!(j.cmd, IoCommand::Destage { .. });
-                    kept += usize::from(!destage);
+                    kept += usize::from(!destage && !is_page_write(j));
                     destage || kept > INLINE_JOBS_MAX
                 });
                 if hand_over {
@@ -904,7 +922,11 @@ impl Shared {
                     let rest: Vec<Job> = jobs
                         .drain(..)
                         .filter_map(|j| {
-                            if !matches!(j.cmd, IoCommand::Destage { .. }) && kept < INLINE_JOBS_MAX
+                            if is_page_write(&j) {
+                                keep.push_back(j);
+                                None
+                            } else if !matches!(j.cmd, IoCommand::Destage { .. })
+                                && kept < INLINE_JOBS_MAX
                             {
                                 kept += 1;
                                 keep.push_back(j);
@@ -928,6 +950,21 @@ impl Shared {
     }
 
     fn execute_and_complete(&self, job: Job, jobs: &mut VecDeque<Job>) {
+        if is_page_write(&job) {
+            // Every page write in hand joins it (up to WRITE_BATCH_MAX).
+            let mut batch = Vec::with_capacity(jobs.len() + 1);
+            batch.push(job);
+            let mut i = 0;
+            while i < jobs.len() && batch.len() < WRITE_BATCH_MAX {
+                if is_page_write(&jobs[i]) {
+                    batch.extend(jobs.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+            self.execute_and_complete_batch(batch, jobs);
+            return;
+        }
         let io = job.cmd.io();
         let is_destage = matches!(job.cmd, IoCommand::Destage { .. });
         let result = SCRATCH.with(|s| self.execute(&job, &mut s.borrow_mut()));
@@ -939,6 +976,219 @@ impl Shared {
         self.pump(&mut core, jobs);
         if is_destage && core.changed_waiters > 0 {
             self.changed.notify_all();
+        }
+    }
+
+    /// Runs a batch of `WritePage` jobs and completes them under one lock.
+    fn execute_and_complete_batch(&self, batch: Vec<Job>, jobs: &mut VecDeque<Job>) {
+        let results = SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            self.execute_write_batch(&batch, &mut s);
+            std::mem::take(&mut s.batch.results)
+        });
+        let mut core = self.lock_core();
+        let now = self.now();
+        for (job, result) in batch.iter().zip(&results) {
+            core.engine
+                .handle_completion(now, job.cmd.io(), *result)
+                .expect("completion of a command the engine issued");
+        }
+        self.pump(&mut core, jobs);
+        drop(core);
+        SCRATCH.with(|s| s.borrow_mut().batch.results = results);
+    }
+
+    /// Page writes as one batch, results in `scratch.batch.results`:
+    /// 1. each page's data: partial pages built one at a time in the scratch
+    ///    page; whole pages from requests sorted by slot, each run of
+    ///    consecutive slots written by one vectored write;
+    /// 2. the records of the pages written, one device write per record
+    ///    block touched;
+    /// 3. one durability barrier (group-committed flush) for every dirty
+    ///    page of the batch. Clean copies (read misses) need none.
+    ///
+    /// Data before records before the barrier, as for a single page: a crash
+    /// finds each page's record either absent or naming data that matches
+    /// its checksum only if the data was written whole.
+    fn execute_write_batch(&self, batch: &[Job], scratch: &mut Scratch) {
+        let p = self.page_size_bytes as usize;
+        let cache = &self.cache;
+        let Scratch {
+            page,
+            bounce,
+            batch: b,
+        } = scratch;
+        b.results.clear();
+        b.results.resize(batch.len(), Ok(()));
+        b.crcs.clear();
+        b.crcs.resize(batch.len(), 0);
+        b.whole.clear();
+        for (i, job) in batch.iter().enumerate() {
+            let IoCommand::WritePage {
+                slot, base, patch, ..
+            } = &job.cmd
+            else {
+                unreachable!("write batches hold page writes only");
+            };
+            let whole = patch.page_offset_bytes == 0 && patch.len_bytes as usize == p;
+            if whole && matches!(patch.src, Source::Request { .. }) {
+                b.whole.push(i as u32);
+                continue;
+            }
+            match self.write_partial_page(job.buf, *slot, base, patch, page, bounce) {
+                Ok(crc) => b.crcs[i] = crc,
+                Err((e, side)) => b.results[i] = Err(self.io_fail(&e, side.unwrap_or(true))),
+            }
+        }
+        let slot_of = |i: u32| match &batch[i as usize].cmd {
+            IoCommand::WritePage { slot, .. } => slot.0,
+            _ => unreachable!("write batches hold page writes only"),
+        };
+        b.whole.sort_unstable_by_key(|&i| slot_of(i));
+        let mut bufs: Vec<&[u8]> = Vec::with_capacity(b.whole.len());
+        let mut k = 0;
+        while k < b.whole.len() {
+            let mut end = k + 1;
+            while end < b.whole.len() && slot_of(b.whole[end]) == slot_of(b.whole[end - 1]) + 1 {
+                end += 1;
+            }
+            bufs.clear();
+            for &i in &b.whole[k..end] {
+                let job = &batch[i as usize];
+                let IoCommand::WritePage {
+                    patch:
+                        wcache_core::Patch {
+                            src: Source::Request { offset_bytes, .. },
+                            ..
+                        },
+                    ..
+                } = &job.cmd
+                else {
+                    unreachable!("whole pages come from a request");
+                };
+                // SAFETY: the request is in flight (module header).
+                let data = unsafe { job.buf.slice(*offset_bytes, p) };
+                if self.store.is_some() {
+                    b.crcs[i as usize] = crc32c::crc32c(data);
+                }
+                bufs.push(data);
+            }
+            let offset = self.slot_offset_bytes(SlotIndex(slot_of(b.whole[k])));
+            let a = cache.dev.alignment_bytes();
+            let result = if a > 1
+                && bufs
+                    .iter()
+                    .any(|d| !is_aligned(d.as_ptr() as usize, 0, d.len(), a))
+            {
+                bufs.iter().enumerate().try_for_each(|(m, d)| {
+                    write_aligned(cache.dev.as_ref(), d, offset + (m * p) as u64, bounce)
+                })
+            } else {
+                cache.dev.write_vectored_at(&bufs, offset)
+            };
+            if let Err(e) = result {
+                let err = self.io_fail(&e, true);
+                for &i in &b.whole[k..end] {
+                    b.results[i as usize] = Err(err);
+                }
+            }
+            k = end;
+        }
+        drop(bufs);
+        let record_of = |i: usize| match &batch[i].cmd {
+            IoCommand::WritePage { slot, record, .. } => (*slot, *record),
+            _ => unreachable!("write batches hold page writes only"),
+        };
+        if let Some(store) = &self.store {
+            b.records.clear();
+            b.record_jobs.clear();
+            for i in 0..batch.len() {
+                if b.results[i].is_ok() {
+                    let (slot, record) = record_of(i);
+                    b.records.push((slot, record, b.crcs[i]));
+                    b.record_jobs.push(i as u32);
+                }
+            }
+            let (results, record_jobs) = (&mut b.results, &b.record_jobs);
+            store.write_records(&b.records, &mut b.order, &mut |k, e| {
+                results[record_jobs[k] as usize] = Err(self.io_fail(e, true));
+            });
+        }
+        let needs_barrier = (0..batch.len()).any(|i| b.results[i].is_ok() && record_of(i).1.dirty);
+        if needs_barrier {
+            if let Err(e) = self.make_durable(cache, true) {
+                let err = self.io_fail(&e, true);
+                for i in 0..batch.len() {
+                    if b.results[i].is_ok() && record_of(i).1.dirty {
+                        b.results[i] = Err(err);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Builds a page that is not one whole page of a request (base, then
+    /// the patch) in `page` and writes it to `slot`; returns its crc32c
+    /// (0 without a store). Errors carry the side that failed.
+    fn write_partial_page(
+        &self,
+        buf: BufPtr,
+        slot: SlotIndex,
+        base: &PageBase,
+        patch: &wcache_core::Patch,
+        page: &mut AlignedBuf,
+        bounce: &mut AlignedBuf,
+    ) -> Result<u32, (DeviceError, Option<bool>)> {
+        let p = self.page_size_bytes;
+        let cache = &self.cache;
+        let on_cache = |e| (e, Some(true));
+        let on_backing = |e| (e, Some(false));
+        let page = page.get(p as usize);
+        match *base {
+            PageBase::None => page.fill(0),
+            PageBase::Slot(old) => {
+                cache
+                    .dev
+                    .read_at(page, self.slot_offset_bytes(old))
+                    .map_err(on_cache)?;
+            }
+            PageBase::Backing {
+                volume,
+                page: index,
+            } => {
+                let b = self.backing(volume);
+                let start = index.0 * p;
+                let len = b.dev.len_bytes().saturating_sub(start).min(p) as usize;
+                read_aligned(b.dev.as_ref(), &mut page[..len], start, bounce)
+                    .map_err(on_backing)?;
+                page[len..].fill(0);
+            }
+        }
+        let o = patch.page_offset_bytes as usize;
+        let n = patch.len_bytes as usize;
+        match patch.src {
+            Source::Zero => page[o..o + n].fill(0),
+            Source::Request { offset_bytes, .. } => {
+                // SAFETY: the request is in flight (module header).
+                let data = unsafe { buf.slice(offset_bytes, n) };
+                page[o..o + n].copy_from_slice(data);
+            }
+        }
+        let crc = self.store.as_ref().map_or(0, |_| crc32c::crc32c(page));
+        cache
+            .dev
+            .write_at(page, self.slot_offset_bytes(slot))
+            .map_err(on_cache)?;
+        Ok(crc)
+    }
+
+    /// Counts a failed device call and maps it to the engine's error.
+    fn io_fail(&self, e: &DeviceError, on_cache: bool) -> IoError {
+        self.note_error(on_cache, e);
+        if e.is_no_space() {
+            IoError::NoSpace
+        } else {
+            IoError::Io
         }
     }
 
@@ -1011,77 +1261,8 @@ impl Shared {
                 store.free_records(slots).map_err(on_cache)?;
                 self.make_durable(cache, true).map_err(on_cache)
             }
-            IoCommand::WritePage {
-                slot,
-                base,
-                patch,
-                record,
-                ..
-            } => {
-                let slot_offset = self.slot_offset_bytes(*slot);
-                let whole = patch.page_offset_bytes == 0 && patch.len_bytes as u64 == p;
-                let data_crc32c;
-                if let (true, Source::Request { offset_bytes, .. }) = (whole, patch.src) {
-                    // SAFETY: the request is in flight (module header).
-                    let data = unsafe { job.buf.slice(offset_bytes, p as usize) };
-                    data_crc32c = self.store.as_ref().map(|_| crc32c::crc32c(data));
-                    write_aligned(cache.dev.as_ref(), data, slot_offset, &mut scratch.bounce)
-                        .map_err(on_cache)?;
-                } else {
-                    let page = scratch.page.get(p as usize);
-                    match *base {
-                        PageBase::None => page.fill(0),
-                        PageBase::Slot(old) => {
-                            cache
-                                .dev
-                                .read_at(page, self.slot_offset_bytes(old))
-                                .map_err(on_cache)?;
-                        }
-                        PageBase::Backing {
-                            volume,
-                            page: index,
-                        } => {
-                            let b = self.backing(volume);
-                            let start = index.0 * p;
-                            let len = b.dev.len_bytes().saturating_sub(start).min(p) as usize;
-                            read_aligned(
-                                b.dev.as_ref(),
-                                &mut page[..len],
-                                start,
-                                &mut scratch.bounce,
-                            )
-                            .map_err(on_backing)?;
-                            page[len..].fill(0);
-                        }
-                    }
-                    let o = patch.page_offset_bytes as usize;
-                    let n = patch.len_bytes as usize;
-                    match patch.src {
-                        Source::Zero => page[o..o + n].fill(0),
-                        Source::Request { offset_bytes, .. } => {
-                            // SAFETY: the request is in flight (module header).
-                            let data = unsafe { job.buf.slice(offset_bytes, n) };
-                            page[o..o + n].copy_from_slice(data);
-                        }
-                    }
-                    data_crc32c = self.store.as_ref().map(|_| crc32c::crc32c(page));
-                    cache.dev.write_at(page, slot_offset).map_err(on_cache)?;
-                }
-                // Data first, then the record naming it: recovery trusts a
-                // record only if the data matches its checksum, so one flush
-                // after both suffices (a crash between them loses only this
-                // unacknowledged version).
-                if let (Some(store), Some(crc)) = (&self.store, data_crc32c) {
-                    store.write_record(*slot, record, crc).map_err(on_cache)?;
-                }
-                if !record.dirty {
-                    // A clean copy of a read miss: nothing acknowledged
-                    // depends on it (recovery drops clean records), so the
-                    // read is not delayed by a flush; the next flush of any
-                    // dirty write covers it.
-                    return Ok(());
-                }
-                self.make_durable(cache, true).map_err(on_cache)
+            IoCommand::WritePage { .. } => {
+                unreachable!("page writes run in batches (execute_write_batch)")
             }
             IoCommand::ReadPage {
                 slot,
@@ -1183,7 +1364,15 @@ impl Shared {
                 let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
                 loop {
                     if let Some(job) = pool.jobs.pop_front() {
+                        // Page writes queued together run as one batch.
+                        let batch = is_page_write(&job);
                         jobs.push_back(job);
+                        while batch
+                            && jobs.len() < WRITE_BATCH_MAX
+                            && pool.jobs.front().is_some_and(is_page_write)
+                        {
+                            jobs.extend(pool.jobs.pop_front());
+                        }
                         break;
                     }
                     if pool.stopping {
@@ -1276,6 +1465,10 @@ fn write_aligned(
     let tmp = bounce.get(data.len());
     tmp.copy_from_slice(data);
     dev.write_at(tmp, offset_bytes)
+}
+
+fn is_page_write(job: &Job) -> bool {
+    matches!(job.cmd, IoCommand::WritePage { .. })
 }
 
 fn is_aligned(addr: usize, offset_bytes: u64, len_bytes: usize, a: usize) -> bool {

@@ -323,6 +323,55 @@ impl CacheStore {
         self.write_block_range(block, bytes, at, at + RECORD_BYTES as usize)
     }
 
+    /// Writes the records of a batch of page writes, `(slot, record, data
+    /// crc32c)`, with one device write per record block touched (the sectors
+    /// from its first to its last changed record), in slot order. Not yet
+    /// durable: the caller flushes. A block whose write fails reports each of
+    /// its records' indices in `items` through `failed`.
+    pub fn write_records(
+        &self,
+        items: &[(SlotIndex, SlotRecord, u32)],
+        order: &mut Vec<u32>,
+        failed: &mut dyn FnMut(usize, &DeviceError),
+    ) {
+        order.clear();
+        order.extend(0..items.len() as u32);
+        order.sort_unstable_by_key(|&i| items[i as usize].0 .0);
+        let mut i = 0;
+        while i < order.len() {
+            let (block, _) = CacheStore::block_of(items[order[i] as usize].0 .0);
+            let first = i;
+            let mut guard = self.lock_block(block);
+            let bytes = guard.get(RECORD_BLOCK_BYTES as usize);
+            let (mut from, mut to) = (usize::MAX, 0);
+            while i < order.len() {
+                let (slot, record, crc) = &items[order[i] as usize];
+                let (b, at) = CacheStore::block_of(slot.0);
+                if b != block {
+                    break;
+                }
+                assert!(
+                    (slot.0 as u64) < self.layout.slot_count,
+                    "slot beyond the cache"
+                );
+                encode_record(
+                    &mut bytes[at..at + RECORD_BYTES as usize],
+                    slot.0,
+                    record,
+                    *crc,
+                );
+                from = from.min(at);
+                to = to.max(at + RECORD_BYTES as usize);
+                i += 1;
+            }
+            if let Err(e) = self.write_block_range(block, bytes, from, to) {
+                for &k in &order[first..i] {
+                    failed(k as usize, &e);
+                }
+            }
+        }
+    }
+
     /// Zeroes the records of `slots` (free), one write per block touched
     /// (not yet durable: the caller flushes).
     pub fn free_records(&self, slots: &[SlotIndex]) -> Result<(), DeviceError> {

@@ -249,7 +249,11 @@ fn read_misses_insert_clean_copies_without_a_cache_flush() {
         driver.engine_stats().read_inserts > 0,
         "the read must have inserted clean copies"
     );
-    assert_eq!(driver.stats().cache_flushes, 0, "clean copies need no flush");
+    assert_eq!(
+        driver.stats().cache_flushes,
+        0,
+        "clean copies need no flush"
+    );
     check_reads(&driver, &shadow); // now hits
     write_random(&driver, &mut shadow, 8, 20);
     assert!(driver.stats().cache_flushes > 0, "dirty writes are flushed");
