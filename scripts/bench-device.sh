@@ -27,7 +27,8 @@
 # the cache flushes per request of that job alone.
 #
 # Usage: scripts/bench-device.sh   (RUNTIME=5 SIZE=256M READ_SIZE=512M
-#        CACHE_SIZE=1G BENCH_DIR=/var/tmp; WCACHE_ARGS adds serve options)
+#        CACHE_SIZE=1G BENCH_DIR=/var/tmp; WCACHE_ARGS adds serve options,
+#        e.g. "--cache-sync dsync --direct"; JOBS picks some of the jobs)
 # Last lines: the ratios.
 set -euo pipefail
 
@@ -119,7 +120,7 @@ TIMED=(--time_based --runtime="$RUNTIME")
 WRITE_REGION=(--offset=0 --size="$SIZE_B")
 READ_REGION=(--offset="$SIZE_B" --size="$READ_B")
 # job name, then its fio options (the device side adds O_DSYNC to writes)
-JOBS=(w4k-qd1 w4k-qd32 w1m-qd4 r4k-qd32 r1m-qd4-cold)
+read -r -a JOBS <<<"${JOBS:-w4k-qd1 w4k-qd32 w1m-qd4 r4k-qd32 r1m-qd4-cold}"
 job_args() {
     case "$1" in
         warm) echo "--rw=write --bs=1m --iodepth=8" ;;
@@ -183,7 +184,7 @@ for job in jobs:
             req, n = flushes(job)
             fl = f"{n / req:.3f}" if req else "?"
         print(f"{job:<14}{names[t]:<46}{x['iops']:>10.0f}{x['mibs']:>9.1f}{x['p50']:>9.1f}{x['p99']:>10.1f}{fl:>13}")
-g = lambda t, job, k: r[(t, job)][k]
+g = lambda t, job, k: r[(t, job)][k] if (t, job) in r else float("nan")
 div = lambda a, b: a / b if b else float("nan")
 budget = g("dev", "w4k-qd1", "p50") + g("kitmem", "w4k-qd1", "p50")
 print(f"ratio 4k randwrite QD1 p50 latency wcache/device: {div(g('wcache', 'w4k-qd1', 'p50'), g('dev', 'w4k-qd1', 'p50')):.2f} "

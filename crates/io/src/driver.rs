@@ -950,13 +950,13 @@ impl Shared {
     }
 
     fn execute_and_complete(&self, job: Job, jobs: &mut VecDeque<Job>) {
-        if is_page_write(&job) {
-            // Every page write in hand joins it (up to WRITE_BATCH_MAX).
+        if is_batched(&job) {
+            // Every page write and record free in hand joins it (up to WRITE_BATCH_MAX).
             let mut batch = Vec::with_capacity(jobs.len() + 1);
             batch.push(job);
             let mut i = 0;
             while i < jobs.len() && batch.len() < WRITE_BATCH_MAX {
-                if is_page_write(&jobs[i]) {
+                if is_batched(&jobs[i]) {
                     batch.extend(jobs.remove(i));
                 } else {
                     i += 1;
@@ -998,14 +998,16 @@ impl Shared {
         SCRATCH.with(|s| s.borrow_mut().batch.results = results);
     }
 
-    /// Page writes as one batch, results in `scratch.batch.results`:
+    /// Page writes and record frees as one batch, results in
+    /// `scratch.batch.results`:
     /// 1. each page's data: partial pages built one at a time in the scratch
     ///    page; whole pages from requests sorted by slot, each run of
     ///    consecutive slots written by one vectored write;
     /// 2. the records of the pages written, one device write per record
-    ///    block touched;
+    ///    block touched (group-committed with other threads' writes of the
+    ///    block), and the records freed (zeroed);
     /// 3. one durability barrier (group-committed flush) for every dirty
-    ///    page of the batch. Clean copies (read misses) need none.
+    ///    page and free of the batch. Clean copies (read misses) need none.
     ///
     /// Data before records before the barrier, as for a single page: a crash
     /// finds each page's record either absent or naming data that matches
@@ -1028,7 +1030,7 @@ impl Shared {
                 slot, base, patch, ..
             } = &job.cmd
             else {
-                unreachable!("write batches hold page writes only");
+                continue; // a record free: below, with the records
             };
             let whole = patch.page_offset_bytes == 0 && patch.len_bytes as usize == p;
             if whole && matches!(patch.src, Source::Request { .. }) {
@@ -1042,7 +1044,7 @@ impl Shared {
         }
         let slot_of = |i: u32| match &batch[i as usize].cmd {
             IoCommand::WritePage { slot, .. } => slot.0,
-            _ => unreachable!("write batches hold page writes only"),
+            _ => unreachable!("only page writes have data"),
         };
         b.whole.sort_unstable_by_key(|&i| slot_of(i));
         let mut bufs: Vec<&[u8]> = Vec::with_capacity(b.whole.len());
@@ -1080,9 +1082,13 @@ impl Shared {
                     .iter()
                     .any(|d| !is_aligned(d.as_ptr() as usize, 0, d.len(), a))
             {
-                bufs.iter().enumerate().try_for_each(|(m, d)| {
-                    write_aligned(cache.dev.as_ref(), d, offset + (m * p) as u64, bounce)
-                })
+                // O_DIRECT and request buffers that are not aligned: the
+                // run is copied into one aligned buffer and written at once.
+                let run = bounce.get(bufs.len() * p);
+                for (m, d) in bufs.iter().enumerate() {
+                    run[m * p..(m + 1) * p].copy_from_slice(d);
+                }
+                cache.dev.write_at(run, offset)
             } else {
                 cache.dev.write_vectored_at(&bufs, offset)
             };
@@ -1095,16 +1101,18 @@ impl Shared {
             k = end;
         }
         drop(bufs);
-        let record_of = |i: usize| match &batch[i].cmd {
-            IoCommand::WritePage { slot, record, .. } => (*slot, *record),
-            _ => unreachable!("write batches hold page writes only"),
+        // What a job needs: its record written (page writes), and the barrier
+        // (dirty page writes and record frees).
+        let needs = |i: usize| match &batch[i].cmd {
+            IoCommand::WritePage { slot, record, .. } => (Some((*slot, *record)), record.dirty),
+            IoCommand::FreeSlots { .. } => (None, true),
+            _ => unreachable!("write batches hold page writes and record frees only"),
         };
         if let Some(store) = &self.store {
             b.records.clear();
             b.record_jobs.clear();
             for i in 0..batch.len() {
-                if b.results[i].is_ok() {
-                    let (slot, record) = record_of(i);
+                if let (true, (Some((slot, record)), _)) = (b.results[i].is_ok(), needs(i)) {
                     b.records.push((slot, record, b.crcs[i]));
                     b.record_jobs.push(i as u32);
                 }
@@ -1113,13 +1121,20 @@ impl Shared {
             store.write_records(&b.records, &mut b.order, &mut |k, e| {
                 results[record_jobs[k] as usize] = Err(self.io_fail(e, true));
             });
+            for (i, job) in batch.iter().enumerate() {
+                if let IoCommand::FreeSlots { slots, .. } = &job.cmd {
+                    if let Err(e) = store.free_records(slots) {
+                        b.results[i] = Err(self.io_fail(&e, true));
+                    }
+                }
+            }
         }
-        let needs_barrier = (0..batch.len()).any(|i| b.results[i].is_ok() && record_of(i).1.dirty);
+        let needs_barrier = (0..batch.len()).any(|i| b.results[i].is_ok() && needs(i).1);
         if needs_barrier {
             if let Err(e) = self.make_durable(cache, true) {
                 let err = self.io_fail(&e, true);
                 for i in 0..batch.len() {
-                    if b.results[i].is_ok() && record_of(i).1.dirty {
+                    if b.results[i].is_ok() && needs(i).1 {
                         b.results[i] = Err(err);
                     }
                 }
@@ -1252,14 +1267,8 @@ impl Shared {
         let on_cache = |e| (e, Some(true));
         let on_backing = |e| (e, Some(false));
         match &job.cmd {
-            // Only persistent engines emit it: zero the records, durably.
-            IoCommand::FreeSlots { slots, .. } => {
-                let store = self
-                    .store
-                    .as_ref()
-                    .expect("FreeSlots from a persistent engine, which has a store");
-                store.free_records(slots).map_err(on_cache)?;
-                self.make_durable(cache, true).map_err(on_cache)
+            IoCommand::FreeSlots { .. } => {
+                unreachable!("record frees run in batches (execute_write_batch)")
             }
             IoCommand::WritePage { .. } => {
                 unreachable!("page writes run in batches (execute_write_batch)")
@@ -1364,12 +1373,12 @@ impl Shared {
                 let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
                 loop {
                     if let Some(job) = pool.jobs.pop_front() {
-                        // Page writes queued together run as one batch.
-                        let batch = is_page_write(&job);
+                        // Page writes and record frees queued together run as one batch.
+                        let batch = is_batched(&job);
                         jobs.push_back(job);
                         while batch
                             && jobs.len() < WRITE_BATCH_MAX
-                            && pool.jobs.front().is_some_and(is_page_write)
+                            && pool.jobs.front().is_some_and(is_batched)
                         {
                             jobs.extend(pool.jobs.pop_front());
                         }
@@ -1469,6 +1478,14 @@ fn write_aligned(
 
 fn is_page_write(job: &Job) -> bool {
     matches!(job.cmd, IoCommand::WritePage { .. })
+}
+
+/// Commands that run in write batches (one durability barrier for all).
+fn is_batched(job: &Job) -> bool {
+    matches!(
+        job.cmd,
+        IoCommand::WritePage { .. } | IoCommand::FreeSlots { .. }
+    )
 }
 
 fn is_aligned(addr: usize, offset_bytes: u64, len_bytes: usize, a: usize) -> bool {
