@@ -59,6 +59,13 @@ pub struct ServeArgs {
     /// Open the cache device with O_DIRECT.
     #[arg(long)]
     direct: bool,
+    /// Persist-on-flush (the NBD minimum): a write without FUA is
+    /// acknowledged once written to the cache device, before the device
+    /// flush; FLUSH and FUA make it durable. A crash of this process loses
+    /// nothing acknowledged; a power loss may lose writes not yet flushed.
+    /// Default: persist-on-write (every acknowledged write is durable).
+    #[arg(long)]
+    persist_on_flush: bool,
     /// Backing of the single export `disk`: FILE, nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH, emulated-MODEL:FILE (MODEL: hdd, raid10,
     /// raid5, raid5-md, ssd, nvram; the simulator's model run in real time), mem:SIZE.
@@ -516,6 +523,13 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
             driver_config,
         )?)
     };
+    driver.set_persist_on_flush(args.persist_on_flush);
+    if args.persist_on_flush {
+        println!(
+            "wcache: persist-on-flush: writes are durable after FLUSH or FUA (a power loss may \
+             lose acknowledged writes not yet flushed; a process crash loses none)"
+        );
+    }
     let reporter_stop = Arc::new(AtomicBool::new(false));
     let reporter = {
         let (driver, stop) = (driver.clone(), reporter_stop.clone());

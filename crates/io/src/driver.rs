@@ -361,6 +361,9 @@ struct Shared {
     next_request: AtomicU64,
     counters: Counters,
     last_error: Mutex<Option<String>>,
+    /// Persist-on-flush: a page write completes once written; FLUSH and FUA
+    /// requests make the cache device durable before they are answered.
+    persist_on_flush: std::sync::atomic::AtomicBool,
 }
 
 pub struct Driver {
@@ -493,6 +496,7 @@ impl Driver {
             next_request: AtomicU64::new(1),
             counters: Counters::default(),
             last_error: Mutex::new(None),
+            persist_on_flush: std::sync::atomic::AtomicBool::new(false),
         });
         let mut threads = Vec::new();
         for i in 0..config.io_threads.max(1) {
@@ -525,6 +529,22 @@ impl Driver {
     }
 
     /// The on-device format, for a persistent cache.
+    /// Persist-on-flush (`true`) or persist-on-write (`false`, the default):
+    /// with persist-on-flush a write without FUA is acknowledged once its
+    /// page data and record are written to the cache device, before they are
+    /// durable; a FLUSH request, and a write with FUA, is answered only after
+    /// a cache device flush that started after it was received (and so after
+    /// every write acknowledged before it). Record frees keep their barrier,
+    /// so an old version is never overwritten before its newer one is
+    /// durable. See `docs/consistency.md`, "Persistence modes".
+    pub fn set_persist_on_flush(&self, on: bool) {
+        self.shared.persist_on_flush.store(on, Ordering::Relaxed);
+    }
+
+    pub fn persist_on_flush(&self) -> bool {
+        self.shared.persist_on_flush.load(Ordering::Relaxed)
+    }
+
     pub fn store(&self) -> Option<&Arc<CacheStore>> {
         self.shared.store.as_ref()
     }
@@ -810,7 +830,20 @@ impl Shared {
             self.pump(&mut core, &mut jobs);
         }
         self.run_jobs(&mut jobs, Some(waiter));
-        Ok(waiter.wait()?)
+        waiter.wait()?;
+        let needs_flush = match request.kind {
+            RequestKind::Flush => true,
+            RequestKind::Write | RequestKind::WriteZeroes => request.flags.fua,
+            RequestKind::Read | RequestKind::Trim => false,
+        };
+        if needs_flush && self.persist_on_flush.load(Ordering::Relaxed) {
+            // Every write acknowledged before this request returned from the
+            // device before this flush starts (group commit: a flush that
+            // started after this call).
+            self.make_durable(&self.cache, true)
+                .map_err(|e| DriverError::Io(self.io_fail(&e, true)))?;
+        }
+        Ok(())
     }
 
     /// Moves the engine's commands into `jobs` and its responses to their waiters.
@@ -1102,9 +1135,13 @@ impl Shared {
         }
         drop(bufs);
         // What a job needs: its record written (page writes), and the barrier
-        // (dirty page writes and record frees).
+        // (dirty page writes unless persist-on-flush, and record frees: an
+        // old version is overwritten only once its newer one is durable).
+        let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
         let needs = |i: usize| match &batch[i].cmd {
-            IoCommand::WritePage { slot, record, .. } => (Some((*slot, *record)), record.dirty),
+            IoCommand::WritePage { slot, record, .. } => {
+                (Some((*slot, *record)), record.dirty && !persist_on_flush)
+            }
             IoCommand::FreeSlots { .. } => (None, true),
             _ => unreachable!("write batches hold page writes and record frees only"),
         };
@@ -1121,9 +1158,23 @@ impl Shared {
             store.write_records(&b.records, &mut b.order, &mut |k, e| {
                 results[record_jobs[k] as usize] = Err(self.io_fail(e, true));
             });
+            let frees = batch
+                .iter()
+                .any(|j| matches!(j.cmd, IoCommand::FreeSlots { .. }));
+            // Persist-on-flush: the newer versions of the pages being freed
+            // completed without a barrier; make them durable before any
+            // zeroed record can reach the device ahead of them.
+            let before = if frees && persist_on_flush {
+                self.make_durable(cache, true)
+                    .map_err(|e| self.io_fail(&e, true))
+            } else {
+                Ok(())
+            };
             for (i, job) in batch.iter().enumerate() {
                 if let IoCommand::FreeSlots { slots, .. } = &job.cmd {
-                    if let Err(e) = store.free_records(slots) {
+                    if let Err(e) = before {
+                        b.results[i] = Err(e);
+                    } else if let Err(e) = store.free_records(slots) {
                         b.results[i] = Err(self.io_fail(&e, true));
                     }
                 }
