@@ -95,6 +95,14 @@ fn check_reads(driver: &Driver, shadow: &[u8]) {
     assert_eq!(first, None, "first differing byte");
 }
 
+/// Drains every dirty page and checks that the backing equals the shadow.
+fn drain_and_compare(driver: &Driver, backing: &dyn BlockDevice, shadow: &[u8]) {
+    driver.drain().expect("drain");
+    let mut on_backing = vec![0u8; VOLUME_BYTES as usize];
+    backing.read_at(&mut on_backing, 0).expect("read backing");
+    assert!(on_backing == shadow, "backing differs after drain");
+}
+
 fn restarts_keep_every_acknowledged_write(direct: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let cache_path = dir.path().join("cache.img");
@@ -119,10 +127,7 @@ fn restarts_keep_every_acknowledged_write(direct: bool) {
     }
     let cache = open_file(&cache_path, cache_bytes, direct);
     let (driver, _) = start(cache, backing.clone(), WritePolicy::WriteBack);
-    driver.drain().expect("drain");
-    let mut on_backing = vec![0u8; VOLUME_BYTES as usize];
-    backing.read_at(&mut on_backing, 0).expect("read backing");
-    assert!(on_backing == shadow, "backing differs after drain");
+    drain_and_compare(&driver, backing.as_ref(), &shadow);
 }
 
 #[test]
@@ -262,10 +267,7 @@ fn read_misses_insert_clean_copies_without_a_cache_flush() {
     let cache = open_file(&cache_path, cache_bytes, false);
     let (driver, _) = start(cache, backing.clone(), WritePolicy::WriteBack);
     check_reads(&driver, &shadow);
-    driver.drain().expect("drain");
-    let mut on_backing = vec![0u8; VOLUME_BYTES as usize];
-    backing.read_at(&mut on_backing, 0).expect("read backing");
-    assert!(on_backing == shadow, "backing differs after drain");
+    drain_and_compare(&driver, backing.as_ref(), &shadow);
 }
 
 /// Records written at once by many threads into the same blocks (their
@@ -354,8 +356,5 @@ fn persist_on_flush_flushes_only_for_flush_and_fua() {
     let (driver, report) = start(cache, backing.clone(), WritePolicy::WriteBack);
     assert!(report.discarded.is_empty(), "{:?}", report.discarded);
     check_reads(&driver, &shadow);
-    driver.drain().expect("drain");
-    let mut on_backing = vec![0u8; VOLUME_BYTES as usize];
-    backing.read_at(&mut on_backing, 0).expect("read backing");
-    assert!(on_backing == shadow, "backing differs after drain");
+    drain_and_compare(&driver, backing.as_ref(), &shadow);
 }

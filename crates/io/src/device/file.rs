@@ -239,39 +239,17 @@ impl FileDevice {
     }
 
     /// `pwritev2(RWF_DSYNC)` until all of `data` is written.
-    fn write_dsync(&self, mut data: &[u8], mut offset_bytes: u64) -> io::Result<()> {
-        while !data.is_empty() {
-            let iov = libc::iovec {
-                iov_base: data.as_ptr() as *mut libc::c_void,
-                iov_len: data.len(),
-            };
-            let offset = libc::off_t::try_from(offset_bytes)
-                .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-            // SAFETY: iov points into `data`, alive for the call; fd is open.
-            let n =
-                unsafe { libc::pwritev2(self.file.as_raw_fd(), &iov, 1, offset, libc::RWF_DSYNC) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Err(io::Error::from(io::ErrorKind::WriteZero));
-            }
-            data = &data[n as usize..];
-            offset_bytes += n as u64;
-        }
-        Ok(())
+    fn write_dsync(&self, data: &[u8], offset_bytes: u64) -> io::Result<()> {
+        let mut iov = [libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        }];
+        self.pwritev_all(&mut iov, offset_bytes, libc::RWF_DSYNC)
     }
-}
 
-impl FileDevice {
     /// `pwritev2` (with `RWF_DSYNC` in dsync mode) until every buffer is
-    /// written, at most `IOV_MAX` buffers per call.
+    /// written.
     fn write_vectored(&self, bufs: &[&[u8]], offset_bytes: u64) -> io::Result<()> {
-        const IOV_MAX: usize = 1024;
         let flags = match self.options.sync {
             SyncMode::Dsync => libc::RWF_DSYNC,
             SyncMode::Fdatasync | SyncMode::Nvram => 0,
@@ -284,13 +262,30 @@ impl FileDevice {
                 iov_len: b.len(),
             })
             .collect();
+        self.pwritev_all(&mut iovs, offset_bytes, flags)
+    }
+
+    /// `pwritev2(flags)` from `offset_bytes` until every byte the iovecs
+    /// name is written (short writes resumed), at most `IOV_MAX` per call.
+    /// The iovecs must point into buffers alive for the call.
+    fn pwritev_all(
+        &self,
+        iovs: &mut [libc::iovec],
+        offset_bytes: u64,
+        flags: libc::c_int,
+    ) -> io::Result<()> {
+        const IOV_MAX: usize = 1024;
         let mut first = 0;
         let mut at = offset_bytes;
         while first < iovs.len() {
+            if iovs[first].iov_len == 0 {
+                first += 1;
+                continue;
+            }
             let count = (iovs.len() - first).min(IOV_MAX);
             let offset = libc::off_t::try_from(at)
                 .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-            // SAFETY: the iovecs point into `bufs`, alive for the call; fd is open.
+            // SAFETY: the iovecs point into live buffers (caller); fd is open.
             let n = unsafe {
                 libc::pwritev2(
                     self.file.as_raw_fd(),
