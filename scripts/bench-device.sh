@@ -28,7 +28,8 @@
 #
 # Usage: scripts/bench-device.sh   (RUNTIME=5 SIZE=256M READ_SIZE=512M
 #        CACHE_SIZE=1G BENCH_DIR=/var/tmp; WCACHE_ARGS adds serve options,
-#        e.g. "--cache-sync dsync --direct"; JOBS picks some of the jobs)
+#        e.g. "--cache-sync dsync --direct"; JOBS picks some of the jobs;
+#        LOG_DIR keeps the servers' logs)
 # Last lines: the ratios.
 set -euo pipefail
 
@@ -57,6 +58,7 @@ cleanup() {
     [ -n "$WC_PID" ] && kill -TERM "$WC_PID" 2>/dev/null
     for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    [ -n "${LOG_DIR:-}" ] && cp "$WORK"/*.log "$LOG_DIR"/ 2>/dev/null
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -194,5 +196,7 @@ slower = min(g("dev", "w1m-qd4", "mibs"), g("kitmem", "w1m-qd4", "mibs"))
 print(f"ratio 1M write QD4 MiB/s wcache/min(device, nbdkit memory): {div(g('wcache', 'w1m-qd4', 'mibs'), slower):.3f}")
 print(f"ratio 4k randread QD32 cached IOPS wcache/nbdkit memory: {div(g('wcache', 'r4k-qd32', 'iops'), g('kitmem', 'r4k-qd32', 'iops')):.2f} "
       f"(wcache/device: {div(g('wcache', 'r4k-qd32', 'iops'), g('dev', 'r4k-qd32', 'iops')):.2f})")
+print(f"ratio 4k randwrite QD32 IOPS / 1M write QD4 MiB/s wcache/nbdkit file (persist-on-flush's yardstick): "
+      f"{div(g('wcache', 'w4k-qd32', 'iops'), g('kitfile', 'w4k-qd32', 'iops')):.2f} / {div(g('wcache', 'w1m-qd4', 'mibs'), g('kitfile', 'w1m-qd4', 'mibs')):.2f}")
 print(f"ratio 1M read QD4 uncached MiB/s wcache/nbdkit file: {div(g('wcache', 'r1m-qd4-cold', 'mibs'), g('kitfile', 'r1m-qd4-cold', 'mibs')):.2f}")
 PY
