@@ -156,6 +156,8 @@ struct BlockState {
     finished: u64,
     last_ok: u64,
     running: bool,
+    /// Threads waiting on `written` (a wake-up is a system call: only then).
+    waiters: u32,
     last_error: String,
 }
 
@@ -273,6 +275,7 @@ impl CacheStore {
                         finished: 0,
                         last_ok: 0,
                         running: false,
+                        waiters: 0,
                         last_error: String::new(),
                     }),
                     written: Condvar::new(),
@@ -386,10 +389,14 @@ impl CacheStore {
                         st.changed(from, to);
                     }
                 }
-                rb.written.notify_all();
+                if st.waiters > 0 {
+                    rb.written.notify_all();
+                }
                 continue;
             }
+            st.waiters += 1;
             st = rb.written.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.waiters -= 1;
         }
     }
 
