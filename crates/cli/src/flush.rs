@@ -42,7 +42,7 @@ pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
         backing_sync: sync_arg("backing-sync", &args.backing_sync)?,
         volumes: export_args(&args.exports)?,
         cache_path: args.cache.clone(),
-        driver: DriverConfig { io_threads: 4 },
+        driver: DriverConfig::default(),
     };
     let cache = Cache::open_offline(&config)?;
     println!(

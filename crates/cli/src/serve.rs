@@ -59,6 +59,13 @@ pub struct ServeArgs {
     /// Open the cache device with O_DIRECT.
     #[arg(long)]
     direct: bool,
+    /// Persist-on-flush (the NBD minimum): a write without FUA is
+    /// acknowledged once written to the cache device, before the device
+    /// flush; FLUSH and FUA make it durable. A crash of this process loses
+    /// nothing acknowledged; a power loss may lose writes not yet flushed.
+    /// Default: persist-on-write (every acknowledged write is durable).
+    #[arg(long)]
+    persist_on_flush: bool,
     /// Backing of the single export `disk`: FILE, nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH, emulated-MODEL:FILE (MODEL: hdd, raid10,
     /// raid5, raid5-md, ssd, nvram; the simulator's model run in real time), mem:SIZE.
@@ -328,6 +335,7 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
         },
         driver: DriverConfig {
             io_threads: args.io_threads.max(1),
+            persist_on_flush: args.persist_on_flush,
         },
         block_size_bytes: args.block_size,
         force: args.force,
@@ -449,6 +457,12 @@ fn print_banner(
             n => format!(" (sequential cutoff {n} bytes)"),
         }
     );
+    if args.persist_on_flush {
+        println!(
+            "wcache: persist-on-flush: writes are durable after FLUSH or FUA (a power loss may \
+             lose acknowledged writes not yet flushed; a process crash loses none)"
+        );
+    }
     let device = cache.device();
     let page = args.page_size;
     println!(

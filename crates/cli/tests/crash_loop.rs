@@ -160,6 +160,12 @@ fn crash_loop_keeps_every_acknowledged_write() {
 }
 
 #[test]
+fn crash_loop_keeps_every_acknowledged_write_persist_on_flush() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir in /tmp");
+    crash_loop_with(dir.path(), "fdatasync", &["--persist-on-flush"]);
+}
+
+#[test]
 fn crash_loop_keeps_every_acknowledged_write_on_a_mapped_tmpfs_cache() {
     if !wcache_io::device::file::is_on_volatile_memory(Path::new("/dev/shm")) {
         common::skip_or_fail("/dev/shm is not tmpfs here");
@@ -170,6 +176,10 @@ fn crash_loop_keeps_every_acknowledged_write_on_a_mapped_tmpfs_cache() {
 }
 
 fn crash_loop(dir: &Path, cache_sync: &str) {
+    crash_loop_with(dir, cache_sync, &[]);
+}
+
+fn crash_loop_with(dir: &Path, cache_sync: &str, extra: &[&str]) {
     let cache = dir.join("cache.img");
     let backing = dir.join("backing.img");
     let socket = dir.join("w.sock");
@@ -190,7 +200,10 @@ fn crash_loop(dir: &Path, cache_sync: &str) {
         "4M",
         "--write-policy",
         "write-back",
-    ];
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .collect::<Vec<&str>>();
     let seed: u64 = std::env::var("WCACHE_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -123,6 +123,8 @@ pub struct SlotRecord {
 /// write on the cache device (the driver syncs, or the device is
 /// non-volatile), a backing write on the backing (FUA or a sync). The engine
 /// relies on this for every acknowledgement and for freeing destaged slots.
+/// Exception: a `WritePage` with a clean record (a read miss's copy) may
+/// complete once written, before it is durable; recovery ignores clean records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IoCommand {
     /// Build a whole page in cache slot `slot`: read `base`, lay `patch` over it, write it,

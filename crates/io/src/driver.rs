@@ -24,7 +24,10 @@
 //! a command is completed only when its writes are durable — a cache write
 //! after the cache device's flush (group-committed: one flush covers every
 //! write that finished before it started) unless the device says
-//! `writes_durable()`, and a backing write likewise on the backing.
+//! `writes_durable()`, and a backing write likewise on the backing. The one
+//! exception is a clean copy of a read miss (`WritePage` whose record is not
+//! dirty): nothing acknowledged depends on it, so it completes once written,
+//! without a flush (see `docs/consistency.md`).
 //! This module must never complete a command early, and never make a policy
 //! decision.
 
@@ -38,7 +41,7 @@ use std::time::{Duration, Instant};
 use wcache_core::time::Nanos;
 use wcache_core::{
     ConfigError, Engine, EngineConfig, EngineError, IoCommand, IoError, PageBase, RecoveredSlot,
-    RecoveryError, Request, RequestFlags, RequestKind, Source, Stats, SubmitError,
+    RecoveryError, Request, RequestFlags, RequestKind, SlotRecord, Source, Stats, SubmitError,
 };
 
 use crate::device::{AlignedBuf, BlockDevice, DeviceError};
@@ -50,11 +53,17 @@ use wcache_core::types::{RequestId, SlotIndex, VolumeId};
 pub struct DriverConfig {
     /// I/O threads for destages and the extra commands of large requests.
     pub io_threads: usize,
+    /// Persist-on-flush: a write without FUA is answered once written to
+    /// the cache device, before the device flush (`docs/consistency.md`).
+    pub persist_on_flush: bool,
 }
 
 impl Default for DriverConfig {
     fn default() -> Self {
-        DriverConfig { io_threads: 4 }
+        DriverConfig {
+            io_threads: 4,
+            persist_on_flush: false,
+        }
     }
 }
 
@@ -170,6 +179,11 @@ impl BufPtr {
 /// a handoff costs a thread wake-up, more than a fast device's whole I/O.
 const INLINE_JOBS_MAX: usize = 2;
 
+/// Page writes run together as one batch (their data by runs of
+/// consecutive slots, their records by block, one durability barrier):
+/// up to a 1 MiB request of 4 KiB pages, or that many queued pages.
+const WRITE_BATCH_MAX: usize = 256;
+
 struct Job {
     cmd: IoCommand,
     buf: BufPtr,
@@ -228,6 +242,18 @@ thread_local! {
 struct Scratch {
     page: AlignedBuf,
     bounce: AlignedBuf,
+    /// Reused by write batches (no allocation per batch once grown).
+    batch: BatchScratch,
+}
+
+#[derive(Default)]
+struct BatchScratch {
+    results: Vec<Result<(), IoError>>,
+    crcs: Vec<u32>,
+    whole: Vec<u32>,
+    records: Vec<(SlotIndex, SlotRecord, u32)>,
+    record_jobs: Vec<u32>,
+    order: Vec<u32>,
 }
 
 struct InFlight {
@@ -341,6 +367,9 @@ struct Shared {
     next_request: AtomicU64,
     counters: Counters,
     last_error: Mutex<Option<String>>,
+    /// Persist-on-flush: a page write completes once written; FLUSH and FUA
+    /// requests make the cache device durable before they are answered.
+    persist_on_flush: std::sync::atomic::AtomicBool,
 }
 
 pub struct Driver {
@@ -473,6 +502,7 @@ impl Driver {
             next_request: AtomicU64::new(1),
             counters: Counters::default(),
             last_error: Mutex::new(None),
+            persist_on_flush: std::sync::atomic::AtomicBool::new(config.persist_on_flush),
         });
         let mut threads = Vec::new();
         for i in 0..config.io_threads.max(1) {
@@ -505,6 +535,22 @@ impl Driver {
     }
 
     /// The on-device format, for a persistent cache.
+    /// Persist-on-flush (`true`) or persist-on-write (`false`, the default):
+    /// with persist-on-flush a write without FUA is acknowledged once its
+    /// page data and record are written to the cache device, before they are
+    /// durable; a FLUSH request, and a write with FUA, is answered only after
+    /// a cache device flush that started after it was received (and so after
+    /// every write acknowledged before it). Record frees keep their barrier,
+    /// so an old version is never overwritten before its newer one is
+    /// durable. See `docs/consistency.md`, "Persistence modes".
+    pub fn set_persist_on_flush(&self, on: bool) {
+        self.shared.persist_on_flush.store(on, Ordering::Relaxed);
+    }
+
+    pub fn persist_on_flush(&self) -> bool {
+        self.shared.persist_on_flush.load(Ordering::Relaxed)
+    }
+
     pub fn store(&self) -> Option<&Arc<CacheStore>> {
         self.shared.store.as_ref()
     }
@@ -790,7 +836,20 @@ impl Shared {
             self.pump(&mut core, &mut jobs);
         }
         self.run_jobs(&mut jobs, Some(waiter));
-        Ok(waiter.wait()?)
+        waiter.wait()?;
+        let needs_flush = match request.kind {
+            RequestKind::Flush => true,
+            RequestKind::Write | RequestKind::WriteZeroes => request.flags.fua,
+            RequestKind::Read | RequestKind::Trim => false,
+        };
+        if needs_flush && self.persist_on_flush.load(Ordering::Relaxed) {
+            // Every write acknowledged before this request returned from the
+            // device before this flush starts (group commit: a flush that
+            // started after this call).
+            self.make_durable(&self.cache, true)
+                .map_err(|e| DriverError::Io(self.io_fail(&e, true)))?;
+        }
+        Ok(())
     }
 
     /// Moves the engine's commands into `jobs` and its responses to their waiters.
@@ -888,11 +947,12 @@ impl Shared {
                     }
                     continue;
                 }
-                // Destages always, and commands beyond the first few, go to the pool.
+                // Destages always, and commands beyond the first few, go to
+                // the pool; page writes stay (they run as one batch).
                 let mut kept = 0;
                 let hand_over = jobs.iter().any(|j| {
                     let destage = matches!(j.cmd, IoCommand::Destage { .. });
-                    kept += usize::from(!destage);
+                    kept += usize::from(!destage && !is_page_write(j));
                     destage || kept > INLINE_JOBS_MAX
                 });
                 if hand_over {
@@ -901,7 +961,11 @@ impl Shared {
                     let rest: Vec<Job> = jobs
                         .drain(..)
                         .filter_map(|j| {
-                            if !matches!(j.cmd, IoCommand::Destage { .. }) && kept < INLINE_JOBS_MAX
+                            if is_page_write(&j) {
+                                keep.push_back(j);
+                                None
+                            } else if !matches!(j.cmd, IoCommand::Destage { .. })
+                                && kept < INLINE_JOBS_MAX
                             {
                                 kept += 1;
                                 keep.push_back(j);
@@ -925,6 +989,21 @@ impl Shared {
     }
 
     fn execute_and_complete(&self, job: Job, jobs: &mut VecDeque<Job>) {
+        if is_batched(&job) {
+            // Every page write and record free in hand joins it (up to WRITE_BATCH_MAX).
+            let mut batch = Vec::with_capacity(jobs.len() + 1);
+            batch.push(job);
+            let mut i = 0;
+            while i < jobs.len() && batch.len() < WRITE_BATCH_MAX {
+                if is_batched(&jobs[i]) {
+                    batch.extend(jobs.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+            self.execute_and_complete_batch(batch, jobs);
+            return;
+        }
         let io = job.cmd.io();
         let is_destage = matches!(job.cmd, IoCommand::Destage { .. });
         let result = SCRATCH.with(|s| self.execute(&job, &mut s.borrow_mut()));
@@ -936,6 +1015,252 @@ impl Shared {
         self.pump(&mut core, jobs);
         if is_destage && core.changed_waiters > 0 {
             self.changed.notify_all();
+        }
+    }
+
+    /// Runs a batch of `WritePage` jobs and completes them under one lock.
+    fn execute_and_complete_batch(&self, batch: Vec<Job>, jobs: &mut VecDeque<Job>) {
+        let results = SCRATCH.with(|s| {
+            let mut s = s.borrow_mut();
+            self.execute_write_batch(&batch, &mut s);
+            std::mem::take(&mut s.batch.results)
+        });
+        let mut core = self.lock_core();
+        let now = self.now();
+        for (job, result) in batch.iter().zip(&results) {
+            core.engine
+                .handle_completion(now, job.cmd.io(), *result)
+                .expect("completion of a command the engine issued");
+        }
+        self.pump(&mut core, jobs);
+        drop(core);
+        SCRATCH.with(|s| s.borrow_mut().batch.results = results);
+    }
+
+    /// Page writes and record frees as one batch, results in
+    /// `scratch.batch.results`:
+    /// 1. each page's data: partial pages built one at a time in the scratch
+    ///    page; whole pages from requests sorted by slot, each run of
+    ///    consecutive slots written by one vectored write;
+    /// 2. the records of the pages written, one device write per record
+    ///    block touched (group-committed with other threads' writes of the
+    ///    block), and the records freed (zeroed);
+    /// 3. one durability barrier (group-committed flush) for every dirty
+    ///    page and free of the batch. Clean copies (read misses) need none.
+    ///
+    /// Data before records before the barrier, as for a single page: a crash
+    /// finds each page's record either absent or naming data that matches
+    /// its checksum only if the data was written whole.
+    fn execute_write_batch(&self, batch: &[Job], scratch: &mut Scratch) {
+        let p = self.page_size_bytes as usize;
+        let cache = &self.cache;
+        let Scratch {
+            page,
+            bounce,
+            batch: b,
+        } = scratch;
+        b.results.clear();
+        b.results.resize(batch.len(), Ok(()));
+        b.crcs.clear();
+        b.crcs.resize(batch.len(), 0);
+        b.whole.clear();
+        for (i, job) in batch.iter().enumerate() {
+            let IoCommand::WritePage {
+                slot, base, patch, ..
+            } = &job.cmd
+            else {
+                continue; // a record free: below, with the records
+            };
+            let whole = patch.page_offset_bytes == 0 && patch.len_bytes as usize == p;
+            if whole && matches!(patch.src, Source::Request { .. }) {
+                b.whole.push(i as u32);
+                continue;
+            }
+            match self.write_partial_page(job.buf, *slot, base, patch, page, bounce) {
+                Ok(crc) => b.crcs[i] = crc,
+                Err((e, side)) => b.results[i] = Err(self.io_fail(&e, side.unwrap_or(true))),
+            }
+        }
+        let slot_of = |i: u32| match &batch[i as usize].cmd {
+            IoCommand::WritePage { slot, .. } => slot.0,
+            _ => unreachable!("only page writes have data"),
+        };
+        b.whole.sort_unstable_by_key(|&i| slot_of(i));
+        let mut bufs: Vec<&[u8]> = Vec::with_capacity(b.whole.len());
+        let mut k = 0;
+        while k < b.whole.len() {
+            let mut end = k + 1;
+            while end < b.whole.len() && slot_of(b.whole[end]) == slot_of(b.whole[end - 1]) + 1 {
+                end += 1;
+            }
+            bufs.clear();
+            for &i in &b.whole[k..end] {
+                let job = &batch[i as usize];
+                let IoCommand::WritePage {
+                    patch:
+                        wcache_core::Patch {
+                            src: Source::Request { offset_bytes, .. },
+                            ..
+                        },
+                    ..
+                } = &job.cmd
+                else {
+                    unreachable!("whole pages come from a request");
+                };
+                // SAFETY: the request is in flight (module header).
+                let data = unsafe { job.buf.slice(*offset_bytes, p) };
+                if self.store.is_some() {
+                    b.crcs[i as usize] = crc32c::crc32c(data);
+                }
+                bufs.push(data);
+            }
+            let offset = self.slot_offset_bytes(SlotIndex(slot_of(b.whole[k])));
+            let a = cache.dev.alignment_bytes();
+            let result = if a > 1
+                && bufs
+                    .iter()
+                    .any(|d| !is_aligned(d.as_ptr() as usize, 0, d.len(), a))
+            {
+                // O_DIRECT and request buffers that are not aligned: the
+                // run is copied into one aligned buffer and written at once.
+                let run = bounce.get(bufs.len() * p);
+                for (m, d) in bufs.iter().enumerate() {
+                    run[m * p..(m + 1) * p].copy_from_slice(d);
+                }
+                cache.dev.write_at(run, offset)
+            } else {
+                cache.dev.write_vectored_at(&bufs, offset)
+            };
+            if let Err(e) = result {
+                let err = self.io_fail(&e, true);
+                for &i in &b.whole[k..end] {
+                    b.results[i as usize] = Err(err);
+                }
+            }
+            k = end;
+        }
+        drop(bufs);
+        // What a job needs: its record written (page writes), and the barrier
+        // (dirty page writes unless persist-on-flush, and record frees: an
+        // old version is overwritten only once its newer one is durable).
+        let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
+        let needs = |i: usize| match &batch[i].cmd {
+            IoCommand::WritePage { slot, record, .. } => {
+                (Some((*slot, *record)), record.dirty && !persist_on_flush)
+            }
+            IoCommand::FreeSlots { .. } => (None, true),
+            _ => unreachable!("write batches hold page writes and record frees only"),
+        };
+        if let Some(store) = &self.store {
+            b.records.clear();
+            b.record_jobs.clear();
+            for i in 0..batch.len() {
+                if let (true, (Some((slot, record)), _)) = (b.results[i].is_ok(), needs(i)) {
+                    b.records.push((slot, record, b.crcs[i]));
+                    b.record_jobs.push(i as u32);
+                }
+            }
+            let (results, record_jobs) = (&mut b.results, &b.record_jobs);
+            store.write_records(&b.records, &mut b.order, &mut |k, e| {
+                results[record_jobs[k] as usize] = Err(self.io_fail(e, true));
+            });
+            let frees = batch
+                .iter()
+                .any(|j| matches!(j.cmd, IoCommand::FreeSlots { .. }));
+            // Persist-on-flush: the newer versions of the pages being freed
+            // completed without a barrier; make them durable before any
+            // zeroed record can reach the device ahead of them.
+            let before = if frees && persist_on_flush {
+                self.make_durable(cache, true)
+                    .map_err(|e| self.io_fail(&e, true))
+            } else {
+                Ok(())
+            };
+            for (i, job) in batch.iter().enumerate() {
+                if let IoCommand::FreeSlots { slots, .. } = &job.cmd {
+                    if let Err(e) = before {
+                        b.results[i] = Err(e);
+                    } else if let Err(e) = store.free_records(slots) {
+                        b.results[i] = Err(self.io_fail(&e, true));
+                    }
+                }
+            }
+        }
+        let needs_barrier = (0..batch.len()).any(|i| b.results[i].is_ok() && needs(i).1);
+        if needs_barrier {
+            if let Err(e) = self.make_durable(cache, true) {
+                let err = self.io_fail(&e, true);
+                for i in 0..batch.len() {
+                    if b.results[i].is_ok() && needs(i).1 {
+                        b.results[i] = Err(err);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Builds a page that is not one whole page of a request (base, then
+    /// the patch) in `page` and writes it to `slot`; returns its crc32c
+    /// (0 without a store). Errors carry the side that failed.
+    fn write_partial_page(
+        &self,
+        buf: BufPtr,
+        slot: SlotIndex,
+        base: &PageBase,
+        patch: &wcache_core::Patch,
+        page: &mut AlignedBuf,
+        bounce: &mut AlignedBuf,
+    ) -> Result<u32, (DeviceError, Option<bool>)> {
+        let p = self.page_size_bytes;
+        let cache = &self.cache;
+        let on_cache = |e| (e, Some(true));
+        let on_backing = |e| (e, Some(false));
+        let page = page.get(p as usize);
+        match *base {
+            PageBase::None => page.fill(0),
+            PageBase::Slot(old) => {
+                cache
+                    .dev
+                    .read_at(page, self.slot_offset_bytes(old))
+                    .map_err(on_cache)?;
+            }
+            PageBase::Backing {
+                volume,
+                page: index,
+            } => {
+                let b = self.backing(volume);
+                let start = index.0 * p;
+                let len = b.dev.len_bytes().saturating_sub(start).min(p) as usize;
+                read_aligned(b.dev.as_ref(), &mut page[..len], start, bounce)
+                    .map_err(on_backing)?;
+                page[len..].fill(0);
+            }
+        }
+        let o = patch.page_offset_bytes as usize;
+        let n = patch.len_bytes as usize;
+        match patch.src {
+            Source::Zero => page[o..o + n].fill(0),
+            Source::Request { offset_bytes, .. } => {
+                // SAFETY: the request is in flight (module header).
+                let data = unsafe { buf.slice(offset_bytes, n) };
+                page[o..o + n].copy_from_slice(data);
+            }
+        }
+        let crc = self.store.as_ref().map_or(0, |_| crc32c::crc32c(page));
+        cache
+            .dev
+            .write_at(page, self.slot_offset_bytes(slot))
+            .map_err(on_cache)?;
+        Ok(crc)
+    }
+
+    /// Counts a failed device call and maps it to the engine's error.
+    fn io_fail(&self, e: &DeviceError, on_cache: bool) -> IoError {
+        self.note_error(on_cache, e);
+        if e.is_no_space() {
+            IoError::NoSpace
+        } else {
+            IoError::Io
         }
     }
 
@@ -999,79 +1324,11 @@ impl Shared {
         let on_cache = |e| (e, Some(true));
         let on_backing = |e| (e, Some(false));
         match &job.cmd {
-            // Only persistent engines emit it: zero the records, durably.
-            IoCommand::FreeSlots { slots, .. } => {
-                let store = self
-                    .store
-                    .as_ref()
-                    .expect("FreeSlots from a persistent engine, which has a store");
-                store.free_records(slots).map_err(on_cache)?;
-                self.make_durable(cache, true).map_err(on_cache)
+            IoCommand::FreeSlots { .. } => {
+                unreachable!("record frees run in batches (execute_write_batch)")
             }
-            IoCommand::WritePage {
-                slot,
-                base,
-                patch,
-                record,
-                ..
-            } => {
-                let slot_offset = self.slot_offset_bytes(*slot);
-                let whole = patch.page_offset_bytes == 0 && patch.len_bytes as u64 == p;
-                let data_crc32c;
-                if let (true, Source::Request { offset_bytes, .. }) = (whole, patch.src) {
-                    // SAFETY: the request is in flight (module header).
-                    let data = unsafe { job.buf.slice(offset_bytes, p as usize) };
-                    data_crc32c = self.store.as_ref().map(|_| crc32c::crc32c(data));
-                    write_aligned(cache.dev.as_ref(), data, slot_offset, &mut scratch.bounce)
-                        .map_err(on_cache)?;
-                } else {
-                    let page = scratch.page.get(p as usize);
-                    match *base {
-                        PageBase::None => page.fill(0),
-                        PageBase::Slot(old) => {
-                            cache
-                                .dev
-                                .read_at(page, self.slot_offset_bytes(old))
-                                .map_err(on_cache)?;
-                        }
-                        PageBase::Backing {
-                            volume,
-                            page: index,
-                        } => {
-                            let b = self.backing(volume);
-                            let start = index.0 * p;
-                            let len = b.dev.len_bytes().saturating_sub(start).min(p) as usize;
-                            read_aligned(
-                                b.dev.as_ref(),
-                                &mut page[..len],
-                                start,
-                                &mut scratch.bounce,
-                            )
-                            .map_err(on_backing)?;
-                            page[len..].fill(0);
-                        }
-                    }
-                    let o = patch.page_offset_bytes as usize;
-                    let n = patch.len_bytes as usize;
-                    match patch.src {
-                        Source::Zero => page[o..o + n].fill(0),
-                        Source::Request { offset_bytes, .. } => {
-                            // SAFETY: the request is in flight (module header).
-                            let data = unsafe { job.buf.slice(offset_bytes, n) };
-                            page[o..o + n].copy_from_slice(data);
-                        }
-                    }
-                    data_crc32c = self.store.as_ref().map(|_| crc32c::crc32c(page));
-                    cache.dev.write_at(page, slot_offset).map_err(on_cache)?;
-                }
-                // Data first, then the record naming it: recovery trusts a
-                // record only if the data matches its checksum, so one flush
-                // after both suffices (a crash between them loses only this
-                // unacknowledged version).
-                if let (Some(store), Some(crc)) = (&self.store, data_crc32c) {
-                    store.write_record(*slot, record, crc).map_err(on_cache)?;
-                }
-                self.make_durable(cache, true).map_err(on_cache)
+            IoCommand::WritePage { .. } => {
+                unreachable!("page writes run in batches (execute_write_batch)")
             }
             IoCommand::ReadPage {
                 slot,
@@ -1173,7 +1430,15 @@ impl Shared {
                 let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
                 loop {
                     if let Some(job) = pool.jobs.pop_front() {
+                        // Page writes and record frees queued together run as one batch.
+                        let batch = is_batched(&job);
                         jobs.push_back(job);
+                        while batch
+                            && jobs.len() < WRITE_BATCH_MAX
+                            && pool.jobs.front().is_some_and(is_batched)
+                        {
+                            jobs.extend(pool.jobs.pop_front());
+                        }
                         break;
                     }
                     if pool.stopping {
@@ -1266,6 +1531,18 @@ fn write_aligned(
     let tmp = bounce.get(data.len());
     tmp.copy_from_slice(data);
     dev.write_at(tmp, offset_bytes)
+}
+
+fn is_page_write(job: &Job) -> bool {
+    matches!(job.cmd, IoCommand::WritePage { .. })
+}
+
+/// Commands that run in write batches (one durability barrier for all).
+fn is_batched(job: &Job) -> bool {
+    matches!(
+        job.cmd,
+        IoCommand::WritePage { .. } | IoCommand::FreeSlots { .. }
+    )
 }
 
 fn is_aligned(addr: usize, offset_bytes: u64, len_bytes: usize, a: usize) -> bool {

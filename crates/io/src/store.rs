@@ -3,18 +3,23 @@
 //! (with its data checksum) for recovery, and write records while serving.
 //!
 //! Records are kept in whole 4 KiB blocks in memory, each block under its
-//! own lock held across the device write, and written by whole sectors (512
-//! bytes, or the device's alignment: 4 KiB with O_DIRECT) so that direct
-//! I/O works and two record writes to one block never clobber each other
-//! (the later write always carries both). Durability is the caller's:
+//! own lock, and written by whole sectors (512 bytes, or the device's
+//! alignment: 4 KiB with O_DIRECT) so that direct I/O works. Writes of one
+//! block are group-committed: a thread changes records in memory, then waits
+//! for a write of the block that *started after* its change; one thread
+//! writes a snapshot of every change made until then (one device write for
+//! all the threads whose records share the block), the others wait for it.
+//! Writes of one block never overlap, so the device sees its snapshots in
+//! order and two record writes never clobber each other. Durability is the caller's:
 //! record writes here are plain writes; the driver makes them durable with
 //! its group-committed flush, as for page data. Administrative writes
 //! (format, superblock, scrub) flush before returning.
 //! This module must never decide what a page's current version is: recovery
 //! hands every verified record to the engine, which decides.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use wcache_core::types::{PageKey, SlotIndex};
 use wcache_core::{RecoveredSlot, SlotRecord};
@@ -127,7 +132,7 @@ pub struct CacheStore {
     layout: Layout,
     superblock: Mutex<Superblock>,
     /// In-memory copy of the record area, one aligned buffer per 4 KiB block.
-    blocks: Vec<Mutex<AlignedBuf>>,
+    blocks: Vec<RecordBlock>,
     /// Unit of a record write: the sector (512 bytes) or the device's alignment.
     sector_bytes: usize,
     record_writes: AtomicU64,
@@ -135,6 +140,39 @@ pub struct CacheStore {
 
 /// A record never crosses one of these (`docs/on-disk-format.md`, torn writes).
 const SECTOR_BYTES: usize = 512;
+
+/// One 4 KiB block of records in memory, and the group commit of its writes.
+struct RecordBlock {
+    state: Mutex<BlockState>,
+    written: Condvar,
+}
+
+struct BlockState {
+    bytes: AlignedBuf,
+    /// Bytes changed since the last write started (`from >= to`: none).
+    from: usize,
+    to: usize,
+    /// Writes started, finished, and the last that succeeded (generations).
+    started: u64,
+    finished: u64,
+    last_ok: u64,
+    running: bool,
+    /// Threads waiting on `written` (a wake-up is a system call: only then).
+    waiters: u32,
+    last_error: String,
+}
+
+impl BlockState {
+    fn changed(&mut self, from: usize, to: usize) {
+        self.from = self.from.min(from);
+        self.to = self.to.max(to);
+    }
+}
+
+thread_local! {
+    /// The snapshot a thread writes for a block (4 KiB; no allocation per write).
+    static SNAPSHOT: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::new());
+}
 
 impl CacheStore {
     /// True when the device's first 4 KiB are all zeros (a new device).
@@ -235,7 +273,20 @@ impl CacheStore {
                     }
                     None => block.fill(0),
                 }
-                Mutex::new(b)
+                RecordBlock {
+                    state: Mutex::new(BlockState {
+                        bytes: b,
+                        from: usize::MAX,
+                        to: 0,
+                        started: 0,
+                        finished: 0,
+                        last_ok: 0,
+                        running: false,
+                        waiters: 0,
+                        last_error: String::new(),
+                    }),
+                    written: Condvar::new(),
+                }
             })
             .collect();
         // Records are written by whole sectors (512 bytes, or the device's
@@ -274,37 +325,92 @@ impl CacheStore {
         self.superblock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock_block(&self, block: usize) -> MutexGuard<'_, AlignedBuf> {
-        self.blocks[block].lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_block(&self, block: usize) -> MutexGuard<'_, BlockState> {
+        self.blocks[block]
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Returns once a write of `block` that started after the caller's
+    /// change (made under `st`, recorded with `changed`) has succeeded, or
+    /// with the error of that write. The thread that finds no write running
+    /// writes the sectors of every change so far, from a snapshot taken under
+    /// the lock; writes of one block never overlap.
+    fn commit_block<'a>(
+        &'a self,
+        block: usize,
+        mut st: MutexGuard<'a, BlockState>,
+    ) -> Result<(), DeviceError> {
+        let rb = &self.blocks[block];
+        let target = st.started + 1;
+        loop {
+            if st.last_ok >= target {
+                return Ok(());
+            }
+            if st.finished >= target {
+                return Err(DeviceError::Io {
+                    device: self.dev.name(),
+                    op: "record write",
+                    offset_bytes: self.layout.record_offset_bytes
+                        + block as u64 * RECORD_BLOCK_BYTES,
+                    len_bytes: RECORD_BLOCK_BYTES,
+                    source: std::io::Error::other(st.last_error.clone()),
+                });
+            }
+            if !st.running {
+                st.running = true;
+                st.started += 1;
+                let generation = st.started;
+                let (from, to) = (st.from, st.to);
+                st.from = usize::MAX;
+                st.to = 0;
+                let result = if from < to {
+                    let sector = self.sector_bytes;
+                    let start = from / sector * sector;
+                    let end = to.next_multiple_of(sector).min(RECORD_BLOCK_BYTES as usize);
+                    SNAPSHOT.with(|snap| {
+                        let mut snap = snap.borrow_mut();
+                        let copy = snap.get(end - start);
+                        copy.copy_from_slice(
+                            &st.bytes.get(RECORD_BLOCK_BYTES as usize)[start..end],
+                        );
+                        drop(st);
+                        let offset =
+                            self.layout.record_offset_bytes + block as u64 * RECORD_BLOCK_BYTES;
+                        self.record_writes.fetch_add(1, Ordering::Relaxed);
+                        self.dev.write_at(copy, offset + start as u64)
+                    })
+                } else {
+                    drop(st);
+                    Ok(())
+                };
+                st = self.lock_block(block);
+                st.running = false;
+                st.finished = generation;
+                match result {
+                    Ok(()) => st.last_ok = generation,
+                    Err(e) => {
+                        st.last_error = e.to_string();
+                        // Not on the device: the next write carries them.
+                        st.changed(from, to);
+                    }
+                }
+                if st.waiters > 0 {
+                    rb.written.notify_all();
+                }
+                continue;
+            }
+            st.waiters += 1;
+            st = rb.written.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.waiters -= 1;
+        }
     }
 
     fn block_of(slot: u32) -> (usize, usize) {
         let block = (slot as u64 / RECORDS_PER_BLOCK) as usize;
         let at = (slot as u64 % RECORDS_PER_BLOCK * RECORD_BYTES) as usize;
         (block, at)
-    }
-
-    fn write_block(&self, block: usize, bytes: &[u8]) -> Result<(), DeviceError> {
-        self.write_block_range(block, bytes, 0, RECORD_BLOCK_BYTES as usize)
-    }
-
-    /// Writes the sectors of `block` that hold bytes `from..to` (a sector is
-    /// 512 bytes, or the device's alignment if larger): a record never crosses
-    /// a sector, and the rest of each sector is as already on the device, so
-    /// this is the whole-block write minus sectors that did not change.
-    fn write_block_range(
-        &self,
-        block: usize,
-        bytes: &[u8],
-        from: usize,
-        to: usize,
-    ) -> Result<(), DeviceError> {
-        let sector = self.sector_bytes;
-        let start = from / sector * sector;
-        let end = to.next_multiple_of(sector).min(bytes.len());
-        let offset = self.layout.record_offset_bytes + block as u64 * RECORD_BLOCK_BYTES;
-        self.record_writes.fetch_add(1, Ordering::Relaxed);
-        self.dev.write_at(&bytes[start..end], offset + start as u64)
     }
 
     /// Writes slot `slot`'s record (not yet durable: the caller flushes).
@@ -319,15 +425,66 @@ impl CacheStore {
             "slot beyond the cache"
         );
         let (block, at) = CacheStore::block_of(slot.0);
-        let mut guard = self.lock_block(block);
-        let bytes = guard.get(RECORD_BLOCK_BYTES as usize);
+        let mut st = self.lock_block(block);
+        let bytes = st.bytes.get(RECORD_BLOCK_BYTES as usize);
         encode_record(
             &mut bytes[at..at + RECORD_BYTES as usize],
             slot.0,
             record,
             data_crc32c,
         );
-        self.write_block_range(block, bytes, at, at + RECORD_BYTES as usize)
+        st.changed(at, at + RECORD_BYTES as usize);
+        self.commit_block(block, st)
+    }
+
+    /// Writes the records of a batch of page writes, `(slot, record, data
+    /// crc32c)`, with one device write per record block touched (the sectors
+    /// from its first to its last changed record), in slot order. Not yet
+    /// durable: the caller flushes. A block whose write fails reports each of
+    /// its records' indices in `items` through `failed`.
+    pub fn write_records(
+        &self,
+        items: &[(SlotIndex, SlotRecord, u32)],
+        order: &mut Vec<u32>,
+        failed: &mut dyn FnMut(usize, &DeviceError),
+    ) {
+        order.clear();
+        order.extend(0..items.len() as u32);
+        order.sort_unstable_by_key(|&i| items[i as usize].0 .0);
+        let mut i = 0;
+        while i < order.len() {
+            let (block, _) = CacheStore::block_of(items[order[i] as usize].0 .0);
+            let first = i;
+            let mut st = self.lock_block(block);
+            let bytes = st.bytes.get(RECORD_BLOCK_BYTES as usize);
+            let (mut from, mut to) = (usize::MAX, 0);
+            while i < order.len() {
+                let (slot, record, crc) = &items[order[i] as usize];
+                let (b, at) = CacheStore::block_of(slot.0);
+                if b != block {
+                    break;
+                }
+                assert!(
+                    (slot.0 as u64) < self.layout.slot_count,
+                    "slot beyond the cache"
+                );
+                encode_record(
+                    &mut bytes[at..at + RECORD_BYTES as usize],
+                    slot.0,
+                    record,
+                    *crc,
+                );
+                from = from.min(at);
+                to = to.max(at + RECORD_BYTES as usize);
+                i += 1;
+            }
+            st.changed(from, to);
+            if let Err(e) = self.commit_block(block, st) {
+                for &k in &order[first..i] {
+                    failed(k as usize, &e);
+                }
+            }
+        }
     }
 
     /// Zeroes the records of `slots` (free), one write per block touched
@@ -338,8 +495,8 @@ impl CacheStore {
         let mut i = 0;
         while i < sorted.len() {
             let (block, _) = CacheStore::block_of(sorted[i]);
-            let mut guard = self.lock_block(block);
-            let bytes = guard.get(RECORD_BLOCK_BYTES as usize);
+            let mut st = self.lock_block(block);
+            let bytes = st.bytes.get(RECORD_BLOCK_BYTES as usize);
             let (mut from, mut to) = (usize::MAX, 0);
             while i < sorted.len() && CacheStore::block_of(sorted[i]).0 == block {
                 assert!(
@@ -352,7 +509,8 @@ impl CacheStore {
                 to = to.max(at + RECORD_BYTES as usize);
                 i += 1;
             }
-            self.write_block_range(block, bytes, from, to)?;
+            st.changed(from, to);
+            self.commit_block(block, st)?;
         }
         Ok(())
     }
@@ -366,11 +524,12 @@ impl CacheStore {
     /// Frees every record durably (after a complete drain: the backings hold everything).
     pub fn free_all_records(&self) -> Result<(), DeviceError> {
         for block in 0..self.blocks.len() {
-            let mut guard = self.lock_block(block);
-            let bytes = guard.get(RECORD_BLOCK_BYTES as usize);
+            let mut st = self.lock_block(block);
+            let bytes = st.bytes.get(RECORD_BLOCK_BYTES as usize);
             if bytes.iter().any(|&c| c != 0) {
                 bytes.fill(0);
-                self.write_block(block, bytes)?;
+                st.changed(0, RECORD_BLOCK_BYTES as usize);
+                self.commit_block(block, st)?;
             }
         }
         sync(self.dev.as_ref())
@@ -384,8 +543,8 @@ impl CacheStore {
         let page = self.layout.page_size_bytes as usize;
         let mut buf = AlignedBuf::new();
         for block in 0..self.blocks.len() {
-            let mut guard = self.lock_block(block);
-            let bytes = guard.get(RECORD_BLOCK_BYTES as usize);
+            let mut st = self.lock_block(block);
+            let bytes = st.bytes.get(RECORD_BLOCK_BYTES as usize);
             for i in 0..RECORDS_PER_BLOCK {
                 let slot = block as u64 * RECORDS_PER_BLOCK + i;
                 if slot >= self.layout.slot_count {

@@ -46,7 +46,10 @@ fn config(cache: &Path, volumes: Vec<VolumeSpec>) -> CacheConfig {
             write_policy: WritePolicyKind::WriteBack,
             ..EngineConfig::default()
         },
-        driver: DriverConfig { io_threads: 2 },
+        driver: DriverConfig {
+            io_threads: 2,
+            ..DriverConfig::default()
+        },
         block_size_bytes: 512,
         force: false,
         volatile_write_back: false,
@@ -304,7 +307,10 @@ fn offline_drain_needs_the_exact_volume_table_and_empties_the_cache() {
         cache_path: cache_path.to_path_buf(),
         volumes,
         backing_sync: SyncMode::Fdatasync,
-        driver: DriverConfig { io_threads: 2 },
+        driver: DriverConfig {
+            io_threads: 2,
+            ..DriverConfig::default()
+        },
     };
     let wrong = offline(&cache_path, vec![volume("other", &backing)]);
     let e = Cache::open_offline(&wrong).err().expect("mismatch refused");
@@ -411,7 +417,10 @@ fn offline_config(cache_path: &Path, volumes: Vec<VolumeSpec>) -> OfflineConfig 
         cache_path: cache_path.to_path_buf(),
         volumes,
         backing_sync: SyncMode::Fdatasync,
-        driver: DriverConfig { io_threads: 2 },
+        driver: DriverConfig {
+            io_threads: 2,
+            ..DriverConfig::default()
+        },
     }
 }
 

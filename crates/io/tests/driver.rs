@@ -79,7 +79,10 @@ fn rig(policy: WritePolicyKind, slots: u64, volumes: usize) -> Rig {
         config(policy, slots),
         cache,
         devs,
-        DriverConfig { io_threads: 3 },
+        DriverConfig {
+            io_threads: 3,
+            ..DriverConfig::default()
+        },
     )
     .expect("driver");
     let shadow = (0..volumes)

@@ -75,7 +75,10 @@ fn start(
         store,
         found,
         vec![backing],
-        DriverConfig { io_threads: 2 },
+        DriverConfig {
+            io_threads: 2,
+            ..DriverConfig::default()
+        },
     )
     .expect("driver");
     (driver, report)
@@ -110,6 +113,14 @@ fn check_reads(driver: &Driver, shadow: &[u8]) {
     assert_eq!(first, None, "first differing byte");
 }
 
+/// Drains every dirty page and checks that the backing equals the shadow.
+fn drain_and_compare(driver: &Driver, backing: &dyn BlockDevice, shadow: &[u8]) {
+    driver.drain().expect("drain");
+    let mut on_backing = vec![0u8; VOLUME_BYTES as usize];
+    backing.read_at(&mut on_backing, 0).expect("read backing");
+    assert!(on_backing == shadow, "backing differs after drain");
+}
+
 fn restarts_keep_every_acknowledged_write(direct: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let cache_path = dir.path().join("cache.img");
@@ -134,10 +145,7 @@ fn restarts_keep_every_acknowledged_write(direct: bool) {
     }
     let cache = open_file(&cache_path, cache_bytes, direct);
     let (driver, _) = start(cache, backing.clone(), WritePolicyKind::WriteBack);
-    driver.drain().expect("drain");
-    let mut on_backing = vec![0u8; VOLUME_BYTES as usize];
-    backing.read_at(&mut on_backing, 0).expect("read backing");
-    assert!(on_backing == shadow, "backing differs after drain");
+    drain_and_compare(&driver, backing.as_ref(), &shadow);
 }
 
 #[test]
@@ -245,4 +253,129 @@ fn another_configuration_with_dirty_pages_is_refused_without_force() {
     assert!(found.is_empty());
     let said = report.reformatted.expect("says what it discarded");
     assert!(said.contains("1 dirty pages"), "{said}");
+}
+
+/// A read miss's clean copy completes without a cache flush (nothing
+/// acknowledged depends on it); a dirty write still flushes; after a
+/// restart the clean copies are dropped and every byte reads back.
+#[test]
+fn read_misses_insert_clean_copies_without_a_cache_flush() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache_path = dir.path().join("cache.img");
+    let cache_bytes = 4096 + 4096 + 512 * PAGE_BYTES;
+    let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(VOLUME_BYTES));
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut shadow: Vec<u8> = (0..VOLUME_BYTES).map(|_| rng.gen()).collect();
+    backing.write_at(&shadow, 0).expect("fill backing");
+    let cache = open_file(&cache_path, cache_bytes, false);
+    let (driver, _) = start(cache, backing.clone(), WritePolicyKind::WriteBack);
+    check_reads(&driver, &shadow);
+    assert!(
+        driver.engine_stats().read_inserts > 0,
+        "the read must have inserted clean copies"
+    );
+    assert_eq!(
+        driver.stats().cache_flushes,
+        0,
+        "clean copies need no flush"
+    );
+    check_reads(&driver, &shadow); // now hits
+    write_random(&driver, &mut shadow, 8, 20);
+    assert!(driver.stats().cache_flushes > 0, "dirty writes are flushed");
+    check_reads(&driver, &shadow);
+    driver.shutdown();
+    let cache = open_file(&cache_path, cache_bytes, false);
+    let (driver, _) = start(cache, backing.clone(), WritePolicyKind::WriteBack);
+    check_reads(&driver, &shadow);
+    drain_and_compare(&driver, backing.as_ref(), &shadow);
+}
+
+/// Records written at once by many threads into the same blocks (their
+/// writes group-committed per block) all reach the device: a fresh open
+/// finds every one, with its own version.
+#[test]
+fn concurrent_record_writes_to_shared_blocks_all_reach_the_device() {
+    use wcache_core::types::{PageIndex, PageKey, SlotIndex};
+    use wcache_core::SlotRecord;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("cache.img");
+    let slots_bytes = 4096 + 4096 * 2 + 256 * PAGE_BYTES;
+    let dev = open_file(&path, slots_bytes, false);
+    let store = Arc::new(
+        CacheStore::format(dev, PAGE_BYTES, &record(), volumes(VOLUME_BYTES)).expect("format"),
+    );
+    let slot_count = store.layout().slot_count as u32;
+    let threads = 8u32;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let store = store.clone();
+            s.spawn(move || {
+                // Thread t owns slots t, t + 8, ...: every block is shared by all threads.
+                for slot in (t..slot_count).step_by(threads as usize) {
+                    let record = SlotRecord {
+                        key: PageKey::new(VolumeId(0), PageIndex(slot as u64)),
+                        seq: 1000 + slot as u64,
+                        dirty: true,
+                    };
+                    store
+                        .write_record(SlotIndex(slot), &record, 0)
+                        .expect("record write");
+                }
+            });
+        }
+    });
+    assert!(store.record_writes() <= slot_count as u64);
+    store.device().flush().expect("flush");
+    drop(store);
+    let reopened = CacheStore::open(open_file(&path, slots_bytes, false)).expect("open");
+    let scan = reopened.scan(false).expect("scan");
+    assert!(scan.bad.is_empty(), "{:?}", scan.bad);
+    assert_eq!(scan.found.len(), slot_count as usize);
+    for f in &scan.found {
+        assert_eq!(f.record.seq, 1000 + f.slot.0 as u64);
+        assert_eq!(f.record.key.page().0, f.slot.0 as u64);
+    }
+}
+
+/// Persist-on-flush: writes without FUA complete with no cache flush; a
+/// FUA write and a FLUSH each run one before they are answered; a restart
+/// (the page cache survives the process, as after a kill) finds every
+/// acknowledged byte.
+#[test]
+fn persist_on_flush_flushes_only_for_flush_and_fua() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache_path = dir.path().join("cache.img");
+    let cache_bytes = 4096 + 4096 + 512 * PAGE_BYTES;
+    let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(VOLUME_BYTES));
+    let mut shadow = vec![0u8; VOLUME_BYTES as usize];
+    let cache = open_file(&cache_path, cache_bytes, false);
+    let (driver, _) = start(cache, backing.clone(), WritePolicyKind::WriteBack);
+    driver.set_persist_on_flush(true);
+    assert!(driver.persist_on_flush());
+    // Distinct whole pages: no old version to free, so no barrier at all.
+    for page in 0..32u64 {
+        let data = vec![page as u8 + 1; PAGE_BYTES as usize];
+        driver
+            .write(VolumeId(0), page * PAGE_BYTES, &data, false)
+            .expect("write");
+        shadow[(page * PAGE_BYTES) as usize..((page + 1) * PAGE_BYTES) as usize]
+            .copy_from_slice(&data);
+    }
+    assert_eq!(driver.stats().cache_flushes, 0, "no flush before FLUSH");
+    driver.flush(VolumeId(0)).expect("flush");
+    assert_eq!(driver.stats().cache_flushes, 1, "FLUSH flushes the cache");
+    let data = vec![0xaa; PAGE_BYTES as usize];
+    driver
+        .write(VolumeId(0), 40 * PAGE_BYTES, &data, true)
+        .expect("fua write");
+    shadow[(40 * PAGE_BYTES) as usize..(41 * PAGE_BYTES) as usize].copy_from_slice(&data);
+    assert_eq!(driver.stats().cache_flushes, 2, "FUA flushes the cache");
+    write_random(&driver, &mut shadow, 9, 200);
+    check_reads(&driver, &shadow);
+    driver.shutdown(); // no drain, no clean flag: as after a kill
+    let cache = open_file(&cache_path, cache_bytes, false);
+    let (driver, report) = start(cache, backing.clone(), WritePolicyKind::WriteBack);
+    assert!(report.discarded.is_empty(), "{:?}", report.discarded);
+    check_reads(&driver, &shadow);
+    drain_and_compare(&driver, backing.as_ref(), &shadow);
 }

@@ -82,6 +82,17 @@ pub trait BlockDevice: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DeviceError>;
     /// Write all of `data` at `offset_bytes`.
     fn write_at(&self, data: &[u8], offset_bytes: u64) -> Result<(), DeviceError>;
+    /// Write `bufs` one after another from `offset_bytes`, as one write
+    /// where the device can (`pwritev`). Same contract as `write_at` for
+    /// the whole range. Default: one `write_at` per buffer.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset_bytes: u64) -> Result<(), DeviceError> {
+        let mut at = offset_bytes;
+        for b in bufs {
+            self.write_at(b, at)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     /// Make every write that returned before this call durable.
     fn flush(&self) -> Result<(), DeviceError>;
     /// Advise that a range is unused. Content afterwards is unspecified

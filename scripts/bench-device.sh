@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Cache-device benchmark: wcache with its cache file on a DISK filesystem
+# (not tmpfs), against the same disk used directly at equal durability, in one
+# run (side by side: the machine and its disk are shared; read the ratios).
+#
+# Targets, every one through the same fio job:
+#   dev      fio directly on a file of the same filesystem: io_uring, O_DIRECT,
+#            and O_DSYNC for writes (persist-on-write: durable when done)
+#   wcache   `wcache serve`, write-back, cache file on that filesystem in the
+#            default sync mode (fdatasync; persist-on-write: every acknowledged
+#            write is durable), backing a file on the same filesystem
+#   kitmem   nbdkit's memory plugin (the NBD path's own limit)
+#   kitfile  nbdkit's file plugin on a file of the same filesystem (persists
+#            on flush; fio sends no flush here)
+# NBD targets are driven by fio's nbd engine over a Unix socket.
+#
+# Jobs: 4 KiB random write QD1 (p50 latency) and QD32; 1 MiB sequential write
+# QD4; 4 KiB random read QD32 of data written before (cached in wcache);
+# 1 MiB sequential read QD4, once, of a region never read or written through
+# wcache (read misses; the backing files were written with O_DIRECT, so the
+# page cache does not hold them either).
+#
+# Every file is written in full before its server starts (fio lays out the
+# device file the same way), so no side pays for block allocation. Each
+# wcache job runs on a server started for it on the same cache file (the
+# dirty pages of earlier jobs are recovered), so that its exit summary gives
+# the cache flushes per request of that job alone.
+#
+# Usage: scripts/bench-device.sh   (RUNTIME=5 SIZE=256M READ_SIZE=512M
+#        CACHE_SIZE=1G BENCH_DIR=/var/tmp; WCACHE_ARGS adds serve options,
+#        e.g. "--cache-sync dsync --direct"; JOBS picks some of the jobs;
+#        LOG_DIR keeps the servers' logs)
+# Last lines: the ratios.
+set -euo pipefail
+
+RUNTIME=${RUNTIME:-5}
+SIZE=${SIZE:-256M}
+READ_SIZE=${READ_SIZE:-512M}
+CACHE_SIZE=${CACHE_SIZE:-1G}
+BENCH_DIR=${BENCH_DIR:-/var/tmp}
+WCACHE_ARGS=${WCACHE_ARGS:-}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+for tool in fio nbdkit python3 stat; do
+    command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install -y fio nbdkit)"; exit 1; }
+done
+(cd "$ROOT" && CARGO_TARGET_DIR=$TARGET cargo build --release -q -p wcache-cli)
+WCACHE=$TARGET/release/wcache
+
+WORK=$(mktemp -d "$BENCH_DIR/wcache-bench-device.XXXXXX")
+FSTYPE=$(df --output=fstype "$WORK" | tail -1)
+case "$FSTYPE" in
+    tmpfs | ramfs) echo "$BENCH_DIR is $FSTYPE: give BENCH_DIR on a disk"; rm -rf "$WORK"; exit 1 ;;
+esac
+PIDS=()
+WC_PID=
+cleanup() {
+    [ -n "$WC_PID" ] && kill -TERM "$WC_PID" 2>/dev/null
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    [ -n "${LOG_DIR:-}" ] && cp "$WORK"/*.log "$LOG_DIR"/ 2>/dev/null
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+bytes() { python3 -c "import sys; u={'K':10,'M':20,'G':30}; s=sys.argv[1]; print(int(s[:-1])<<u[s[-1]] if s[-1] in u else int(s))" "$1"; }
+SIZE_B=$(bytes "$SIZE")
+READ_B=$(bytes "$READ_SIZE")
+TOTAL_B=$((SIZE_B + READ_B))
+
+fill() { # file bytes: written in full with O_DIRECT (allocated, not in the page cache)
+    truncate -s "$2" "$1"
+    fio --name=fill --filename="$1" --rw=write --bs=1M --size="$2" --direct=1 --ioengine=psync \
+        --output-format=terse >/dev/null
+}
+echo "files on $(df --output=source "$WORK" | tail -1) ($FSTYPE), in $WORK"
+fill "$WORK/dev.img" "$TOTAL_B"
+fill "$WORK/backing.img" "$TOTAL_B"
+fill "$WORK/kit.img" "$TOTAL_B"
+truncate -s "$CACHE_SIZE" "$WORK/cache.img"
+fio --name=zero --filename="$WORK/cache.img" --rw=write --bs=1M --size="$CACHE_SIZE" --direct=1 \
+    --ioengine=psync --zero_buffers --output-format=terse >/dev/null
+
+wait_socket() { for _ in $(seq 400); do [ -S "$1" ] && return 0; sleep 0.05; done; echo "no socket $1"; exit 1; }
+
+nbdkit -f -U "$WORK/kitmem.sock" --exportname=disk memory "$TOTAL_B" >"$WORK/kitmem.log" 2>&1 &
+PIDS+=($!)
+nbdkit -f -U "$WORK/kitfile.sock" --exportname=disk file "$WORK/kit.img" >"$WORK/kitfile.log" 2>&1 &
+PIDS+=($!)
+wait_socket "$WORK/kitmem.sock"
+wait_socket "$WORK/kitfile.sock"
+
+wc_start() { # job
+    # shellcheck disable=SC2086
+    "$WCACHE" serve --socket "$WORK/wcache.sock" --cache "$WORK/cache.img" --cache-size "$CACHE_SIZE" \
+        --backing "$WORK/backing.img" --write-policy write-back $WCACHE_ARGS >"$WORK/wcache-$1.log" 2>&1 &
+    WC_PID=$!
+    wait_socket "$WORK/wcache.sock"
+}
+wc_stop() {
+    kill -TERM "$WC_PID"
+    local rc=0
+    wait "$WC_PID" || rc=$?
+    WC_PID=
+    [ "$rc" = 0 ] || { echo "wcache serve exited $rc"; cat "$WORK"/wcache-*.log; exit 1; }
+    rm -f "$WORK/wcache.sock"
+}
+
+# fio_on TARGET JOB ARGS...: one fio job against a target, JSON into WORK/TARGET-JOB.json
+fio_on() {
+    local t=$1 job=$2; shift 2
+    local where=()
+    case "$t" in
+        dev) where=(--ioengine=io_uring --filename="$WORK/dev.img" --direct=1) ;;
+        *) where=(--ioengine=nbd --uri="nbd+unix:///disk?socket=$WORK/$t.sock") ;;
+    esac
+    fio --name="$job" "${where[@]}" "$@" --randrepeat=0 --lat_percentiles=1 \
+        --output-format=json --output="$WORK/$t-$job.json" >/dev/null
+}
+
+TIMED=(--time_based --runtime="$RUNTIME")
+WRITE_REGION=(--offset=0 --size="$SIZE_B")
+READ_REGION=(--offset="$SIZE_B" --size="$READ_B")
+# job name, then its fio options (the device side adds O_DSYNC to writes)
+read -r -a JOBS <<<"${JOBS:-w4k-qd1 w4k-qd32 w1m-qd4 r4k-qd32 r1m-qd4-cold}"
+job_args() {
+    case "$1" in
+        warm) echo "--rw=write --bs=1m --iodepth=8" ;;
+        w4k-qd1) echo "--rw=randwrite --bs=4k --iodepth=1" ;;
+        w4k-qd32) echo "--rw=randwrite --bs=4k --iodepth=32" ;;
+        w1m-qd4) echo "--rw=write --bs=1m --iodepth=4" ;;
+        r4k-qd32) echo "--rw=randread --bs=4k --iodepth=32" ;;
+        r1m-qd4-cold) echo "--rw=read --bs=1m --iodepth=4" ;;
+    esac
+}
+
+run_job() { # job
+    local job=$1 t
+    # shellcheck disable=SC2207
+    local args=($(job_args "$job"))
+    local extent=("${WRITE_REGION[@]}" "${TIMED[@]}")
+    [ "$job" = r1m-qd4-cold ] && extent=("${READ_REGION[@]}")
+    [ "$job" = warm ] && extent=("${WRITE_REGION[@]}")
+    for t in dev kitmem kitfile wcache; do
+        local extra=()
+        [ "$t" = dev ] && [[ "$job" == w* ]] && extra=(--sync=dsync)
+        [ "$t" = wcache ] && wc_start "$job"
+        fio_on "$t" "$job" "${args[@]}" "${extent[@]}" "${extra[@]}"
+        [ "$t" = wcache ] && wc_stop
+    done
+}
+
+echo "warm-up: sequential 1 MiB writes over the $SIZE write region of every target"
+run_job warm
+for job in "${JOBS[@]}"; do
+    echo "job $job ($RUNTIME s each; the cold read once over $READ_SIZE)"
+    run_job "$job"
+done
+
+python3 - "$WORK" "$RUNTIME" "$SIZE" "$READ_SIZE" "$FSTYPE" "${JOBS[@]}" <<'PY'
+import json, re, sys
+work, runtime, size, read_size, fstype, jobs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
+targets = ["dev", "kitmem", "kitfile", "wcache"]
+names = {"dev": f"device: {fstype} file, io_uring O_DIRECT(+O_DSYNC)",
+         "kitmem": "nbdkit memory", "kitfile": f"nbdkit file ({fstype})",
+         "wcache": f"wcache write-back, cache on {fstype}"}
+def get(t, job):
+    j = json.load(open(f"{work}/{t}-{job}.json"))["jobs"][0]
+    side = j["write" if job.startswith("w") else "read"]
+    pct = side["lat_ns"].get("percentile", {}) or side["clat_ns"].get("percentile", {})
+    return {"iops": side["iops"], "mibs": side["bw_bytes"] / 2**20,
+            "p50": pct.get("50.000000", 0) / 1000, "p99": pct.get("99.000000", 0) / 1000}
+def flushes(job):
+    log = open(f"{work}/wcache-{job}.log").read()
+    req = re.search(r"stopped after (\d+) requests", log)
+    fl = re.search(r"(\d+) cache flushes", log)
+    return (int(req.group(1)), int(fl.group(1))) if req and fl else (0, 0)
+r = {(t, job): get(t, job) for t in targets for job in jobs}
+print(f"\nfio, {runtime} s per timed job, write region {size}, cold read {read_size} once; Unix sockets for NBD")
+print(f"{'job':<14}{'target':<46}{'IOPS':>10}{'MiB/s':>9}{'p50 us':>9}{'p99 us':>10}{'flushes/req':>13}")
+for job in jobs:
+    for t in targets:
+        x = r[(t, job)]
+        fl = ""
+        if t == "wcache":
+            req, n = flushes(job)
+            fl = f"{n / req:.3f}" if req else "?"
+        print(f"{job:<14}{names[t]:<46}{x['iops']:>10.0f}{x['mibs']:>9.1f}{x['p50']:>9.1f}{x['p99']:>10.1f}{fl:>13}")
+g = lambda t, job, k: r[(t, job)][k] if (t, job) in r else float("nan")
+div = lambda a, b: a / b if b else float("nan")
+budget = g("dev", "w4k-qd1", "p50") + g("kitmem", "w4k-qd1", "p50")
+print(f"ratio 4k randwrite QD1 p50 latency wcache/device: {div(g('wcache', 'w4k-qd1', 'p50'), g('dev', 'w4k-qd1', 'p50')):.2f} "
+      f"(wcache/(device + nbdkit memory round trip): {div(g('wcache', 'w4k-qd1', 'p50'), budget):.2f})")
+print(f"ratio 4k randwrite QD32 IOPS wcache/device: {div(g('wcache', 'w4k-qd32', 'iops'), g('dev', 'w4k-qd32', 'iops')):.2f}")
+slower = min(g("dev", "w1m-qd4", "mibs"), g("kitmem", "w1m-qd4", "mibs"))
+print(f"ratio 1M write QD4 MiB/s wcache/min(device, nbdkit memory): {div(g('wcache', 'w1m-qd4', 'mibs'), slower):.3f}")
+print(f"ratio 4k randread QD32 cached IOPS wcache/nbdkit memory: {div(g('wcache', 'r4k-qd32', 'iops'), g('kitmem', 'r4k-qd32', 'iops')):.2f} "
+      f"(wcache/device: {div(g('wcache', 'r4k-qd32', 'iops'), g('dev', 'r4k-qd32', 'iops')):.2f})")
+print(f"ratio 4k randwrite QD32 IOPS / 1M write QD4 MiB/s wcache/nbdkit file (persist-on-flush's yardstick): "
+      f"{div(g('wcache', 'w4k-qd32', 'iops'), g('kitfile', 'w4k-qd32', 'iops')):.2f} / {div(g('wcache', 'w1m-qd4', 'mibs'), g('kitfile', 'w1m-qd4', 'mibs')):.2f}")
+print(f"ratio 1M read QD4 uncached MiB/s wcache/nbdkit file: {div(g('wcache', 'r1m-qd4-cold', 'mibs'), g('kitfile', 'r1m-qd4-cold', 'mibs')):.2f}")
+PY
