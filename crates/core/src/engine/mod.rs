@@ -17,6 +17,7 @@
 //! and the CSCAN/WOW sweep live in.
 
 mod dirty;
+mod free;
 mod slots;
 mod stats;
 

@@ -1,7 +1,6 @@
 //! The slot table: what each cache slot holds, the (volume, page) -> slot
-//! directory, the free pool and pins. Sized once at start; O(1) per call.
-//! The free pool costs nothing per slot: it is a stack threaded through the
-//! key field, which a free slot does not use.
+//! directory, the free pool (`free.rs`: next fit, so that consecutive
+//! allocations get consecutive slots) and pins. Sized once at start.
 //!
 //! A page has at most one *current* slot (the one the directory finds). An
 //! overwrite never changes a slot in place: it fills a fresh slot and the old
@@ -9,6 +8,7 @@
 //! destage is copying it. So a crash or a torn write never mixes two versions
 //! of a page, and reads in flight never see a slot reused under them.
 
+use super::free::FreePool;
 use crate::index::KeyIndex;
 use crate::types::{PageKey, SlotIndex};
 use rustc_hash::FxHashMap as HashMap;
@@ -40,17 +40,12 @@ pub const FLAG_FREEING: u8 = 0x80;
 /// Its `FreeSlots` has been issued.
 pub const FLAG_FREE_SENT: u8 = 0x08;
 
-/// End of the free stack.
-const NO_SLOT: u64 = u64::MAX;
-
 pub struct Slots {
-    /// The page of a used slot; the next free slot of a free one.
+    /// The page of a used slot (meaningless for a free one).
     key: Vec<u64>,
     state: Vec<u8>,
     index: KeyIndex,
-    /// Top of the free stack, and its length.
-    free_head: u64,
-    free_len: u64,
+    free: FreePool,
     /// In-flight readers of a slot's contents (reads, merges into a newer version).
     pins: HashMap<u32, u32>,
     /// Clean slots with no pins: what eviction can hand out right now.
@@ -60,14 +55,10 @@ pub struct Slots {
 impl Slots {
     pub fn new(slots: u32, pins_hint: usize) -> Slots {
         Slots {
-            // Pop order: slot 0 first.
-            key: (1..=slots as u64)
-                .map(|n| if n == slots as u64 { NO_SLOT } else { n })
-                .collect(),
+            key: vec![0; slots as usize],
             state: vec![SlotState::Free as u8; slots as usize],
             index: KeyIndex::fixed(slots as usize),
-            free_head: if slots == 0 { NO_SLOT } else { 0 },
-            free_len: slots as u64,
+            free: FreePool::new(slots),
             pins: HashMap::with_capacity_and_hasher(pins_hint, Default::default()),
             evictable: 0,
         }
@@ -110,7 +101,7 @@ impl Slots {
         self.pins.get(&slot.0).copied().unwrap_or(0)
     }
     pub fn free_count(&self) -> u64 {
-        self.free_len
+        self.free.len()
     }
     pub fn evictable(&self) -> u64 {
         self.evictable
@@ -160,19 +151,8 @@ impl Slots {
 
     /// Recovery: the slots in `used` are not free (the pool holds the rest).
     pub fn exclude_from_pool(&mut self, used: &[SlotIndex]) {
-        let mut taken = vec![false; self.key.len()];
         for s in used {
-            taken[s.0 as usize] = true;
-        }
-        let mut pool = Vec::new();
-        while let Some(s) = self.pop_free() {
-            if !taken[s.0 as usize] {
-                pool.push(s);
-            }
-        }
-        // Same pop order as before.
-        for s in pool.into_iter().rev() {
-            self.push_free(s);
+            self.free.take(s.0);
         }
     }
 
@@ -183,14 +163,17 @@ impl Slots {
 
     /// Take a free slot, if any (never evicts).
     pub fn pop_free(&mut self) -> Option<SlotIndex> {
-        if self.free_head == NO_SLOT {
-            return None;
-        }
-        let slot = SlotIndex(self.free_head as u32);
+        let slot = SlotIndex(self.free.pop()?);
         debug_assert_eq!(self.state(slot), SlotState::Free);
-        self.free_head = self.key[slot.0 as usize];
-        self.free_len -= 1;
         Some(slot)
+    }
+
+    /// Take `n` consecutive free slots, if the pool finds a run; returns
+    /// the first (never evicts).
+    pub fn pop_free_run(&mut self, n: u32) -> Option<SlotIndex> {
+        let first = self.free.pop_run(n)?;
+        debug_assert!((first..first + n).all(|s| self.state(SlotIndex(s)) == SlotState::Free));
+        Some(SlotIndex(first))
     }
 
     pub fn push_free(&mut self, slot: SlotIndex) {
@@ -198,9 +181,7 @@ impl Slots {
         debug_assert!(!self.has(slot, FLAG_DESTAGING));
         self.set_state(slot, SlotState::Free);
         self.state[slot.0 as usize] = SlotState::Free as u8;
-        self.key[slot.0 as usize] = self.free_head;
-        self.free_head = slot.0 as u64;
-        self.free_len += 1;
+        self.free.push(slot.0);
     }
 
     pub fn pin(&mut self, slot: SlotIndex) {
@@ -242,6 +223,7 @@ impl Slots {
     pub fn heap_bytes(&self) -> usize {
         self.key.capacity() * 8
             + self.state.capacity()
+            + self.free.heap_bytes()
             + self.index.heap_bytes()
             + self.pins.capacity() * 9
     }

@@ -89,11 +89,7 @@ impl Engine {
             WriteRoute::Cache => false,
             WriteRoute::CacheAndBacking => true,
         };
-        // Take the slots now, so deferred pieces never wait for room.
-        for piece in self.geometry.pieces(off, len) {
-            let slot = self.alloc_slot(PageKey::new(vol, piece.page));
-            self.req_mut(ri).reserved.push(slot);
-        }
+        self.reserve_slots(ri);
         let first_page = self.geometry.page_of(off);
         let sequential_start =
             first_page.0 > 0 && self.page_dirty(PageKey::new(vol, PageIndex(first_page.0 - 1)));
@@ -143,6 +139,35 @@ impl Engine {
         if through {
             self.issue_backing_write(ri, false);
         }
+    }
+
+    /// Take the slots of write `ri`'s new page versions now, so deferred
+    /// pieces never wait for room: a run of consecutive free slots when the
+    /// pool has one (its pages then reach the cache device in one write),
+    /// else one by one. `reserved` is popped from the end, piece by piece,
+    /// so it holds the slots in descending order.
+    fn reserve_slots(&mut self, ri: u32) {
+        let r = self.req(ri);
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        let n = self.pages_of(off, len) as u32;
+        let mut reserved = std::mem::take(&mut self.req_mut(ri).reserved);
+        debug_assert!(reserved.is_empty());
+        let run = if n > 1 {
+            self.slots.pop_free_run(n)
+        } else {
+            None
+        };
+        match run {
+            Some(first) => reserved.extend((first.0..first.0 + n).rev().map(SlotIndex)),
+            None => {
+                for piece in self.geometry.pieces(off, len) {
+                    reserved.push(self.alloc_slot(PageKey::new(vol, piece.page)));
+                }
+                reserved.reverse();
+            }
+        }
+        debug_assert_eq!(reserved.len() as u32, n);
+        self.req_mut(ri).reserved = reserved;
     }
 
     pub(super) fn admit_write_around(&mut self, ri: u32) {
