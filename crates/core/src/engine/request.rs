@@ -42,8 +42,13 @@ impl Engine {
                     flags: req.flags,
                 };
                 self.req_mut(ri).bypass = self.admission.admit_write(&write) == Admit::Bypass;
-                if self.stalled.is_empty() && self.has_room_for(ri) {
-                    self.admit_write(ri);
+                let route = if self.stalled.is_empty() {
+                    self.route_if_room(ri)
+                } else {
+                    None
+                };
+                if let Some(route) = route {
+                    self.admit_write(ri, route);
                 } else {
                     self.stats.stalls += 1;
                     self.req_mut(ri).stalled_at = Some(now);
@@ -202,9 +207,9 @@ impl Engine {
     /// Admit stalled writes, oldest first, while room allows.
     pub(super) fn drain_stalls(&mut self, now: Nanos) {
         while let Some(&ri) = self.stalled.front() {
-            if !self.has_room_for(ri) {
+            let Some(route) = self.route_if_room(ri) else {
                 return;
-            }
+            };
             self.stalled.pop_front();
             let r = self.req_mut(ri);
             let since = r
@@ -212,7 +217,7 @@ impl Engine {
                 .take()
                 .expect("stalled request has a stall time");
             self.stats.stall_ns_total += now.saturating_sub(since).0;
-            self.admit_write(ri);
+            self.admit_write(ri, route);
             self.maybe_finish(ri);
         }
     }

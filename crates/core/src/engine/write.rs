@@ -16,23 +16,24 @@ impl Engine {
         }
     }
 
-    pub(super) fn has_room_for(&self, ri: u32) -> bool {
+    /// Write `ri`'s route if it can be admitted now, None if it must wait.
+    pub(super) fn route_if_room(&self, ri: u32) -> Option<WriteRoute> {
         let r = self.req(ri);
         let route = self.route_of(ri);
         if route == WriteRoute::Backing {
-            return true;
+            return Some(route);
         }
         if self.overlaps_bypass(ri) {
-            return false;
+            return None;
         }
         let need = self.pages_of(r.offset_bytes, r.len_bytes);
         if self.slots.free_count() + self.slots.evictable() < need {
-            return false;
+            return None;
         }
         // Two backing writes of one page must not race, so a write that
         // goes to the backing now waits while an earlier one to its pages is
         // in flight.
-        route == WriteRoute::Cache || !self.overlaps_inflight(ri)
+        (route == WriteRoute::Cache || !self.overlaps_inflight(ri)).then_some(route)
     }
 
     /// True while an older version of `key`'s page is being destaged.
@@ -80,11 +81,13 @@ impl Engine {
         })
     }
 
-    pub(super) fn admit_write(&mut self, ri: u32) {
+    /// Admit write `ri` on `route`, which `route_if_room` just gave.
+    pub(super) fn admit_write(&mut self, ri: u32, route: WriteRoute) {
+        debug_assert_eq!(Some(route), self.route_if_room(ri));
         self.stats.writes += 1;
         let r = self.req(ri);
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
-        let through = match self.route_of(ri) {
+        let through = match route {
             WriteRoute::Backing => return self.admit_write_around(ri),
             WriteRoute::Cache => false,
             WriteRoute::CacheAndBacking => true,
