@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
@@ -124,6 +124,13 @@ pub struct ServeArgs {
     /// Driver I/O threads (destages, extra commands of large requests).
     #[arg(long, default_value_t = 4)]
     io_threads: usize,
+    /// Grace period of a stop, in seconds: on SIGTERM or SIGINT in-flight
+    /// requests may finish for this long; then writes still waiting for room
+    /// and requests still waiting on the backing are answered with an error,
+    /// the clean shutdown is recorded (dirty pages stay in the cache) and
+    /// the process exits. A second signal ends the grace period at once.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_stop_timeout)]
+    stop_timeout: f64,
     /// BENCHMARKS ONLY: allow write-back with a cache in process memory
     /// (`--cache mem`). Acknowledged writes are lost when the process exits
     /// before they are destaged, and on any crash.
@@ -232,6 +239,105 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> i32 {
     signal
 }
 
+/// A stop signal received within `timeout`, if any.
+fn stop_signal_within(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
+    let wait = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `set` was initialised by block_stop_signals; a null siginfo is allowed.
+    let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &wait) };
+    (signal > 0).then_some(signal)
+}
+
+fn parse_stop_timeout(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds from 0 to 86400"
+        )),
+    }
+}
+
+/// Time allowed, after the grace period, for requests just answered with
+/// an error to reach their clients, and for the driver's threads to stop.
+const STOP_AFTER_GRACE: Duration = Duration::from_millis(500);
+
+/// How a wait within the grace period ended.
+#[derive(PartialEq)]
+enum Grace {
+    Done,
+    Over,
+    Signal,
+}
+
+/// Waits until `done`, the deadline, or a second stop signal.
+fn wait_in_grace(
+    deadline: Instant,
+    signals: &libc::sigset_t,
+    mut done: impl FnMut() -> bool,
+) -> Grace {
+    let step = Duration::from_millis(20);
+    loop {
+        if done() {
+            return Grace::Done;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Grace::Over;
+        }
+        if let Some(signal) = stop_signal_within(signals, left.min(step)) {
+            eprintln!("wcache: signal {signal} again: ending the grace period");
+            return Grace::Signal;
+        }
+    }
+}
+
+/// Stops the NBD server within the grace period: it stops accepting, and
+/// in-flight requests (then destages in flight) finish, their replies going
+/// out. At the end of the grace period, or at a second signal, what still
+/// waits is answered with an error; a worker blocked in a backing call that
+/// does not answer is left behind (the process exits without it).
+fn stop_server(server: Server, cache: &Cache, grace: Duration, signals: &libc::sigset_t) {
+    let deadline = Instant::now() + grace;
+    let stopper = match std::thread::Builder::new()
+        .name("wcache-stop".into())
+        .spawn(move || server.stop())
+    {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("wcache: cannot start the stop thread ({e}); not waiting for requests");
+            cache.fail_waiting();
+            return;
+        }
+    };
+    let mut ended = wait_in_grace(deadline, signals, || stopper.is_finished());
+    if ended == Grace::Done {
+        // Destages in flight may finish too; one stuck in a backing call does not hold the stop.
+        ended = wait_in_grace(deadline, signals, || cache.is_idle());
+        if ended == Grace::Done {
+            return;
+        }
+    }
+    if ended == Grace::Over {
+        eprintln!("wcache: grace period of {:.1} s over", grace.as_secs_f64());
+    }
+    let failed_count = cache.fail_waiting();
+    eprintln!(
+        "wcache: answered {failed_count} writes still waiting for room with an error \
+         (none was acknowledged); refusing new requests"
+    );
+    let after = Instant::now() + STOP_AFTER_GRACE;
+    while !stopper.is_finished() && Instant::now() < after {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if !stopper.is_finished() {
+        eprintln!(
+            "wcache: requests still wait on a backing that does not answer: not waiting for them"
+        );
+    }
+}
+
 pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     let signals = block_stop_signals();
     // Every setting is checked before any file is touched.
@@ -262,11 +368,22 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     print_banner(&args, &config, &cache, socket.as_deref(), &uris);
 
     let signal = wait_for_stop_signal(&signals);
-    eprintln!("wcache: signal {signal}: stopping (no new connections; in-flight requests finish)");
+    let grace = Duration::from_secs_f64(args.stop_timeout);
+    eprintln!(
+        "wcache: signal {signal}: stopping (no new connections; in-flight requests have {:.1} s \
+         to finish, or until a second signal)",
+        grace.as_secs_f64()
+    );
     let served = server.stats();
-    server.stop();
+    stop_server(server, &cache, grace, &signals);
     reporter.stop();
-    let closed = cache.close()?;
+    let closed = cache.close_within(STOP_AFTER_GRACE)?;
+    if closed.threads_left {
+        eprintln!(
+            "wcache: driver threads still in device calls (a backing that does not answer); \
+             exiting without them (their pages stay dirty in the cache)"
+        );
+    }
     if closed.recorded_clean {
         eprintln!(
             "wcache: clean shutdown recorded; {} dirty pages stay in the cache and are \
@@ -508,7 +625,9 @@ fn print_banner(
             );
         }
         println!("  qemu-system-x86_64 -drive file={uri},format=raw,if=virtio ...");
-        println!("Stop with Ctrl-C or SIGTERM (in-flight requests finish first).");
+        println!(
+            "Stop with Ctrl-C or SIGTERM (in-flight requests finish first, within --stop-timeout)."
+        );
     }
 }
 

@@ -393,6 +393,9 @@ pub struct CloseReport {
     pub dirty_pages: u64,
     /// A clean shutdown was recorded on the cache device (persistent caches).
     pub recorded_clean: bool,
+    /// Driver threads still blocked in a device call at the deadline of
+    /// `close_within` (a backing that stopped answering), left running.
+    pub threads_left: bool,
 }
 
 /// A running cache: one engine and driver, one cache device, its volumes.
@@ -636,9 +639,31 @@ impl Cache {
     /// Without `close` (a crash, or a dropped `Cache`) the next start
     /// reports an unclean stop and recovers as after a crash.
     pub fn close(self) -> Result<CloseReport, CacheError> {
+        self.close_within(Duration::MAX)
+    }
+
+    /// No request and no device command in flight (dirty pages may remain).
+    pub fn is_idle(&self) -> bool {
+        self.driver.is_idle()
+    }
+
+    /// The end of a stop's grace period: new requests are refused and every
+    /// stalled write is answered with an I/O error (nothing of it was
+    /// acknowledged); see `Driver::fail_waiting`. Returns how many.
+    pub fn fail_waiting(&self) -> u64 {
+        self.driver.fail_waiting()
+    }
+
+    /// As `close`, waiting at most `timeout` for the driver's threads
+    /// (`Driver::shutdown_within`): a thread blocked in a call to a backing
+    /// that does not answer is left behind (`CloseReport::threads_left`), and
+    /// the clean shutdown is recorded all the same — its pages are still
+    /// dirty in the cache, and nothing it holds was acknowledged. The caller
+    /// then exits the process rather than use the devices again.
+    pub fn close_within(self, timeout: Duration) -> Result<CloseReport, CacheError> {
         let stats = self.driver.stats();
         let engine = self.driver.engine_stats();
-        self.driver.shutdown();
+        let joined = self.driver.shutdown_within(timeout);
         let dirty_pages = self.driver.dirty_pages();
         let recorded_clean = match self.driver.store() {
             None => false,
@@ -656,6 +681,7 @@ impl Cache {
             engine,
             dirty_pages,
             recorded_clean,
+            threads_left: !joined,
         })
     }
 }

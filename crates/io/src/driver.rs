@@ -267,6 +267,8 @@ struct Core {
     /// Threads waiting on `Shared::changed`.
     changed_waiters: u32,
     stopping: bool,
+    /// New requests are refused (`fail_waiting`): a stop is under way.
+    refusing: bool,
     /// The deadline the timer thread sleeps until (None: no deadline, or awake).
     timer_armed: Option<Nanos>,
 }
@@ -476,6 +478,7 @@ impl Driver {
                 changed_waiters: 0,
                 timer_armed: None,
                 stopping: false,
+                refusing: false,
             }),
             changed: Condvar::new(),
             timer: Condvar::new(),
@@ -557,6 +560,11 @@ impl Driver {
 
     /// True when no command is in flight and no page is dirty (everything
     /// acknowledged is on the backings).
+    /// No request and no command in flight (dirty pages may remain).
+    pub fn is_idle(&self) -> bool {
+        self.shared.lock_core().engine.is_idle()
+    }
+
     pub fn is_clean(&self) -> bool {
         let core = self.shared.lock_core();
         core.engine.dirty_pages() == 0 && core.engine.is_idle()
@@ -745,19 +753,63 @@ impl Driver {
         }
     }
 
+    /// The end of a stop's grace period: refuses every new request
+    /// (`DriverError::ShutDown`, also to callers waiting while busy) and
+    /// answers every stalled write with `IoError::Io` — never admitted,
+    /// nothing of them was acknowledged, and no command names their
+    /// buffers (`Engine::fail_stalled`). Requests admitted stay as they are:
+    /// they finish when their device calls return. Returns how many writes
+    /// were failed.
+    pub fn fail_waiting(&self) -> u64 {
+        let s = &self.shared;
+        let mut core = s.lock_core();
+        core.refusing = true;
+        let now = s.now();
+        let failed_count = core.engine.fail_stalled(now, IoError::Io);
+        let mut jobs = VecDeque::new();
+        s.pump(&mut core, &mut jobs);
+        s.changed.notify_all();
+        drop(core);
+        s.to_pool(jobs.into_iter());
+        failed_count
+    }
+
     /// Stops the I/O and timer threads after the commands in hand are done.
     /// Requests still in flight may fail; callers stop submitting first.
     /// Dirty pages stay dirty (call `drain` first to destage them).
     pub fn shutdown(&self) {
-        // Slot frees the engine batches go out now, and complete before the
-        // threads stop.
+        self.shutdown_within(Duration::MAX);
+    }
+
+    /// As `shutdown`, waiting at most `timeout` for the threads: a thread
+    /// blocked in a device call that does not return (a backing that stopped
+    /// answering) is left running, and `false` is returned. Nothing that
+    /// thread holds was acknowledged (a command completes only when its
+    /// device call returns), so the caller may record the cache's state and
+    /// exit the process without it; it must not go on using the devices.
+    pub fn shutdown_within(&self, timeout: Duration) -> bool {
+        let start = Instant::now();
         {
             let mut core = self.shared.lock_core();
+            if core.stopping {
+                return self
+                    .threads
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_empty();
+            }
+            // Slot frees the engine batches go out now (cache device writes,
+            // run here); anything else goes to the pool, so that a backing
+            // call cannot hold this thread.
             core.engine.flush_frees();
             let mut jobs = VecDeque::new();
             self.shared.pump(&mut core, &mut jobs);
             drop(core);
-            self.shared.run_jobs(&mut jobs, None);
+            let (mut frees, rest): (VecDeque<Job>, VecDeque<Job>) = jobs
+                .into_iter()
+                .partition(|j| matches!(j.cmd, IoCommand::FreeSlots { .. }));
+            self.shared.to_pool(rest.into_iter());
+            self.shared.run_jobs(&mut frees, None);
         }
         {
             let mut core = self.shared.lock_core();
@@ -770,9 +822,28 @@ impl Driver {
             pool.stopping = true;
             self.shared.pool_ready.notify_all();
         }
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
-        for t in threads {
-            let _ = t.join();
+        let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        if timeout == Duration::MAX {
+            for t in std::mem::take(&mut *threads) {
+                let _ = t.join();
+            }
+            return true;
+        }
+        loop {
+            for t in std::mem::take(&mut *threads) {
+                if t.is_finished() {
+                    let _ = t.join();
+                } else {
+                    threads.push(t);
+                }
+            }
+            if threads.is_empty() {
+                return true;
+            }
+            if start.elapsed() >= timeout {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 }
@@ -808,7 +879,7 @@ impl Shared {
         {
             let mut core = self.lock_core();
             loop {
-                if core.stopping {
+                if core.stopping || core.refusing {
                     return Err(DriverError::ShutDown);
                 }
                 core.in_flight.insert(

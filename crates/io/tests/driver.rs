@@ -393,3 +393,107 @@ fn emulated_hdd_gives_disk_like_iops_at_qd1() {
         "emulated HDD gave {iops:.0} IOPS"
     );
 }
+
+/// A backing whose writes block until released (a server that stopped answering).
+struct HungBacking {
+    inner: MemDevice,
+    released: Mutex<bool>,
+    release: Condvar,
+}
+
+impl BlockDevice for HungBacking {
+    fn len_bytes(&self) -> u64 {
+        self.inner.len_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), wcache_io::DeviceError> {
+        self.inner.read_at(buf, offset_bytes)
+    }
+    fn write_at(&self, data: &[u8], offset_bytes: u64) -> Result<(), wcache_io::DeviceError> {
+        let mut released = self.released.lock().unwrap();
+        while !*released {
+            released = self.release.wait(released).unwrap();
+        }
+        self.inner.write_at(data, offset_bytes)
+    }
+    fn flush(&self) -> Result<(), wcache_io::DeviceError> {
+        self.inner.flush()
+    }
+    fn name(&self) -> String {
+        "hung backing".into()
+    }
+}
+
+/// While destages hang in the backing and writes stall, `fail_waiting`
+/// answers the stalled writes with an error, refuses new requests, and
+/// `shutdown_within` returns at its deadline with threads left in the
+/// backing; the acknowledged pages stay dirty and readable.
+#[test]
+fn stop_with_a_hung_backing_fails_stalled_writes_and_ends_at_its_deadline() {
+    let slots = 16;
+    let hung = Arc::new(HungBacking {
+        inner: MemDevice::new(VOLUME_BYTES),
+        released: Mutex::new(false),
+        release: Condvar::new(),
+    });
+    let driver = Arc::new(
+        Driver::new(
+            config(WritePolicyKind::WriteBack, slots),
+            Arc::new(MemDevice::new(slots * 4096)),
+            vec![hung.clone() as Arc<dyn BlockDevice>],
+            DriverConfig::default(),
+        )
+        .expect("driver"),
+    );
+    let vol = VolumeId(0);
+    let d = driver.clone();
+    let writer = std::thread::spawn(move || {
+        let mut acked = Vec::new();
+        for page in 0..(slots + 8) {
+            match d.write(vol, page * 4096, &[page as u8 + 1; 4096], false) {
+                Ok(()) => acked.push(page),
+                Err(e) => return (acked, Some(e.to_string())),
+            }
+        }
+        (acked, None)
+    });
+    let start = Instant::now();
+    while driver.engine_stats().stalls == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no write stalled"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let dirty_before = driver.dirty_pages();
+    assert_eq!(driver.fail_waiting(), 1, "one writer, one stalled write");
+    let (acked, error) = writer.join().expect("writer");
+    assert!(
+        error.is_some(),
+        "the stalled write is answered with an error"
+    );
+    assert_eq!(
+        acked.len() as u64,
+        slots,
+        "every slot held an acknowledged write"
+    );
+    assert_eq!(
+        driver.dirty_pages(),
+        dirty_before,
+        "nothing admitted changed"
+    );
+    let refused = driver.write(vol, 0, &[9; 4096], false);
+    assert!(matches!(refused, Err(wcache_io::DriverError::ShutDown)));
+    let mut back = vec![0u8; 4096];
+    let refused = driver.read(vol, 0, &mut back);
+    assert!(matches!(refused, Err(wcache_io::DriverError::ShutDown)));
+    let deadline_start = Instant::now();
+    assert!(
+        !driver.shutdown_within(Duration::from_millis(200)),
+        "threads blocked in the backing are left"
+    );
+    assert!(deadline_start.elapsed() < Duration::from_secs(2));
+    assert_eq!(driver.dirty_pages(), slots, "acknowledged pages stay dirty");
+    // Let the blocked threads finish, so the test leaves none behind.
+    *hung.released.lock().unwrap() = true;
+    hung.release.notify_all();
+}

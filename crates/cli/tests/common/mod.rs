@@ -140,6 +140,11 @@ impl Served {
         format!("nbd+unix:///{export}?socket={}", self.socket.display())
     }
 
+    /// The server's pid, for signals (it is this test's own child).
+    pub fn pid(&self) -> libc::pid_t {
+        self.child.as_ref().expect("running").id() as libc::pid_t
+    }
+
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {
             Some(c) => c.try_wait().expect("try_wait").is_none(),

@@ -204,6 +204,26 @@ impl Engine {
         Some(ctx)
     }
 
+    /// Answers every stalled write (never admitted: it holds no slot, no
+    /// command names its buffer, nothing of it was acknowledged) with
+    /// `error`, oldest first, and returns how many. For a stop that must end
+    /// while the backing cannot drain; nothing admitted changes. The caller
+    /// refuses new writes afterwards, or they stall again.
+    pub fn fail_stalled(&mut self, now: Nanos, error: IoError) -> u64 {
+        let mut failed_count = 0u64;
+        while let Some(ri) = self.stalled.pop_front() {
+            let r = self.req(ri);
+            assert_eq!(r.pending, 0, "a stalled write has nothing pending");
+            assert!(r.reserved.is_empty(), "a stalled write holds no slot");
+            self.end_stall(ri, now);
+            self.fail(ri, error);
+            self.maybe_finish(ri);
+            failed_count += 1;
+        }
+        debug_assert!(self.stalled.is_empty());
+        failed_count
+    }
+
     /// Admit stalled writes, oldest first, while room allows.
     pub(super) fn drain_stalls(&mut self, now: Nanos) {
         while let Some(&ri) = self.stalled.front() {
@@ -211,14 +231,19 @@ impl Engine {
                 return;
             };
             self.stalled.pop_front();
-            let r = self.req_mut(ri);
-            let since = r
-                .stalled_at
-                .take()
-                .expect("stalled request has a stall time");
-            self.stats.stall_ns_total += now.saturating_sub(since).0;
+            self.end_stall(ri, now);
             self.admit_write(ri, route);
             self.maybe_finish(ri);
         }
+    }
+
+    /// A request leaves the stall queue: its wait is counted.
+    fn end_stall(&mut self, ri: u32, now: Nanos) {
+        let since = self
+            .req_mut(ri)
+            .stalled_at
+            .take()
+            .expect("stalled request has a stall time");
+        self.stats.stall_ns_total += now.saturating_sub(since).0;
     }
 }
