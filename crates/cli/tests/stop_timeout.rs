@@ -6,8 +6,9 @@
 //! period + 2 s, the stalled write must be answered with an error, the
 //! clean shutdown must be recorded (`wcache inspect`), and a restart over an
 //! nbdkit without the delay on the same file must return every
-//! acknowledged write. Every child is ended by its pid; every wait is
-//! bounded. Needs nbdkit: SKIP without it, a failure under
+//! acknowledged write. The third test stops the backing server itself
+//! (SIGSTOP) while a read of uncached data waits on it: the stop must end
+//! all the same. Every child is ended by its pid; every wait is bounded. Needs nbdkit: SKIP without it, a failure under
 //! WCACHE_REQUIRE_TOOLS=1. Install: apt-get install -y nbdkit.
 
 mod common;
@@ -132,15 +133,8 @@ fn setup() -> Setup {
     }
 }
 
-/// Serves over a backing that cannot drain until a write stalls, stops it
-/// with SIGTERM (twice when `second_signal`), and returns the stop time,
-/// what the writer saw, and the server's log.
-fn stall_and_stop(
-    s: &Setup,
-    stop_timeout_s: u64,
-    second_signal: bool,
-) -> (Duration, Writes, String) {
-    let _kit = Nbdkit::start(&s.kit_socket, &s.backing_file, true);
+/// `wcache serve` with a 1 MiB cache (about 250 slots) over the nbdkit backing.
+fn serve_small(s: &Setup, stop_timeout_s: u64) -> Served {
     let stop_timeout = stop_timeout_s.to_string();
     let args = [
         "--cache",
@@ -154,7 +148,19 @@ fn stall_and_stop(
         "--stop-timeout",
         &stop_timeout,
     ];
-    let mut served = Served::start(&args, &s.socket);
+    Served::start(&args, &s.socket)
+}
+
+/// Serves over a backing that cannot drain until a write stalls, stops it
+/// with SIGTERM (twice when `second_signal`), and returns the stop time,
+/// what the writer saw, and the server's log.
+fn stall_and_stop(
+    s: &Setup,
+    stop_timeout_s: u64,
+    second_signal: bool,
+) -> (Duration, Writes, String) {
+    let _kit = Nbdkit::start(&s.kit_socket, &s.backing_file, true);
+    let mut served = serve_small(s, stop_timeout_s);
     let writes = Arc::new(Mutex::new(Writes::default()));
     let w = writes.clone();
     let socket = s.socket.clone();
@@ -274,4 +280,67 @@ fn a_second_sigterm_ends_the_grace_period_at_once() {
         "stop took {stop_time:?}"
     );
     check_recovered(&s, &writes.acked);
+}
+
+#[test]
+fn sigterm_while_a_read_waits_on_a_stopped_backing_ends_within_the_grace_period() {
+    if !have("nbdkit", "nbdkit") {
+        return;
+    }
+    let s = setup();
+    let kit = Nbdkit::start(&s.kit_socket, &s.backing_file, false);
+    let mut served = serve_small(&s, 2);
+    let mut nbd = Nbd::connect_retry(&s.socket, "disk").expect("connect");
+    let acked: Vec<u64> = (0..32).collect();
+    for &page in &acked {
+        nbd.write(page * PAGE_BYTES as u64, &image(page), false)
+            .expect("write");
+    }
+    // SAFETY: kill(2) on our own child's pid (nbdkit).
+    unsafe { libc::kill(kit.0.id() as libc::pid_t, libc::SIGSTOP) };
+    let socket = s.socket.clone();
+    let reader = std::thread::spawn(move || {
+        let mut nbd = Nbd::connect_retry(&socket, "disk").expect("connect");
+        let mut buf = vec![0u8; PAGE_BYTES];
+        // Uncached: it waits on the stopped backing.
+        nbd.call(
+            common::CMD_READ,
+            0,
+            4 << 20,
+            PAGE_BYTES as u32,
+            &[],
+            Some(&mut buf),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !reader.is_finished(),
+        "the read waits on the stopped backing"
+    );
+    let start = Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(served.pid(), libc::SIGTERM) };
+    let limit = Duration::from_secs(4);
+    wait_for("the server to exit", limit + Duration::from_secs(5), || {
+        !served.is_running()
+    });
+    let stop_time = start.elapsed();
+    let log = served.log_text();
+    eprintln!(
+        "stop took {:.3} s (grace 2 s, backing stopped)",
+        stop_time.as_secs_f64()
+    );
+    assert!(stop_time < limit, "stop took {stop_time:?}: {log}");
+    assert!(log.contains("clean shutdown recorded"), "{log}");
+    assert!(log.contains("requests still wait on a backing"), "{log}");
+    let read = reader.join().expect("reader");
+    assert!(
+        !matches!(read, Ok(Ok(()))),
+        "the read did not succeed: {read:?}"
+    );
+    drop(nbd);
+    // SAFETY: as above; SIGKILL (in drop) also ends a stopped process.
+    unsafe { libc::kill(kit.0.id() as libc::pid_t, libc::SIGCONT) };
+    drop(kit);
+    check_recovered(&s, &acked);
 }
