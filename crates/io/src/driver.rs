@@ -372,6 +372,10 @@ struct Shared {
     /// Persist-on-flush: a page write completes once written; FLUSH and FUA
     /// requests make the cache device durable before they are answered.
     persist_on_flush: std::sync::atomic::AtomicBool,
+    /// `shutdown_within` passed its deadline: no thread starts another
+    /// command (jobs in hand are dropped, never completed, so nothing more
+    /// is acknowledged); the process is about to exit.
+    abandoned: std::sync::atomic::AtomicBool,
 }
 
 pub struct Driver {
@@ -506,6 +510,7 @@ impl Driver {
             counters: Counters::default(),
             last_error: Mutex::new(None),
             persist_on_flush: std::sync::atomic::AtomicBool::new(config.persist_on_flush),
+            abandoned: std::sync::atomic::AtomicBool::new(false),
         });
         let mut threads = Vec::new();
         for i in 0..config.io_threads.max(1) {
@@ -787,6 +792,9 @@ impl Driver {
     /// thread holds was acknowledged (a command completes only when its
     /// device call returns), so the caller may record the cache's state and
     /// exit the process without it; it must not go on using the devices.
+    /// After the deadline no thread starts another command: commands not
+    /// yet started are dropped (a destage not run keeps its pages dirty; a
+    /// record free not run leaves an older record, which recovery frees).
     pub fn shutdown_within(&self, timeout: Duration) -> bool {
         let start = Instant::now();
         {
@@ -841,6 +849,7 @@ impl Driver {
                 return true;
             }
             if start.elapsed() >= timeout {
+                self.shared.abandoned.store(true, Ordering::SeqCst);
                 return false;
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -996,6 +1005,10 @@ impl Shared {
     /// hands everything over.
     fn run_jobs(&self, jobs: &mut VecDeque<Job>, own: Option<&Arc<Waiter>>) {
         while !jobs.is_empty() {
+            if self.abandoned.load(Ordering::Relaxed) {
+                jobs.clear();
+                return;
+            }
             if let Some(w) = own {
                 if w.is_set() {
                     // Record frees after the response (the old version of an
@@ -1512,7 +1525,7 @@ impl Shared {
                         }
                         break;
                     }
-                    if pool.stopping {
+                    if pool.stopping || self.abandoned.load(Ordering::Relaxed) {
                         return;
                     }
                     pool = self
