@@ -126,9 +126,11 @@ pub struct ServeArgs {
     io_threads: usize,
     /// Grace period of a stop, in seconds: on SIGTERM or SIGINT in-flight
     /// requests may finish for this long; then writes still waiting for room
-    /// and requests still waiting on the backing are answered with an error,
-    /// the clean shutdown is recorded (dirty pages stay in the cache) and
-    /// the process exits. A second signal ends the grace period at once.
+    /// are answered with an error (none was acknowledged), the clean
+    /// shutdown is recorded (dirty pages stay in the cache) and the process
+    /// exits, about 1 s later at most: requests still waiting on a backing
+    /// that does not answer get no reply (their connections close). A second
+    /// signal ends the grace period at once.
     #[arg(long, default_value_t = 10.0, value_parser = parse_stop_timeout)]
     stop_timeout: f64,
     /// BENCHMARKS ONLY: allow write-back with a cache in process memory
