@@ -368,8 +368,19 @@ fn restart_under_load(
     }
 }
 
+/// The restart tests run one at a time: each drives servers, clients and
+/// timeouts measured in wall-clock time, which a neighbour test's load on a
+/// two-core machine would stretch.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn kill_9_restarts_of_the_backing_lose_no_acknowledged_write() {
+    let _serial = serial();
     if !have("nbdkit") {
         return;
     }
@@ -388,6 +399,7 @@ fn kill_9_restarts_of_the_backing_lose_no_acknowledged_write() {
 
 #[test]
 fn graceful_stops_of_the_backing_get_a_soft_disconnect_and_a_reconnect() {
+    let _serial = serial();
     if !have("nbdkit") {
         return;
     }
@@ -418,6 +430,7 @@ fn graceful_stops_of_the_backing_get_a_soft_disconnect_and_a_reconnect() {
 
 #[test]
 fn writes_a_restarted_server_lost_from_its_cache_are_replayed_before_reads_and_flush() {
+    let _serial = serial();
     if !have("nbdkit") {
         return;
     }
@@ -475,6 +488,7 @@ fn writes_a_restarted_server_lost_from_its_cache_are_replayed_before_reads_and_f
 
 #[test]
 fn a_backing_away_past_the_timeout_fails_requests_with_eio_then_heals() {
+    let _serial = serial();
     if !have("nbdkit") {
         return;
     }
@@ -539,6 +553,7 @@ fn a_backing_away_past_the_timeout_fails_requests_with_eio_then_heals() {
 
 #[test]
 fn an_export_whose_size_changed_is_refused_naming_both_sizes() {
+    let _serial = serial();
     if !have("nbdkit") {
         return;
     }
@@ -597,6 +612,7 @@ fn an_export_whose_size_changed_is_refused_naming_both_sizes() {
 
 #[test]
 fn a_write_back_cache_keeps_destaging_across_backing_restarts_and_loses_nothing() {
+    let _serial = serial();
     if !have("nbdkit") {
         return;
     }
