@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use wcache_core::metrics::{MetricKind, MetricList};
 use wcache_core::time::Nanos;
 use wcache_core::types::RequestId;
-use wcache_core::{Engine, EngineConfig, IoCommand, Request, RequestFlags, RequestKind};
+use wcache_core::{Engine, EngineConfig, Request, RequestFlags, RequestKind};
 
 /// Runs writes and reads to completion (every command succeeds at once).
 fn busy_engine(config: EngineConfig) -> Engine {
@@ -36,17 +36,6 @@ fn busy_engine(config: EngineConfig) -> Engine {
         while e.poll_response().is_some() {}
     }
     e
-}
-
-fn io_of(cmd: &IoCommand) -> wcache_core::types::IoId {
-    match *cmd {
-        IoCommand::WritePage { io, .. }
-        | IoCommand::ReadPage { io, .. }
-        | IoCommand::ReadBacking { io, .. }
-        | IoCommand::WriteBacking { io, .. }
-        | IoCommand::Destage { io, .. }
-        | IoCommand::FreeSlots { io, .. } => io,
-    }
 }
 
 #[test]
