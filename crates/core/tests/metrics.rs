@@ -30,8 +30,7 @@ fn busy_engine(config: EngineConfig) -> Engine {
         e.handle_request(Nanos(now), req).unwrap();
         while let Some(cmd) = e.poll_command() {
             now += 1000;
-            e.handle_completion(Nanos(now), io_of(&cmd), Ok(()))
-                .unwrap();
+            e.handle_completion(Nanos(now), cmd.io(), Ok(())).unwrap();
         }
         while e.poll_response().is_some() {}
     }
