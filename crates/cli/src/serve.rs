@@ -352,7 +352,15 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     if defaults_used || (args.socket.is_none() && args.listen.is_none()) {
         ensure_dir(&args.data_dir)?;
     }
-    let cache = Cache::open(&config)?;
+    let listeners = Listeners::bind(&args)?;
+    let socket = listeners.socket();
+    let cache = match Cache::open(&config) {
+        Ok(cache) => cache,
+        Err(e) => {
+            listeners.discard();
+            return Err(e.into());
+        }
+    };
     print_open_report(&cache);
     let reporter = ErrorReporter::start(cache.monitor())?;
 
@@ -366,7 +374,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         ..ServerConfig::default()
     };
     let mut server = builder.config(server_config).start()?;
-    let (socket, uris) = listen(&args, &mut server, cache.volumes())?;
+    let uris = listeners.serve(&mut server, cache.volumes())?;
     print_banner(&args, &config, &cache, socket.as_deref(), &uris);
 
     let signal = wait_for_stop_signal(&signals);
@@ -516,44 +524,88 @@ fn print_open_report(cache: &Cache) {
 
 /// Binds the Unix socket and the TCP address asked for; returns the socket
 /// path (removed at the end) and an NBD URI per volume and listener.
-fn listen(
-    args: &ServeArgs,
-    server: &mut Server,
-    volumes: &[Volume],
-) -> Result<(Option<PathBuf>, Vec<String>), AnyError> {
-    let socket = match (&args.socket, &args.listen) {
-        (Some(s), _) => Some(s.clone()),
-        (None, None) => Some(args.data_dir.join("wcache.sock")),
-        (None, Some(_)) => None,
-    };
-    let mut uris = Vec::new();
-    if let Some(path) = &socket {
-        let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path).map_err(|source| ServeError::Listen {
-            what: path.display().to_string(),
-            source,
-        })?;
-        server.listen_unix(listener)?;
-        let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-        for v in volumes {
-            uris.push(format!("nbd+unix:///{}?socket={}", v.name(), abs.display()));
+/// The listening sockets, bound before the cache is opened so that a
+/// socket that cannot be bound refuses the start before any device is
+/// written (recovery rewrites the superblock). The Unix socket is bound
+/// under a temporary name beside its path and renamed into place once the
+/// cache is open, so that its appearance still means "ready".
+struct Listeners {
+    /// (path, temporary path, listener)
+    unix: Option<(PathBuf, PathBuf, UnixListener)>,
+    tcp: Option<(String, TcpListener)>,
+}
+
+impl Listeners {
+    fn bind(args: &ServeArgs) -> Result<Listeners, ServeError> {
+        let socket = match (&args.socket, &args.listen) {
+            (Some(s), _) => Some(s.clone()),
+            (None, None) => Some(args.data_dir.join("wcache.sock")),
+            (None, Some(_)) => None,
+        };
+        let mut listeners = Listeners {
+            unix: None,
+            tcp: None,
+        };
+        if let Some(path) = socket {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let temp = path.with_file_name(format!(
+                ".{}.{}",
+                name.unwrap_or_default(),
+                std::process::id()
+            ));
+            let _ = std::fs::remove_file(&temp);
+            let listener = UnixListener::bind(&temp).map_err(|source| ServeError::Listen {
+                what: path.display().to_string(),
+                source,
+            })?;
+            listeners.unix = Some((path, temp, listener));
+        }
+        if let Some(addr) = &args.listen {
+            let listener = TcpListener::bind(addr).map_err(|source| ServeError::Listen {
+                what: addr.clone(),
+                source,
+            })?;
+            listeners.tcp = Some((addr.clone(), listener));
+        }
+        Ok(listeners)
+    }
+
+    /// The Unix socket's path, if there is one.
+    fn socket(&self) -> Option<PathBuf> {
+        self.unix.as_ref().map(|(path, _, _)| path.clone())
+    }
+
+    /// Remove the bound socket's file (a start refused after binding).
+    fn discard(&self) {
+        if let Some((_, temp, _)) = &self.unix {
+            let _ = std::fs::remove_file(temp);
         }
     }
-    if let Some(addr) = &args.listen {
-        let listener = TcpListener::bind(addr).map_err(|source| ServeError::Listen {
-            what: addr.clone(),
-            source,
-        })?;
-        let local = listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| addr.clone());
-        server.listen_tcp(listener)?;
-        for v in volumes {
-            uris.push(format!("nbd://{local}/{}", v.name()));
+
+    /// Hand the sockets to `server`; returns the URIs of the volumes.
+    fn serve(self, server: &mut Server, volumes: &[Volume]) -> Result<Vec<String>, AnyError> {
+        let mut uris = Vec::new();
+        if let Some((path, temp, listener)) = self.unix {
+            let _ = std::fs::remove_file(&path);
+            std::fs::rename(&temp, &path).map_err(|source| ServeError::Listen {
+                what: path.display().to_string(),
+                source,
+            })?;
+            server.listen_unix(listener)?;
+            let abs = std::fs::canonicalize(&path).unwrap_or(path);
+            for v in volumes {
+                uris.push(format!("nbd+unix:///{}?socket={}", v.name(), abs.display()));
+            }
         }
+        if let Some((addr, listener)) = self.tcp {
+            let local = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
+            server.listen_tcp(listener)?;
+            for v in volumes {
+                uris.push(format!("nbd://{local}/{}", v.name()));
+            }
+        }
+        Ok(uris)
     }
-    Ok((socket, uris))
 }
 
 /// What is served where, and how to attach it.

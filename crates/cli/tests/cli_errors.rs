@@ -352,6 +352,37 @@ fn bad_serve_settings_touch_no_file() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A socket that cannot be bound refuses the start before the cache device
+/// is formatted or opened (recovery would rewrite its superblock).
+#[test]
+fn an_unbindable_socket_refuses_before_the_cache_is_touched() {
+    let dir = std::env::temp_dir().join(format!("wcache-bad-socket-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = dir.join("cache.img");
+    let socket = dir.join("missing").join("w.sock");
+    fails_naming(
+        &[
+            "serve",
+            "--socket",
+            socket.to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap(),
+            "--backing",
+            dir.join("backing.img").to_str().unwrap(),
+            "--cache-size",
+            "16M",
+            "--backing-size",
+            "16M",
+        ],
+        &format!("cannot listen on {}", socket.display()),
+    );
+    assert!(
+        !cache.exists(),
+        "the refused start created the cache device"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn refused_trace_requests_are_reported_not_dropped_silently() {
     // The second write (32 MiB) is larger than the 16 MiB cache.
