@@ -8,12 +8,16 @@ mod inspect;
 mod serve;
 mod tools;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use wcache_core::policy::admission::ADMISSIONS;
+use wcache_core::policy::destage_order::DESTAGE_ORDERS;
 use wcache_core::policy::destage_rate::{RateConfig, DESTAGE_RATES};
+use wcache_core::policy::replacement::REPLACEMENTS;
+use wcache_core::policy::write_policy::WRITE_POLICIES;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_models::{build_device, build_device_with, HddParams};
 use wcache_sim::experiment::{self, wow};
@@ -183,8 +187,38 @@ struct OneRun {
     timeline_ms: u64,
 }
 
+/// The policy options' long help (`--help`) lists each family's policies
+/// from its registry, the same table that parses the names.
+fn with_policy_help(cmd: clap::Command) -> clap::Command {
+    fn listed(c: clap::Command, ids: &[&'static str]) -> clap::Command {
+        ids.iter().fold(c, |c, &id| {
+            let table = match id {
+                "order" => DESTAGE_ORDERS.help(),
+                "rate" => DESTAGE_RATES.help(),
+                "write_policy" => WRITE_POLICIES.help(),
+                "replacement" => REPLACEMENTS.help(),
+                _ => ADMISSIONS.help(),
+            };
+            c.mut_arg(id, |a| {
+                let short = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+                a.long_help(format!("{short}\n\n{}", table.trim_end()))
+            })
+        })
+    }
+    cmd.mut_subcommand("sim", |c| {
+        listed(
+            c,
+            &["order", "rate", "write_policy", "replacement", "admission"],
+        )
+    })
+    .mut_subcommand("serve", |c| {
+        listed(c, &["order", "rate", "write_policy", "admission"])
+    })
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = with_policy_help(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Sim(args) => sim(*args),
         Command::Serve(args) => serve::serve(*args),

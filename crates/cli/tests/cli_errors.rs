@@ -352,6 +352,28 @@ fn bad_serve_settings_touch_no_file() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--help` lists each policy family from its registry, with the same names
+/// that parsing accepts.
+#[test]
+fn help_lists_the_policies_of_each_family() {
+    let sim = succeeds(&["sim", "--help"]);
+    for line in [
+        "wow: CSCAN skipping groups written since the pointer passed",
+        "adaptive: the linear threshold with WOW's adaptive high watermark",
+        "write-through (wt): acknowledged once cache and backing hold the write",
+        "arc: ARC: adaptive between recency and frequency",
+        "all: admit every write",
+    ] {
+        assert!(sim.contains(line), "sim --help lacks {line:?}: {sim}");
+    }
+    let serve = succeeds(&["serve", "--help"]);
+    assert!(
+        serve.contains("lrw: least recently written group first"),
+        "{serve}"
+    );
+    assert!(serve.contains("write-around (wa):"), "{serve}");
+}
+
 /// A socket that cannot be bound refuses the start before the cache device
 /// is formatted or opened (recovery would rewrite its superblock).
 #[test]
