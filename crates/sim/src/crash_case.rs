@@ -96,10 +96,6 @@ impl CrashCase {
         }
     }
 
-    fn policy_name(&self) -> &'static str {
-        self.policy.name()
-    }
-
     /// The `wcache sim` command that runs this case.
     pub fn command_line(&self) -> String {
         format!(
@@ -107,7 +103,7 @@ impl CrashCase {
              --page-size {PAGE_BYTES} --group-size {GROUP_BYTES} --write-policy {} --workload random \
              --footprint {FOOTPRINT_KIB}K --read-fraction {READ_FRACTION} --outstanding {OUTSTANDING} \
              --warmup 0 --requests {} --sequential-cutoff {} --seed {} --faults {} --crash-at {} --check",
-            self.policy_name(),
+            self.policy.name(),
             self.requests,
             self.sequential_cutoff_bytes,
             self.seed,
