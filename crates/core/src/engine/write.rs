@@ -33,7 +33,7 @@ impl Engine {
         // Two backing writes of one page must not race, so a write that
         // goes to the backing now waits while an earlier one to its pages is
         // in flight.
-        (route == WriteRoute::Cache || !self.overlaps_inflight(ri)).then_some(route)
+        (route == WriteRoute::Cache || !self.backing_write_would_race(ri)).then_some(route)
     }
 
     /// True while an older version of `key`'s page is being destaged.
@@ -72,12 +72,18 @@ impl Engine {
         })
     }
 
-    pub(super) fn overlaps_inflight(&self, ri: u32) -> bool {
+    /// A backing write of `ri` now could race an earlier backing write to
+    /// one of its pages: a version in flight (write-through), or a destage of
+    /// the page's current or an older version, which could land after it
+    /// and leave the backing older than an acknowledged write-through.
+    pub(super) fn backing_write_would_race(&self, ri: u32) -> bool {
         let r = self.req(ri);
         self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
-            self.slots
-                .lookup(PageKey::new(r.volume, p.page))
-                .is_some_and(|s| self.slots.state(s) == SlotState::Filling)
+            let key = PageKey::new(r.volume, p.page);
+            let current_busy = self.slots.lookup(key).is_some_and(|s| {
+                self.slots.state(s) == SlotState::Filling || self.slots.has(s, FLAG_DESTAGING)
+            });
+            current_busy || self.older_version_destaging(key)
         })
     }
 
