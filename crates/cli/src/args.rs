@@ -13,6 +13,19 @@ pub enum ArgError {
     SyncMode { option: &'static str, text: String },
     #[error("--export {0:?}: expected NAME=BACKING")]
     Export(String),
+    #[error("--{option}: cannot parse duration {text:?} (examples: 30s, 500ms, 2m, 0)")]
+    Duration { option: &'static str, text: String },
+}
+
+/// A duration in nanoseconds: `0`, or a number with a unit (`30s`, `500ms`,
+/// `1m 30s`).
+pub fn duration_ns_arg(option: &'static str, text: &str) -> Result<u64, ArgError> {
+    let error = || ArgError::Duration {
+        option,
+        text: text.to_string(),
+    };
+    let d = humantime::parse_duration(text.trim()).map_err(|_| error())?;
+    u64::try_from(d.as_nanos()).map_err(|_| error())
 }
 
 pub fn size_arg(option: &'static str, text: &str) -> Result<u64, ArgError> {

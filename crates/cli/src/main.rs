@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use wcache_core::config::StalenessConfig;
 use wcache_core::policy::admission::ADMISSIONS;
 use wcache_core::policy::destage_order::DESTAGE_ORDERS;
 use wcache_core::policy::destage_rate::{RateConfig, DESTAGE_RATES};
@@ -127,6 +128,16 @@ struct OneRun {
     /// cache (e.g. 4M; 0: no cutoff).
     #[arg(long, default_value = "0", value_parser = parse_cutoff)]
     sequential_cutoff: u64,
+    /// Maximum dirty age in virtual time: a page dirty this long is
+    /// destaged whatever the thresholds say (e.g. 30s; 0: no bound).
+    #[arg(long, default_value = "0", value_parser = parse_duration_ns)]
+    max_dirty_age: u64,
+    /// With no request for this long (virtual time) the cache is idle...
+    #[arg(long, default_value = "1s", value_parser = parse_duration_ns)]
+    idle_after: u64,
+    /// ...and keeps this many destages outstanding until a request comes (0: none).
+    #[arg(long, default_value_t = 0)]
+    idle_destages: u32,
     /// Keep destaged pages and read misses as clean cached pages.
     #[arg(long)]
     read_cache: bool,
@@ -373,6 +384,11 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         replacement: o.replacement.clone(),
         admission: o.admission.clone(),
         sequential_cutoff_bytes: o.sequential_cutoff,
+        staleness: StalenessConfig {
+            max_dirty_age_ns: o.max_dirty_age,
+            idle_after_ns: o.idle_after,
+            idle_destages: o.idle_destages,
+        },
         read_insert: o.read_cache,
         keep_clean: o.read_cache,
         requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
@@ -574,6 +590,11 @@ fn parse_footprint(text: &str) -> Result<u64, String> {
         return Err(format!("{text:?} is less than one 4 KiB page"));
     }
     Ok(bytes)
+}
+
+fn parse_duration_ns(text: &str) -> Result<u64, String> {
+    args::duration_ns_arg("duration", text)
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 0, 500ms, 30s)"))
 }
 
 fn parse_cutoff(text: &str) -> Result<u64, String> {

@@ -21,6 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use wcache_core::config::StalenessConfig;
 use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
 use wcache_io::cache::Monitor;
 use wcache_io::format::FORMAT_VERSION;
@@ -29,7 +30,7 @@ use wcache_io::{
 };
 use wcache_nbd::{Export, ExportError, Server, ServerConfig, ServerStats};
 
-use crate::args::{export_args, size_arg, sync_arg};
+use crate::args::{duration_ns_arg, export_args, size_arg, sync_arg};
 
 type AnyError = Box<dyn std::error::Error>;
 
@@ -104,6 +105,18 @@ pub struct ServeArgs {
     /// the cache to the backing (e.g. 4M; 0: no cutoff).
     #[arg(long, default_value = "0")]
     sequential_cutoff: String,
+    /// Maximum dirty age: a page dirty this long is destaged whatever the
+    /// destage thresholds say, so the backing lags the acknowledged writes
+    /// by at most this plus the time to destage (e.g. 30s, 500ms; 0: no bound).
+    #[arg(long, default_value = "30s")]
+    max_dirty_age: String,
+    /// With no request for this long the cache is idle...
+    #[arg(long, default_value = "1s")]
+    idle_after: String,
+    /// ...and keeps this many destages outstanding until a request comes
+    /// (0: dirty pages wait for the thresholds or their maximum age).
+    #[arg(long, default_value_t = 4)]
+    idle_destages: u32,
     #[arg(long, default_value_t = 4096)]
     page_size: u64,
     /// Write group (destage unit) in bytes.
@@ -458,6 +471,11 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
             destage_rate: args.rate.clone(),
             admission: args.admission.clone(),
             sequential_cutoff_bytes: size_arg("sequential-cutoff", &args.sequential_cutoff)?,
+            staleness: StalenessConfig {
+                max_dirty_age_ns: duration_ns_arg("max-dirty-age", &args.max_dirty_age)?,
+                idle_after_ns: duration_ns_arg("idle-after", &args.idle_after)?,
+                idle_destages: args.idle_destages,
+            },
             ..EngineConfig::default()
         },
         driver: DriverConfig {
@@ -608,6 +626,23 @@ impl Listeners {
     }
 }
 
+/// The staleness bounds in force, as the banner states them.
+fn staleness_text(s: &StalenessConfig) -> String {
+    let age = |ns: u64| humantime::format_duration(Duration::from_nanos(ns)).to_string();
+    let bound = match s.max_dirty_age_ns {
+        0 => "no maximum dirty age".to_string(),
+        ns => format!("dirty pages destaged once {} old", age(ns)),
+    };
+    let idle = match s.idle_destages {
+        0 => "no idle drain".to_string(),
+        n => format!(
+            "idle after {}: {n} destages outstanding",
+            age(s.idle_after_ns)
+        ),
+    };
+    format!("{bound}; {idle}")
+}
+
 /// What is served where, and how to attach it.
 fn print_banner(
     args: &ServeArgs,
@@ -628,6 +663,7 @@ fn print_banner(
             n => format!(" (sequential cutoff {n} bytes)"),
         }
     );
+    println!("  staleness: {}", staleness_text(&config.engine.staleness));
     if args.persist_on_flush {
         println!(
             "wcache: persist-on-flush: writes are durable after FLUSH or FUA (a power loss may \

@@ -30,6 +30,8 @@ pub struct EngineConfig {
     pub destage_order: String,
     pub destage_rate: String,
     pub rate: RateConfig,
+    /// Bounds on how long dirty data waits for the backing.
+    pub staleness: StalenessConfig,
     /// Clean-page replacement.
     pub replacement: String,
     /// Insert read misses into the cache as clean pages.
@@ -58,6 +60,7 @@ impl Default for EngineConfig {
             destage_order: "wow".into(),
             destage_rate: "adaptive".into(),
             rate: RateConfig::default(),
+            staleness: StalenessConfig::default(),
             replacement: "lru".into(),
             read_insert: true,
             keep_clean: true,
@@ -66,6 +69,35 @@ impl Default for EngineConfig {
         }
     }
 }
+
+/// Bounds on staleness, the time acknowledged writes wait for the backing
+/// (`docs/consistency.md`). All off by default, as in the papers'
+/// experiments; `wcache serve` turns them on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StalenessConfig {
+    /// A page dirty this long has its group destaged whatever the destage
+    /// rate says (0: no bound).
+    pub max_dirty_age_ns: u64,
+    /// With no request for this long the cache is idle...
+    pub idle_after_ns: u64,
+    /// ...and keeps at least this many destages outstanding until a request
+    /// comes (0: no idle drain).
+    pub idle_destages: u32,
+}
+
+impl Default for StalenessConfig {
+    fn default() -> Self {
+        StalenessConfig {
+            max_dirty_age_ns: 0,
+            idle_after_ns: 1_000_000_000,
+            idle_destages: 0,
+        }
+    }
+}
+
+/// The shortest maximum dirty age (a shorter one would turn the age periods
+/// over faster than the dirty set can be walked).
+pub const MAX_DIRTY_AGE_NS_MIN: u64 = 10_000_000;
 
 #[derive(Debug, Error, PartialEq)]
 pub enum ConfigError {
@@ -84,6 +116,12 @@ pub enum ConfigError {
     Rate(#[from] RateConfigError),
     #[error("requests_max = 0: at least one request must be allowed")]
     NoRequests,
+    #[error(
+        "max_dirty_age = {0} ns: at least {MAX_DIRTY_AGE_NS_MIN} ns (10 ms), or 0 for no bound"
+    )]
+    MaxDirtyAgeTooShort(u64),
+    #[error("idle_destages = {idle} exceeds destages_max = {max}")]
+    IdleDestages { idle: u32, max: u32 },
 }
 
 impl EngineConfig {
@@ -113,6 +151,16 @@ impl EngineConfig {
         self.rate.validate()?;
         if self.requests_max == 0 {
             return Err(ConfigError::NoRequests);
+        }
+        let s = &self.staleness;
+        if s.max_dirty_age_ns != 0 && s.max_dirty_age_ns < MAX_DIRTY_AGE_NS_MIN {
+            return Err(ConfigError::MaxDirtyAgeTooShort(s.max_dirty_age_ns));
+        }
+        if s.idle_destages > self.rate.destages_max {
+            return Err(ConfigError::IdleDestages {
+                idle: s.idle_destages,
+                max: self.rate.destages_max,
+            });
         }
         Ok(geometry)
     }

@@ -8,6 +8,7 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
+use wcache_core::config::StalenessConfig;
 use wcache_core::reference::{Partial, Reference};
 use wcache_core::time::Nanos;
 use wcache_core::types::{RequestId, VolumeId};
@@ -440,6 +441,14 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
         // Sequential cutoff in pages (0: none): bypassed writes must never
         // let an older cached version come back over them.
         prop_oneof![3 => Just(0u64), 1 => Just(1u64), 1 => Just(3u64), 1 => Just(8u64)],
+        // Staleness bounds (maximum dirty age, idle destages): groups
+        // destaged out of the order's turn must keep every rule above.
+        prop_oneof![
+            2 => Just((0u64, 0u32)),
+            1 => Just((10_000_000u64, 0u32)),
+            1 => Just((0u64, 2u32)),
+            1 => Just((30_000_000u64, 1u32)),
+        ],
     )
         .prop_map(
             |(
@@ -454,8 +463,14 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                 rate,
                 persistent,
                 cutoff_pages,
+                (max_dirty_age_ns, idle_destages),
             )| {
                 EngineConfig {
+                    staleness: StalenessConfig {
+                        max_dirty_age_ns,
+                        idle_after_ns: 2_000_000,
+                        idle_destages,
+                    },
                     sequential_cutoff_bytes: cutoff_pages * page,
                     persistent,
                     page_size_bytes: page,

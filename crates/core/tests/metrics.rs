@@ -46,7 +46,7 @@ fn every_counter_and_gauge_is_reported_once_with_its_value() {
     };
     let e = busy_engine(config);
     let mut list = MetricList::default();
-    e.visit_metrics(&mut list);
+    e.visit_metrics(Nanos::ZERO, &mut list);
 
     let mut names = HashSet::new();
     for (_, name, help, _) in &list.metrics {
@@ -107,7 +107,7 @@ fn without_a_cutoff_no_admission_metric_is_reported() {
         ..EngineConfig::default()
     });
     let mut list = MetricList::default();
-    e.visit_metrics(&mut list);
+    e.visit_metrics(Nanos::ZERO, &mut list);
     assert_eq!(list.get("admission_sequential_streams"), None);
     assert!(list.get("writes").is_some_and(|n| n > 0));
 }

@@ -7,6 +7,7 @@
 use crate::faults::FaultPlan;
 use crate::run::{RunLimits, SimError, SimReport, Simulation};
 use crate::workload::{RandomConfig, WorkloadSpec, OUTSTANDING_MAX_DEFAULT};
+use wcache_core::config::StalenessConfig;
 use wcache_core::policy::destage_rate::RateConfig;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_models::{build_device, build_device_with, HddParams};
@@ -31,7 +32,14 @@ pub struct CrashCase {
     pub requests: u64,
     /// Admission's sequential cutoff (`--sequential-cutoff`; 0: none).
     pub sequential_cutoff_bytes: u64,
+    /// Maximum dirty age in milliseconds (`--max-dirty-age`; 0: none) and
+    /// idle destages (`--idle-destages`, idle after `IDLE_AFTER_MS`).
+    pub max_dirty_age_ms: u64,
+    pub idle_destages: u32,
 }
+
+/// When a case with idle destages counts as idle.
+const IDLE_AFTER_MS: u64 = 5;
 
 fn mix(mut x: u64) -> u64 {
     // splitmix64's finalizer: independent-looking choices from a seed.
@@ -56,6 +64,8 @@ impl CrashCase {
     /// plus `extra` fault items. Every fifth seed runs with a sequential
     /// cutoff of two pages, so that some writes (those continuing one of the
     /// streams the cutoff tracks) go around the cache and others do not.
+    /// Every third seed bounds staleness (a maximum dirty age of 50 ms and
+    /// an idle drain), so groups are also destaged out of the order's turn.
     pub fn for_seed(policy: WritePolicyKind, seed: u64, requests: u64, extra: &str) -> CrashCase {
         let h = mix(seed);
         let eio = ["0", "0.005", "0.02"][(h % 3) as usize];
@@ -84,11 +94,18 @@ impl CrashCase {
         } else {
             0
         };
+        let (max_dirty_age_ms, idle_destages) = if (h >> 32).is_multiple_of(3) {
+            (50, 2)
+        } else {
+            (0, 0)
+        };
         CrashCase {
             policy,
             seed,
             faults,
             sequential_cutoff_bytes,
+            max_dirty_age_ms,
+            idle_destages,
             // Within the run's device writes: about two per write under
             // write-back and write-through, one under write-around.
             crash_at,
@@ -102,10 +119,13 @@ impl CrashCase {
             "wcache sim --backend {BACKEND} --cache-device {CACHE_DEVICE} --cache-pages {CACHE_PAGES} \
              --page-size {PAGE_BYTES} --group-size {GROUP_BYTES} --write-policy {} --workload random \
              --footprint {FOOTPRINT_KIB}K --read-fraction {READ_FRACTION} --outstanding {OUTSTANDING} \
-             --warmup 0 --requests {} --sequential-cutoff {} --seed {} --faults {} --crash-at {} --check",
+             --warmup 0 --requests {} --sequential-cutoff {} --max-dirty-age {}ms --idle-destages {} --idle-after {IDLE_AFTER_MS}ms \
+             --seed {} --faults {} --crash-at {} --check",
             self.policy.name(),
             self.requests,
             self.sequential_cutoff_bytes,
+            self.max_dirty_age_ms,
+            self.idle_destages,
             self.seed,
             self.faults,
             self.crash_at
@@ -129,6 +149,11 @@ impl CrashCase {
             replacement: "lru".into(),
             admission: "all".into(),
             sequential_cutoff_bytes: self.sequential_cutoff_bytes,
+            staleness: StalenessConfig {
+                max_dirty_age_ns: self.max_dirty_age_ms * 1_000_000,
+                idle_after_ns: IDLE_AFTER_MS * 1_000_000,
+                idle_destages: self.idle_destages,
+            },
             read_insert: false,
             keep_clean: false,
             requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,

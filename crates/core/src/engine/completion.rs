@@ -11,6 +11,7 @@ impl Engine {
         io: IoId,
         result: Result<(), IoError>,
     ) -> Result<(), EngineError> {
+        self.advance_ages(now);
         let ctx = self.take_io(io).ok_or(EngineError::UnknownIo(io))?;
         let done_req = match ctx {
             IoCtx::Fill {

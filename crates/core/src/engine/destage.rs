@@ -7,7 +7,8 @@ impl Engine {
     /// Take a page out of the dirty set (before its slot can be reused). If
     /// that empties a candidate group, the group leaves the candidates.
     pub(super) fn remove_dirty(&mut self, key: PageKey) {
-        let flags = self.dirty.remove(self.slots.keys(), key.0);
+        let (flags, slot) = self.dirty.remove(self.slots.keys(), key.0);
+        self.ages.cleaned(slot);
         let gkey = self.dirty.group_of(key.0);
         if flags & E_CANDIDATE != 0 && self.dirty.group_flags(self.slots.keys(), gkey).is_none() {
             self.candidates -= 1;
@@ -40,9 +41,10 @@ impl Engine {
     }
 
     pub(super) fn start_destages(&mut self) {
-        if self.destage_paused_until.is_some() {
+        if self.timers.get(Timer::DestageRetry).is_some() {
             return;
         }
+        self.destage_expired();
         let mut fruitless = 0usize;
         loop {
             // The trickle needs both the last and the next destage sequential:
@@ -58,9 +60,12 @@ impl Engine {
                 next_candidate_sequential: next_sequential,
             };
             let mut target = self.rate.target_outstanding(&input);
-            if self.draining || !self.stalled.is_empty() {
-                // Writes wait for room: destage at full rate whatever the thresholds say.
+            if self.draining || !self.stalled.is_empty() || self.must_drain_dirty() {
+                // Writes wait for room, or the policy keeps no dirty data:
+                // destage at full rate whatever the thresholds say.
                 target = self.config.rate.destages_max;
+            } else if self.idle_draining {
+                target = target.max(self.config.staleness.idle_destages);
             }
             if self.destages_in_flight >= target || fruitless > self.candidates {
                 return;
@@ -78,6 +83,12 @@ impl Engine {
             }
             self.group_changed(gkey);
         }
+    }
+
+    /// Dirty pages under a write policy that keeps none (recovered, or left
+    /// by a failed backing write): they go at once.
+    pub(super) fn must_drain_dirty(&self) -> bool {
+        self.dirty.pages() > 0 && !self.write_policy.keeps_dirty()
     }
 
     /// Destage every dirty, written page of group `gkey` as contiguous runs.
@@ -196,7 +207,10 @@ impl Engine {
             Ok(()) => self.destage_retry_ns = DESTAGE_RETRY_NS_MIN,
             Err(_) => {
                 self.stats.destage_errors += 1;
-                self.destage_paused_until = Some(Nanos(now.0 + self.destage_retry_ns));
+                self.timers.set(
+                    Timer::DestageRetry,
+                    Some(Nanos(now.0 + self.destage_retry_ns)),
+                );
                 self.destage_retry_ns = (self.destage_retry_ns * 2).min(DESTAGE_RETRY_NS_MAX);
             }
         }

@@ -20,6 +20,7 @@ mod dirty;
 mod free;
 mod slots;
 mod stats;
+mod timers;
 
 pub use stats::Stats;
 
@@ -39,8 +40,10 @@ use rustc_hash::FxHashMap as HashMap;
 use slots::{
     SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN, FLAG_FREEING, FLAG_FREE_SENT, FLAG_OLD,
 };
+use staleness::Ages;
 use std::collections::VecDeque;
 use thiserror::Error;
+use timers::{Timer, Timers};
 
 /// The destage order's view of the candidates, borrowed field by field.
 macro_rules! view {
@@ -59,6 +62,7 @@ mod completion;
 mod destage;
 mod read;
 mod request;
+mod staleness;
 mod versions;
 mod write;
 
@@ -244,8 +248,6 @@ pub struct Engine {
     /// Failed write-through requests held until a slot's record is zeroed
     /// (see the `Fill` error path).
     free_waiters: HashMap<u32, Vec<u32>>,
-    /// When the oldest of `to_free` must go out.
-    frees_due: Option<Nanos>,
     /// Version number for the next page version (`SlotRecord::seq`).
     next_seq: u64,
 
@@ -259,7 +261,6 @@ pub struct Engine {
     destages_in_flight: u32,
     last_destage_sequential: bool,
     last_destage_sector: Option<u64>,
-    destage_paused_until: Option<Nanos>,
     destage_retry_ns: u64,
     draining: bool,
     write_seq: u64,
@@ -273,6 +274,13 @@ pub struct Engine {
     /// Bypass write requests in flight (no bucket walk while there are none).
     bypass_writes_live: u32,
     positions: Vec<u32>,
+    /// Deadlines: destage retry, batched frees.
+    timers: Timers,
+    /// When each dirty page became dirty, coarsely; expired groups.
+    ages: Ages,
+    last_request_at: Nanos,
+    /// The cache went idle with dirty pages: destage at the idle rate.
+    idle_draining: bool,
     stats: Stats,
 }
 
@@ -305,7 +313,6 @@ impl Engine {
             old_versions: HashMap::default(),
             to_free: Vec::new(),
             free_waiters: HashMap::default(),
-            frees_due: None,
             next_seq: 1,
             ios: Vec::new(),
             io_gens: Vec::new(),
@@ -315,7 +322,6 @@ impl Engine {
             destages_in_flight: 0,
             last_destage_sequential: false,
             last_destage_sector: None,
-            destage_paused_until: None,
             destage_retry_ns: DESTAGE_RETRY_NS_MIN,
             draining: false,
             write_seq: 0,
@@ -324,6 +330,10 @@ impl Engine {
             bypasses_in_flight: vec![0; WRITE_FILTER_BUCKETS],
             bypass_writes_live: 0,
             positions: Vec::with_capacity(geometry.group_pages() as usize),
+            timers: Timers::default(),
+            ages: Ages::new(slots as usize, config.staleness.max_dirty_age_ns),
+            last_request_at: Nanos::ZERO,
+            idle_draining: false,
             stats: Stats::default(),
             config,
         })
@@ -397,6 +407,10 @@ impl Engine {
             }
         }
         engine.emit_frees(Nanos::MAX);
+        if engine.must_drain_dirty() {
+            // The write policy keeps no dirty data: its promise holds once these are destaged.
+            engine.start_destages();
+        }
         Ok(engine)
     }
 
@@ -467,8 +481,8 @@ impl Engine {
         self.draining = false;
     }
 
-    /// Report every counter and gauge of the engine and its policies.
-    pub fn visit_metrics(&self, v: &mut dyn MetricsVisitor) {
+    /// Report every counter and gauge of the engine and its policies, as of `now`.
+    pub fn visit_metrics(&self, now: Nanos, v: &mut dyn MetricsVisitor) {
         self.stats.visit(v);
         let (low, high) = self.thresholds_pages();
         let gauges = [
@@ -523,6 +537,11 @@ impl Engine {
                 self.destages_in_flight as u64,
             ),
             (
+                "dirty_age_ms",
+                "Upper bound on the age of the oldest dirty page, one age period coarse: how far the backing lags the acknowledged writes.",
+                self.dirty_age_ns(now) / 1_000_000,
+            ),
+            (
                 "metadata_bytes",
                 "Heap bytes of engine metadata.",
                 self.metadata_bytes() as u64,
@@ -538,6 +557,7 @@ impl Engine {
     pub fn metadata_bytes(&self) -> usize {
         self.slots.heap_bytes()
             + self.dirty.heap_bytes()
+            + self.ages.heap_bytes()
             + self.order.metadata_bytes()
             + self.replacement.metadata_bytes()
             + self.admission.metadata_bytes()
@@ -553,17 +573,28 @@ impl Engine {
         self.responses.pop_front()
     }
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        match (self.destage_paused_until, self.frees_due) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.timers.earliest(),
+            self.age_deadline(),
+            self.idle_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
     pub fn handle_timeout(&mut self, now: Nanos) {
-        if let Some(t) = self.destage_paused_until {
-            if now >= t {
-                self.destage_paused_until = None;
-                self.start_destages();
-            }
+        self.advance_ages(now);
+        let mut destage = self.ages.has_expired();
+        if self.timers.due(Timer::DestageRetry, now) {
+            self.timers.set(Timer::DestageRetry, None);
+            destage = true;
+        }
+        if self.idle_deadline().is_some_and(|at| now >= at) {
+            self.idle_draining = true;
+            destage = true;
+        }
+        if destage {
+            self.start_destages();
         }
         self.emit_frees(now);
     }

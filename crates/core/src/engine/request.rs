@@ -5,6 +5,7 @@ use super::*;
 
 impl Engine {
     pub fn handle_request(&mut self, now: Nanos, req: Request) -> Result<(), SubmitError> {
+        self.advance_ages(now);
         let vol = self
             .volumes
             .get(req.volume.0 as usize)
@@ -32,6 +33,7 @@ impl Engine {
             return Err(SubmitError::Busy(self.config.requests_max));
         }
         let ri = self.alloc_req(req);
+        self.note_request(now);
         match req.kind {
             RequestKind::Read => self.admit_read(ri),
             RequestKind::Write | RequestKind::WriteZeroes => {

@@ -76,6 +76,9 @@ counters! {
     destage_picks: u64,
     /// Groups the destage pointer passed over, clearing their recency bit (WOW lines 20-23).
     destage_skips: u64,
+    /// Groups destaged out of order because a page in them reached the
+    /// maximum dirty age.
+    expired_groups: u64,
     /// Sum over consecutive destage pairs of |start address difference|, in 512 B sectors.
     destage_distance_sectors_sum: u128,
     /// Consecutive destage pairs in that sum.

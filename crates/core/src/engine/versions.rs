@@ -76,12 +76,14 @@ impl Engine {
     /// always safe: a slot only stays out of the pool longer.
     pub(super) fn emit_frees(&mut self, now: Nanos) {
         if self.to_free.is_empty() {
-            self.frees_due = None;
+            self.timers.set(Timer::Frees, None);
             return;
         }
-        let due = *self
-            .frees_due
-            .get_or_insert(Nanos(now.0.saturating_add(FREE_DELAY_NS)));
+        let due = self
+            .timers
+            .get(Timer::Frees)
+            .unwrap_or(Nanos(now.0.saturating_add(FREE_DELAY_NS)));
+        self.timers.set(Timer::Frees, Some(due));
         let urgent = self.to_free.len() >= FREE_BATCH_SLOTS
             || now >= due
             || !self.stalled.is_empty()
@@ -89,7 +91,7 @@ impl Engine {
         if !urgent {
             return;
         }
-        self.frees_due = None;
+        self.timers.set(Timer::Frees, None);
         let slots = std::mem::take(&mut self.to_free);
         let io = self.new_io(IoCtx::FreeSlots {
             slots: slots.clone(),

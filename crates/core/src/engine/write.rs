@@ -358,8 +358,11 @@ impl Engine {
             // The new version is the page's entry in the dirty set. It is not
             // being destaged, so a group that is a candidate stays one.
             let flags = if dirty_before {
-                self.dirty.replace(self.slots.keys(), key.0, slot.0)
+                let (flags, before) = self.dirty.replace(self.slots.keys(), key.0, slot.0);
+                self.ages.moved(before, slot.0);
+                flags
             } else {
+                self.ages.dirtied(slot.0);
                 self.dirty.insert(self.slots.keys(), slot.0)
             };
             if flags & E_CANDIDATE == 0 {
@@ -419,6 +422,7 @@ impl Engine {
     /// Its current slot must be the dirty version and not yet in the set.
     pub(super) fn mark_dirty(&mut self, key: PageKey) {
         let slot = self.slots.lookup(key).expect("dirty page has a slot");
+        self.ages.dirtied(slot.0);
         if self.dirty.insert(self.slots.keys(), slot.0) & E_CANDIDATE == 0 {
             self.group_changed(self.dirty.group_of(key.0));
         }
@@ -460,7 +464,8 @@ impl Engine {
             } else {
                 // The page was dirty before: its previous version is again.
                 let (o, _) = restored.expect("a dirty page's previous version");
-                self.dirty.replace(self.slots.keys(), key.0, o.0);
+                let (_, before) = self.dirty.replace(self.slots.keys(), key.0, o.0);
+                self.ages.moved(before, o.0);
             }
             self.group_changed(self.dirty.group_of(key.0));
         }

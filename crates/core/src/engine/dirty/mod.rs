@@ -617,17 +617,30 @@ impl DirtySet {
 
     /// Point `key`'s entry at `slot` (a new version of the page took over);
     /// its flags stay.
-    /// Returns its flags.
-    pub fn replace(&mut self, keys: &[u64], key: u64, slot: u32) -> u32 {
+    /// Returns its flags and the slot it named before.
+    pub fn replace(&mut self, keys: &[u64], key: u64, slot: u32) -> (u32, u32) {
         let pos = self.find(keys, key).expect("page is dirty");
         let e = self.entry_mut(pos);
+        let before = slot_of(*e) as u32;
         *e = (*e & FLAGS) | slot;
-        *e & FLAGS
+        (*e & FLAGS, before)
     }
 
-    /// Take `key`'s entry out; returns its flags. `keys` must still give the
-    /// key of the slot it names.
-    pub fn remove(&mut self, keys: &[u64], key: u64) -> u32 {
+    /// Every entry's slot, in key order.
+    pub fn for_each_slot(&self, mut f: impl FnMut(u32)) {
+        let mut l = self.index.values().next().copied().unwrap_or(NIL);
+        while l != NIL {
+            let leaf = &self.leaves[l as usize];
+            for &e in leaf.entries() {
+                f(slot_of(e) as u32);
+            }
+            l = leaf.next;
+        }
+    }
+
+    /// Take `key`'s entry out; returns its flags and the slot it named.
+    /// `keys` must still give the key of the slot it names.
+    pub fn remove(&mut self, keys: &[u64], key: u64) -> (u32, u32) {
         let gkey = self.group_of(key);
         let (start, len) = self
             .group_extent(keys, gkey)
@@ -669,7 +682,7 @@ impl DirtySet {
             // Nothing dirty: give the arena's memory back (it keeps its
             // high-water mark while any page is dirty).
             *self = DirtySet::new(self.group_pages as u32);
-            return entry & FLAGS;
+            return (entry & FLAGS, slot_of(entry) as u32);
         }
         // The group's start is unchanged, or (its first entry went) the
         // entry that followed, which is now at the same place or starts the
@@ -694,7 +707,7 @@ impl DirtySet {
                 len: len - 1,
             });
         }
-        entry & FLAGS
+        (entry & FLAGS, slot_of(entry) as u32)
     }
 
     pub fn heap_bytes(&self) -> usize {

@@ -48,6 +48,12 @@ pub trait WritePolicy: Send {
     fn may_bypass(&self) -> bool {
         false
     }
+    /// Whether dirty data may wait in the cache (write-back). A policy that
+    /// keeps none has any dirty page it finds (recovered after a crash, or
+    /// left by a failed backing write) destaged at once, at full rate.
+    fn keeps_dirty(&self) -> bool {
+        false
+    }
 }
 
 /// The write policies; a new one adds its file and its line here.

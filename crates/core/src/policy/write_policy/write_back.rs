@@ -13,4 +13,7 @@ impl WritePolicy for WriteBack {
     fn route(&self, _: &mut dyn FnMut() -> bool) -> WriteRoute {
         WriteRoute::Cache
     }
+    fn keeps_dirty(&self) -> bool {
+        true
+    }
 }
