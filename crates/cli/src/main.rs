@@ -510,6 +510,10 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     );
     println!("stalls              {}", r.stats.stalls);
     println!("bypasses            {}", r.stats.write_bypasses);
+    println!(
+        "staleness           oldest dirty page at most {:.0} ms old over the window ({} groups destaged at the maximum dirty age)",
+        r.dirty_age_ms_max, r.stats.expired_groups
+    );
     let m = &r.backing_members;
     if m.read_service_ns + m.write_service_ns > 0 {
         let [read, read_position, write, write_position] = m.mechanism_ms_each();

@@ -120,6 +120,9 @@ pub struct SimReport {
     pub sectors_checked: u64,
     /// Mean dirty pages over the window, sampled at completions.
     pub occupancy_pages_mean: f64,
+    /// Staleness: the largest age of the oldest dirty page over the window,
+    /// sampled at completions (`Engine::dirty_age_ns`: one age period coarse).
+    pub dirty_age_ms_max: f64,
     pub thresholds_pages: (u64, u64),
     /// Samples every `RunLimits::timeline_ns` over the whole run, warm-up included.
     pub timeline: Vec<TimelineSample>,
@@ -558,6 +561,7 @@ impl Simulation {
                         self.now - arrived,
                         is_read,
                         self.engine.dirty_pages(),
+                        self.engine.dirty_age_ns(self.now),
                     );
                 }
                 self.workload.complete(self.now, r.id.0);
@@ -718,6 +722,7 @@ impl Simulation {
             } else {
                 m.occupancy_sum as f64 / m.measured as f64
             },
+            dirty_age_ms_max: m.dirty_age_ns_max as f64 / 1e6,
             thresholds_pages: self.engine.thresholds_pages(),
             faults: self.faults.as_ref().map(|f| f.counts).unwrap_or_default(),
             backing_sectors_checked,
@@ -737,6 +742,7 @@ struct Measure {
     all_ns: u128,
     read_ns: u128,
     occupancy_sum: u128,
+    dirty_age_ns_max: u64,
 }
 
 impl Measure {
@@ -752,12 +758,20 @@ impl Measure {
             all_ns: 0,
             read_ns: 0,
             occupancy_sum: 0,
+            dirty_age_ns_max: 0,
         }
     }
     fn warm(&self) -> bool {
         self.warm_at.is_some()
     }
-    fn completed(&mut self, now: Nanos, latency: Nanos, is_read: bool, dirty_pages: u64) {
+    fn completed(
+        &mut self,
+        now: Nanos,
+        latency: Nanos,
+        is_read: bool,
+        dirty_pages: u64,
+        dirty_age_ns: u64,
+    ) {
         if self.end_at.is_some() {
             return;
         }
@@ -771,6 +785,7 @@ impl Measure {
         self.measured += 1;
         self.all_ns += latency.0 as u128;
         self.occupancy_sum += dirty_pages as u128;
+        self.dirty_age_ns_max = self.dirty_age_ns_max.max(dirty_age_ns);
         if is_read {
             self.reads += 1;
             self.read_ns += latency.0 as u128;
