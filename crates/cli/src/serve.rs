@@ -387,8 +387,9 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         ..ServerConfig::default()
     };
     let mut server = builder.config(server_config).start()?;
-    let uris = listeners.serve(&mut server, cache.volumes())?;
-    print_banner(&args, &config, &cache, socket.as_deref(), &uris);
+    listeners.serve(&mut server, cache.volumes(), |uris| {
+        print_banner(&args, &config, &cache, socket.as_deref(), uris);
+    })?;
 
     let signal = wait_for_stop_signal(&signals);
     let grace = Duration::from_secs_f64(args.stop_timeout);
@@ -600,20 +601,33 @@ impl Listeners {
         }
     }
 
-    /// Hand the sockets to `server`; returns the URIs of the volumes.
-    fn serve(self, server: &mut Server, volumes: &[Volume]) -> Result<Vec<String>, AnyError> {
+    /// Hand the sockets to `server`, `announce` the URIs of the volumes,
+    /// then put the Unix socket in place: whoever sees it appear finds the
+    /// announcement already written.
+    fn serve(
+        self,
+        server: &mut Server,
+        volumes: &[Volume],
+        announce: impl FnOnce(&[String]),
+    ) -> Result<(), AnyError> {
         let mut uris = Vec::new();
+        let mut publish = None;
         if let Some((path, temp, listener)) = self.unix {
-            let _ = std::fs::remove_file(&path);
-            std::fs::rename(&temp, &path).map_err(|source| ServeError::Listen {
-                what: path.display().to_string(),
-                source,
-            })?;
             server.listen_unix(listener)?;
-            let abs = std::fs::canonicalize(&path).unwrap_or(path);
+            let abs = match (path.parent(), path.file_name()) {
+                (Some(dir), Some(name)) => std::fs::canonicalize(if dir.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    dir
+                })
+                .map(|d| d.join(name))
+                .unwrap_or_else(|_| path.clone()),
+                _ => path.clone(),
+            };
             for v in volumes {
                 uris.push(format!("nbd+unix:///{}?socket={}", v.name(), abs.display()));
             }
+            publish = Some((path, temp));
         }
         if let Some((addr, listener)) = self.tcp {
             let local = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
@@ -622,7 +636,15 @@ impl Listeners {
                 uris.push(format!("nbd://{local}/{}", v.name()));
             }
         }
-        Ok(uris)
+        announce(&uris);
+        if let Some((path, temp)) = publish {
+            let _ = std::fs::remove_file(&path);
+            std::fs::rename(&temp, &path).map_err(|source| ServeError::Listen {
+                what: path.display().to_string(),
+                source,
+            })?;
+        }
+        Ok(())
     }
 }
 
