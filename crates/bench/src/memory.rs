@@ -10,7 +10,7 @@ use crate::driver::{config, permute, Driver, CACHE_SLOTS, GROUP_PAGES, VOLUME_GR
 use crate::engine_ops::{Layout, ORDERS};
 use wcache_core::policy::replacement::build_replacement;
 use wcache_core::types::{PageKey, SlotIndex};
-use wcache_core::EngineConfig;
+use wcache_core::{EngineConfig, WritePolicyKind};
 
 pub const GOAL_BYTES_PER_PAGE: f64 = 32.0;
 pub const ANCHORS: &str = "flashcache 24 B, dm-cache smq ~25 B, Mercury 22 B";
@@ -129,6 +129,31 @@ fn measure_state(state: State, order: &str) -> StateFigure {
     }
 }
 
+/// Ordered write-back: half as many scattered pages as the fill, each
+/// written twice, one page per write (so one node of the dependency graph
+/// per version, the worst case): bytes per dirty version, allocator and
+/// `metadata_bytes()`. Its dependencies are two integers per write: no
+/// edges to count.
+fn ordered_per_version() -> (f64, f64) {
+    let base = alloc::live_bytes();
+    let mut c = state_config("wow");
+    c.write_policy = WritePolicyKind::OrderedWriteBack;
+    let mut d = Driver::new(c);
+    let pages = FILL_PAGES / 2;
+    for round in 0..2 {
+        for i in 0..pages {
+            d.write_page(Layout::Scattered.page(i));
+        }
+        assert_eq!(d.engine.dirty_pages(), pages, "round {round}");
+    }
+    assert_eq!(d.engine.stats().destages, 0, "the fill started a destage");
+    let live = alloc::live_bytes() - base;
+    let metadata = d.engine.metadata_bytes();
+    drop(d);
+    let versions = (2 * pages) as f64;
+    (live as f64 / versions, metadata as f64 / versions)
+}
+
 /// LRU alone, sized for 1 M slots and holding all of them.
 fn lru_alone() -> (usize, usize) {
     let base = alloc::live_bytes();
@@ -193,6 +218,11 @@ pub fn run() -> MemoryFigures {
             f.metadata_per_page
         );
     }
+    let (live, md) = ordered_per_version();
+    println!(
+        "    {:<44} {:>6.2} B/version (metadata_bytes {:>6.2}; 0 B per edge: none are kept)",
+        "write-back-ordered, 2 versions per page", live, md
+    );
     MemoryFigures {
         empty_per_slot,
         states,

@@ -122,6 +122,8 @@ pub enum ConfigError {
     MaxDirtyAgeTooShort(u64),
     #[error("idle_destages = {idle} exceeds destages_max = {max}")]
     IdleDestages { idle: u32, max: u32 },
+    #[error("write policy write-back-ordered: {0}")]
+    Ordered(&'static str),
 }
 
 impl EngineConfig {
@@ -152,6 +154,9 @@ impl EngineConfig {
         if self.requests_max == 0 {
             return Err(ConfigError::NoRequests);
         }
+        if self.write_policy == WritePolicyKind::OrderedWriteBack {
+            self.check_ordered()?;
+        }
         let s = &self.staleness;
         if s.max_dirty_age_ns != 0 && s.max_dirty_age_ns < MAX_DIRTY_AGE_NS_MIN {
             return Err(ConfigError::MaxDirtyAgeTooShort(s.max_dirty_age_ns));
@@ -163,6 +168,25 @@ impl EngineConfig {
             });
         }
         Ok(geometry)
+    }
+}
+
+impl EngineConfig {
+    /// What ordered write-back cannot be combined with (yet).
+    fn check_ordered(&self) -> Result<(), ConfigError> {
+        if self.persistent {
+            // Recovery keeps only each page's newest version, and the
+            // writes' order is not on the device.
+            return Err(ConfigError::Ordered(
+                "not available on a persistent cache yet (recovery would lose the order); it runs in the simulator",
+            ));
+        }
+        if self.sequential_cutoff_bytes > 0 || self.admission != "all" {
+            return Err(ConfigError::Ordered(
+                "every write must enter the cache (admission all, no sequential cutoff): a write around it would reach the backing out of order",
+            ));
+        }
+        Ok(())
     }
 }
 

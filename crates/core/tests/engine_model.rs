@@ -430,7 +430,8 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
         prop_oneof![
             Just(WritePolicyKind::WriteBack),
             Just(WritePolicyKind::WriteThrough),
-            Just(WritePolicyKind::WriteAround)
+            Just(WritePolicyKind::WriteAround),
+            Just(WritePolicyKind::OrderedWriteBack)
         ],
         prop_oneof![Just("lrw"), Just("cscan"), Just("wow")],
         prop_oneof![Just("lru"), Just("clock"), Just("arc")],
@@ -465,6 +466,13 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                 cutoff_pages,
                 (max_dirty_age_ns, idle_destages),
             )| {
+                // Ordered write-back runs without persistence or bypasses (its config says why).
+                let ordered = wp == WritePolicyKind::OrderedWriteBack;
+                let (persistent, cutoff_pages) = if ordered {
+                    (false, 0)
+                } else {
+                    (persistent, cutoff_pages)
+                };
                 EngineConfig {
                     staleness: StalenessConfig {
                         max_dirty_age_ns,

@@ -189,8 +189,13 @@ impl CacheConfig {
     /// Checks every setting that needs no device. Touches no file: a front
     /// end may call it before it creates anything of its own.
     pub fn check(&self) -> Result<(), CacheError> {
-        self.engine.validate_settings()?;
         let in_memory = self.cache.is_memory();
+        // As the engine will run: persistent on a cache file or device.
+        let engine = EngineConfig {
+            persistent: !in_memory,
+            ..self.engine.clone()
+        };
+        engine.validate_settings()?;
         if let CacheDeviceSpec::File { path, .. } = &self.cache {
             if self.volatile_write_back {
                 return Err(CacheError::WriteBackCacheNotVolatile {
@@ -198,9 +203,7 @@ impl CacheConfig {
                 });
             }
         }
-        if self.engine.write_policy == WritePolicyKind::WriteBack
-            && in_memory
-            && !self.volatile_write_back
+        if self.engine.write_policy.build().keeps_dirty() && in_memory && !self.volatile_write_back
         {
             return Err(CacheError::WriteBackNeedsRecovery);
         }

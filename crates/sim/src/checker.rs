@@ -4,6 +4,7 @@
 //! with it). It executes each engine command's data effect when the command
 //! completes, exactly as a driver moving real bytes would.
 
+use crate::order_check::{OrderCheck, OrderError};
 use rustc_hash::FxHashMap as HashMap;
 use wcache_core::reference::{Partial, Reference};
 use wcache_core::types::VolumeId;
@@ -49,6 +50,8 @@ pub struct DataModel {
     writes: HashMap<u64, (u16, u64, u64)>, // id -> (volume, first sector, sectors)
     ticks: u64,
     pub sectors_checked: u64,
+    /// Point-in-time consistency of the backing (ordered write-back).
+    order: Option<OrderCheck>,
 }
 
 fn stamp(req: u64, i: u64) -> u64 {
@@ -70,7 +73,33 @@ impl DataModel {
             writes: HashMap::default(),
             ticks: 0,
             sectors_checked: 0,
+            order: None,
         }
+    }
+
+    /// Also check, at every crash, that the backing alone is point-in-time
+    /// consistent (`OrderCheck`).
+    pub fn track_order(&mut self) {
+        self.order.get_or_insert_with(OrderCheck::default);
+    }
+
+    /// Crashes whose backing passed the point-in-time check.
+    pub fn order_checks(&self) -> u64 {
+        self.order.as_ref().map_or(0, |o| o.checks)
+    }
+
+    /// The point-in-time check of the backing as it is now (before the
+    /// crash forgets the history it needs).
+    pub fn check_order(&mut self) -> Result<(), OrderError> {
+        let Some(order) = &mut self.order else {
+            return Ok(());
+        };
+        let devices = &self.devices;
+        order.check(
+            |volume, sector| devices.backing_unit(VolumeId(volume), sector),
+            stamp,
+            |got| got >> 20,
+        )
     }
 
     /// A request is handed to the engine; ranges are whole sectors.
@@ -114,6 +143,9 @@ impl DataModel {
             }
             self.bufs.insert(id, data);
             self.writes.insert(id, (volume, first, n));
+            if let Some(o) = &mut self.order {
+                o.issue(id, volume, first, n);
+            }
         } else {
             let allowed = (first..first + n)
                 .map(|s| match self.model.get(&(volume, s)) {
@@ -139,6 +171,9 @@ impl DataModel {
 
     /// The engine answered request `id`.
     pub fn respond(&mut self, id: u64, ok: bool) -> Result<(), IntegrityError> {
+        if let Some(o) = &mut self.order {
+            o.answer(id, ok);
+        }
         if let Some((volume, first, n)) = self.writes.remove(&id) {
             let data = self.bufs.remove(&id).unwrap_or_default();
             self.ticks += 1;
@@ -243,6 +278,9 @@ impl DataModel {
         self.reads.clear();
         self.writes.clear();
         self.bufs.clear();
+        if let Some(o) = &mut self.order {
+            o.crash();
+        }
         (self.devices.recoverable(), lost)
     }
 

@@ -50,7 +50,7 @@ fn mix(mut x: u64) -> u64 {
 
 fn write_share(policy: WritePolicyKind) -> u64 {
     match policy {
-        WritePolicyKind::WriteBack => 4,
+        WritePolicyKind::WriteBack | WritePolicyKind::OrderedWriteBack => 4,
         WritePolicyKind::WriteThrough => 4,
         WritePolicyKind::WriteAround => 2,
     }
@@ -89,7 +89,9 @@ impl CrashCase {
             faults.push(',');
             faults.push_str(extra);
         }
-        let sequential_cutoff_bytes = if (h >> 28).is_multiple_of(5) {
+        // Ordered write-back admits every write (a bypass would reach the backing out of order).
+        let ordered = policy == WritePolicyKind::OrderedWriteBack;
+        let sequential_cutoff_bytes = if (h >> 28).is_multiple_of(5) && !ordered {
             2 * PAGE_BYTES
         } else {
             0
@@ -157,7 +159,8 @@ impl CrashCase {
             read_insert: false,
             keep_clean: false,
             requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
-            persistent: true,
+            // Ordered write-back's crashes lose the cache (its order is in memory).
+            persistent: self.policy != WritePolicyKind::OrderedWriteBack,
         };
         let mut c = RandomConfig::writes_closed(FOOTPRINT_KIB * 1024, OUTSTANDING);
         c.read_fraction = READ_FRACTION;

@@ -43,6 +43,9 @@ pub struct FaultPlan {
     pub torn: bool,
     /// At the crash the cache device is lost (a blank one replaces it).
     pub lose_cache: bool,
+    /// At a crash that loses the cache, check that the backing alone is
+    /// point-in-time consistent (always on under write-back-ordered).
+    pub pit: bool,
     /// A failed write lands whole before its error is reported (the error
     /// came from the flush after it). Without it a failed operation changes
     /// nothing.
@@ -66,6 +69,7 @@ impl Default for FaultPlan {
             eio: [Trigger::Never; 4],
             torn: false,
             lose_cache: false,
+            pit: false,
             eio_lands: false,
             crashes: 1,
             lie_writes: 0,
@@ -87,7 +91,7 @@ impl FaultPlan {
     /// The syntax, for error messages and `--help`.
     pub const SYNTAX: &'static str = "comma-separated items: \
         {cache|backing}-{read|write}-eio=P (probability 0..1) or =@K (the K-th such operation); \
-        eio-lands (a failed write lands before its error); torn; lose-cache; lie=N (the cache device loses its last N acknowledged writes at a crash); \
+        eio-lands (a failed write lands before its error); torn; lose-cache; pit (check the backing alone is point-in-time consistent at a crash that loses the cache); lie=N (the cache device loses its last N acknowledged writes at a crash); \
         spike=P:MS (with probability P an operation completes MS milliseconds late); \
         crashes=M (with --crash-at K: crash at writes K, 2K, ... M times); seed=N";
 
@@ -119,6 +123,10 @@ impl FaultPlan {
                 "eio-lands" => {
                     no_value(value)?;
                     plan.eio_lands = true;
+                }
+                "pit" => {
+                    no_value(value)?;
+                    plan.pit = true;
                 }
                 "lie" => {
                     plan.lie_writes = need()?

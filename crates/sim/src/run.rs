@@ -4,6 +4,7 @@
 
 use crate::checker::{DataModel, IntegrityError, SECTOR_BYTES};
 use crate::faults::{FaultCounts, FaultPlan, Faults, OpClass, OpFate};
+use crate::order_check::OrderError;
 use crate::workload::{IoRequest, ReqKind, Workload, WorkloadError, WorkloadStats};
 use rustc_hash::FxHashMap as HashMap;
 use thiserror::Error;
@@ -37,6 +38,8 @@ pub enum SimError {
     },
     #[error("data integrity violated: {0}")]
     Integrity(#[from] IntegrityError),
+    #[error("{0}")]
+    Order(#[from] OrderError),
     #[error("simulation stuck at {now}: the engine has work in flight but nothing can happen")]
     Stuck { now: Nanos },
     #[error("a crash needs a persistent engine configuration (persistent = true)")]
@@ -130,6 +133,9 @@ pub struct SimReport {
     pub faults: FaultCounts,
     /// Sectors checked on the backing after the final drain.
     pub backing_sectors_checked: u64,
+    /// Crashes whose backing passed the point-in-time check (`--faults pit`,
+    /// always under write-back-ordered).
+    pub order_checks: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -257,7 +263,8 @@ impl Simulation {
         run_seed: u64,
         crash_at: Option<u64>,
     ) -> Result<Simulation, SimError> {
-        if crash_at.is_some() && !self.config.persistent {
+        let ordered = self.config.write_policy == WritePolicyKind::OrderedWriteBack;
+        if crash_at.is_some() && !self.config.persistent && !ordered {
             return Err(SimError::CrashNeedsPersistent);
         }
         if crash_at.is_some() && self.data.is_none() {
@@ -269,6 +276,9 @@ impl Simulation {
         }
         if let Some(d) = &mut self.data {
             d.set_volatile_writes(plan.lie_writes);
+            if (ordered || plan.pit) && crash_at.is_some() {
+                d.track_order();
+            }
         }
         self.faults = Some(Faults::new(plan, run_seed));
         self.crash_at = crash_at;
@@ -499,12 +509,30 @@ impl Simulation {
                 );
             }
         }
-        let cache_only_copy = self.config.write_policy == WritePolicyKind::WriteBack;
-        let (found, lost) = data.crash(faults.plan.lose_cache, cache_only_copy);
+        // Ordered write-back keeps its order in memory only: every crash
+        // loses the cache, and the backing alone must be consistent.
+        let ordered = self.config.write_policy == WritePolicyKind::OrderedWriteBack;
+        let lose_cache = faults.plan.lose_cache || ordered;
+        if lose_cache {
+            data.check_order()?;
+        }
+        let cache_only_copy = matches!(
+            self.config.write_policy,
+            WritePolicyKind::WriteBack | WritePolicyKind::OrderedWriteBack
+        );
+        let (found, lost) = data.crash(lose_cache, cache_only_copy);
         faults.counts.lost_writes += lost as u64;
         self.dev_ops.clear();
         self.delayed.clear();
-        self.engine = Engine::recover(self.config.clone(), &self.volume_sizes_bytes, found)?;
+        self.engine = if ordered {
+            let mut engine = Engine::new(self.config.clone()).map_err(RecoveryError::from)?;
+            for &size in &self.volume_sizes_bytes {
+                engine.add_volume(size).map_err(RecoveryError::from)?;
+            }
+            engine
+        } else {
+            Engine::recover(self.config.clone(), &self.volume_sizes_bytes, found)?
+        };
         if self.draining {
             self.engine.start_drain();
         }
@@ -726,6 +754,7 @@ impl Simulation {
             thresholds_pages: self.engine.thresholds_pages(),
             faults: self.faults.as_ref().map(|f| f.counts).unwrap_or_default(),
             backing_sectors_checked,
+            order_checks: self.data.as_ref().map_or(0, DataModel::order_checks),
         })
     }
 }

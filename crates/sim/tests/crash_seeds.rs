@@ -20,13 +20,14 @@ fn seeds() -> u64 {
 const REQUESTS: u64 = 1000;
 
 /// Runs `count` seeds; returns the first failure (the case and its error)
-/// and totals (crashes, sectors checked, torn writes, EIO).
+/// and totals (crashes, sectors checked, torn writes, EIO, bypasses,
+/// point-in-time checks).
 fn run_seeds(
     policy: WritePolicyKind,
     count: u64,
     extra: &str,
-) -> (Option<(CrashCase, String)>, [u64; 5]) {
-    let mut totals = [0u64; 5];
+) -> (Option<(CrashCase, String)>, [u64; 6]) {
+    let mut totals = [0u64; 6];
     for seed in 1..=count {
         let case = CrashCase::for_seed(policy, seed, REQUESTS, extra);
         match case.run() {
@@ -38,6 +39,7 @@ fn run_seeds(
                 if case.sequential_cutoff_bytes > 0 {
                     totals[4] += r.stats.write_bypasses;
                 }
+                totals[5] += r.order_checks;
             }
             Err(e) => return (Some((case, e.to_string())), totals),
         }
@@ -47,7 +49,7 @@ fn run_seeds(
 
 fn every_seed_keeps_acknowledged_writes(policy: WritePolicyKind) {
     let count = seeds();
-    let (failure, [crashes, checked, torn, eio, bypasses]) = run_seeds(policy, count, "");
+    let (failure, [crashes, checked, torn, eio, bypasses, pit]) = run_seeds(policy, count, "");
     if let Some((case, error)) = failure {
         panic!(
             "{policy:?} seed {} failed: {error}\nreplay: {}",
@@ -66,10 +68,19 @@ fn every_seed_keeps_acknowledged_writes(policy: WritePolicyKind) {
         checked > count * 1000,
         "{policy:?}: only {checked} sectors checked"
     );
-    // The seeds with a sequential cutoff mix bypasses with cached writes.
-    assert!(bypasses > count, "{policy:?}: only {bypasses} bypasses");
+    if policy == WritePolicyKind::OrderedWriteBack {
+        // Every crash loses the cache and checks the backing alone;
+        // ordered write-back admits every write (no cutoff).
+        assert_eq!(
+            pit, crashes,
+            "{policy:?}: {pit} of {crashes} crashes checked"
+        );
+    } else {
+        // The seeds with a sequential cutoff mix bypasses with cached writes.
+        assert!(bypasses > count, "{policy:?}: only {bypasses} bypasses");
+    }
     println!(
-        "{policy:?}: {count} seeds, {crashes} crashes, {torn} torn writes, {eio} EIO, {checked} sectors checked, {bypasses} bypasses under a cutoff"
+        "{policy:?}: {count} seeds, {crashes} crashes, {torn} torn writes, {eio} EIO, {checked} sectors checked, {bypasses} bypasses under a cutoff, {pit} point-in-time checks"
     );
 }
 
@@ -81,6 +92,33 @@ fn write_back_seeds_keep_acknowledged_writes() {
 #[test]
 fn write_through_seeds_keep_acknowledged_writes() {
     every_seed_keeps_acknowledged_writes(WritePolicyKind::WriteThrough);
+}
+
+/// Ordered write-back: every crash loses the cache, and the backing alone
+/// must be point-in-time consistent (besides every read being right).
+#[test]
+fn ordered_write_back_seeds_keep_the_backing_consistent() {
+    every_seed_keeps_acknowledged_writes(WritePolicyKind::OrderedWriteBack);
+}
+
+/// The point-in-time check can fail: plain write-back destages out of
+/// order, so with the cache lost its backing is soon a state no order of
+/// the writes allows.
+#[test]
+fn plain_write_back_fails_the_point_in_time_check() {
+    let (failure, _) = run_seeds(WritePolicyKind::WriteBack, 200, "pit");
+    let (case, error) =
+        failure.expect("plain write-back's backing is not point-in-time consistent");
+    assert!(
+        error.contains("not point-in-time consistent"),
+        "seed {}: {error}",
+        case.seed
+    );
+    assert!(
+        case.command_line().contains("pit"),
+        "{}",
+        case.command_line()
+    );
 }
 
 #[test]

@@ -44,6 +44,9 @@ impl Engine {
         if self.timers.get(Timer::DestageRetry).is_some() {
             return;
         }
+        if self.ordered.is_some() {
+            return self.start_ordered();
+        }
         self.destage_expired();
         let mut fruitless = 0usize;
         loop {
@@ -54,19 +57,12 @@ impl Engine {
                 under.is_some_and(|g| self.dirty.group_has(self.slots.keys(), g.0, E_SEQUENTIAL))
             };
             let input = RateInput {
-                occupancy_pages: self.dirty.pages() as u64,
+                occupancy_pages: self.dirty_versions(),
                 capacity_pages: self.capacity_pages(),
                 last_destage_sequential: self.last_destage_sequential,
                 next_candidate_sequential: next_sequential,
             };
-            let mut target = self.rate.target_outstanding(&input);
-            if self.draining || !self.stalled.is_empty() || self.must_drain_dirty() {
-                // Writes wait for room, or the policy keeps no dirty data:
-                // destage at full rate whatever the thresholds say.
-                target = self.config.rate.destages_max;
-            } else if self.idle_draining {
-                target = target.max(self.config.staleness.idle_destages);
-            }
+            let target = self.destage_target(&input);
             if self.destages_in_flight >= target || fruitless > self.candidates {
                 return;
             }
@@ -83,6 +79,51 @@ impl Engine {
             }
             self.group_changed(gkey);
         }
+    }
+
+    /// Destages to keep outstanding: the rate's, raised to full rate while
+    /// writes wait for room, in a drain, or under a policy that keeps no
+    /// dirty data, and to the idle rate once the cache is idle.
+    fn destage_target(&mut self, input: &RateInput) -> u32 {
+        let target = self.rate.target_outstanding(input);
+        if self.draining || !self.stalled.is_empty() || self.must_drain_dirty() {
+            self.config.rate.destages_max
+        } else if self.idle_draining {
+            target.max(self.config.staleness.idle_destages)
+        } else {
+            target
+        }
+    }
+
+    /// Dirty versions: the dirty pages, and under ordered write-back their
+    /// older versions not yet on the backing.
+    pub(super) fn dirty_versions(&self) -> u64 {
+        self.ordered
+            .as_ref()
+            .map_or(self.dirty.pages() as u64, Ordered::versions)
+    }
+
+    /// Ordered write-back: as many ready versions as the rate allows (a
+    /// page past the maximum dirty age raises it to full rate: its
+    /// dependencies must go first).
+    fn start_ordered(&mut self) {
+        let input = RateInput {
+            occupancy_pages: self.dirty_versions(),
+            capacity_pages: self.capacity_pages(),
+            last_destage_sequential: false,
+            next_candidate_sequential: false,
+        };
+        let mut target = self.destage_target(&input);
+        if self.ages.has_expired() {
+            // Every write answered so far goes, since the old pages' own
+            // dependencies must go first.
+            self.ages.clear_expired();
+            self.ord().flush_answered();
+        }
+        if self.ord().flushing() {
+            target = self.config.rate.destages_max;
+        }
+        self.start_ordered_destages(target);
     }
 
     /// Dirty pages under a write policy that keeps none (recovered, or left
@@ -168,10 +209,10 @@ impl Engine {
         for &slot in &slots {
             debug_assert!(self.slots.has(slot, FLAG_DESTAGING));
             self.slots.set_flag(slot, FLAG_DESTAGING, false);
+            let key = self.slots.key(slot);
             match self.slots.state(slot) {
                 SlotState::Dirty => {
                     any_dirty = true;
-                    let key = self.slots.key(slot);
                     debug_assert_eq!(self.dirty.group_of(key.0), gkey);
                     if result.is_ok() {
                         self.remove_dirty(key);
@@ -188,7 +229,19 @@ impl Engine {
                         }
                     }
                 }
-                SlotState::Stale => {
+                SlotState::Stale if self.ordered.is_some() && result.is_err() => {
+                    // Superseded while its destage ran, which failed: ordered
+                    // write-back still owes the backing this version.
+                    self.slots.set_state(slot, SlotState::OldDirty);
+                }
+                SlotState::Stale | SlotState::OldDirty => {
+                    if self.slots.state(slot) == SlotState::OldDirty {
+                        if result.is_err() {
+                            self.ordered_page_changed(key);
+                            continue;
+                        }
+                        self.slots.set_state(slot, SlotState::Stale);
+                    }
                     // Persistent caches count the old version until its free record is durable.
                     if !self.config.persistent {
                         self.remove_old(slot);
@@ -197,12 +250,18 @@ impl Engine {
                 }
                 other => debug_assert!(false, "destaged slot in state {other:?}"),
             }
+            if self.ordered.is_some() {
+                if result.is_ok() {
+                    self.ordered_version_done(slot);
+                }
+                self.ordered_page_changed(key);
+            }
         }
         if any_dirty {
             self.group_changed(gkey);
         }
         self.rate
-            .destage_done(self.dirty.pages() as u64, self.capacity_pages());
+            .destage_done(self.dirty_versions(), self.capacity_pages());
         match result {
             Ok(()) => self.destage_retry_ns = DESTAGE_RETRY_NS_MIN,
             Err(_) => {

@@ -36,6 +36,7 @@ use crate::policy::write_policy::{WriteAround, WritePolicy, WriteRoute};
 use crate::time::Nanos;
 use crate::types::*;
 use dirty::{DirtySet, E_CANDIDATE, E_RECENT, E_SEQUENTIAL};
+use ordered::Ordered;
 use rustc_hash::FxHashMap as HashMap;
 use slots::{
     SlotState, Slots, FLAG_DESTAGING, FLAG_FILL_CLEAN, FLAG_FREEING, FLAG_FREE_SENT, FLAG_OLD,
@@ -60,6 +61,7 @@ macro_rules! view {
 // After `view!`, which they use.
 mod completion;
 mod destage;
+mod ordered;
 mod read;
 mod request;
 mod staleness;
@@ -148,7 +150,12 @@ struct Req {
     finalize: Vec<SlotIndex>,
     /// Admission sent this write around the cache.
     bypass: bool,
+    /// Ordered write-back: the write's issue number (`NO_NODE`: none).
+    node: u64,
 }
+
+/// `Req::node` of a request that is not an ordered write.
+const NO_NODE: u64 = u64::MAX;
 
 /// What a deferred piece will do when the slot it waits for is written.
 #[derive(Clone, Copy)]
@@ -278,6 +285,8 @@ pub struct Engine {
     timers: Timers,
     /// When each dirty page became dirty, coarsely; expired groups.
     ages: Ages,
+    /// Ordered write-back's dependency order (None under other policies).
+    ordered: Option<Ordered>,
     last_request_at: Nanos,
     /// The cache went idle with dirty pages: destage at the idle rate.
     idle_draining: bool,
@@ -293,6 +302,7 @@ impl Engine {
         let rate = DESTAGE_RATES.build(&config.destage_rate, config.rate)?;
         let admission = build_admission(&config.admission, config.sequential_cutoff_bytes)?;
         let write_policy = config.write_policy.build();
+        let ordered = write_policy.ordered().then(|| Ordered::new(slots as usize));
         let requests_max = config.requests_max as usize;
         Ok(Engine {
             dirty: DirtySet::new(geometry.group_pages()),
@@ -332,6 +342,7 @@ impl Engine {
             positions: Vec::with_capacity(geometry.group_pages() as usize),
             timers: Timers::default(),
             ages: Ages::new(slots as usize, config.staleness.max_dirty_age_ns),
+            ordered,
             last_request_at: Nanos::ZERO,
             idle_draining: false,
             stats: Stats::default(),
@@ -558,6 +569,7 @@ impl Engine {
         self.slots.heap_bytes()
             + self.dirty.heap_bytes()
             + self.ages.heap_bytes()
+            + self.ordered.as_ref().map_or(0, Ordered::heap_bytes)
             + self.order.metadata_bytes()
             + self.replacement.metadata_bytes()
             + self.admission.metadata_bytes()

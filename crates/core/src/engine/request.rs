@@ -34,6 +34,10 @@ impl Engine {
         }
         let ri = self.alloc_req(req);
         self.note_request(now);
+        if is_write && self.ordered.is_some() {
+            // Its issue: it depends on every write answered before now.
+            self.req_mut(ri).node = self.ordered_issue();
+        }
         match req.kind {
             RequestKind::Read => self.admit_read(ri),
             RequestKind::Write | RequestKind::WriteZeroes => {
@@ -108,6 +112,7 @@ impl Engine {
             reserved,
             finalize,
             bypass: false,
+            node: NO_NODE,
         });
         self.reqs_live += 1;
         ri
@@ -140,9 +145,13 @@ impl Engine {
         };
         let r = self.reqs[ri as usize].as_mut().expect("live request");
         r.pending = u32::MAX; // poison: a dead request
+        let node = r.node;
         self.responses.push_back(response);
         self.reqs_free.push(ri);
         self.reqs_live -= 1;
+        if node != NO_NODE {
+            self.ordered_complete(node);
+        }
     }
 
     pub(super) fn fail(&mut self, ri: u32, e: IoError) {

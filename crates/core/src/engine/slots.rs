@@ -26,6 +26,9 @@ pub enum SlotState {
     Clean = 3,
     /// Not current any more; freed when unpinned and not being destaged.
     Stale = 4,
+    /// Not current any more, but newer than the backing: ordered
+    /// write-back destages it, in its page's version order, before it goes.
+    OldDirty = 5,
 }
 
 const STATE_MASK: u8 = 0x07;
@@ -75,6 +78,7 @@ impl Slots {
             2 => SlotState::Dirty,
             3 => SlotState::Clean,
             4 => SlotState::Stale,
+            5 => SlotState::OldDirty,
             other => unreachable!("corrupt slot state {other}"),
         }
     }

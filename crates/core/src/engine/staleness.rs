@@ -88,6 +88,9 @@ impl Ages {
     pub fn has_expired(&self) -> bool {
         !self.expired.is_empty()
     }
+    pub fn clear_expired(&mut self) {
+        self.expired.clear();
+    }
 
     pub fn heap_bytes(&self) -> usize {
         self.tags.capacity() * 8 + self.expired.capacity() * 8

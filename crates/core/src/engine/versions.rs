@@ -132,8 +132,18 @@ impl Engine {
     }
 
     /// Retire `old` in favour of a new version in `new` (an overwrite).
+    /// Under ordered write-back a dirty version not being destaged stays,
+    /// as an older dirty version, until it is destaged in its turn.
     pub(super) fn supersede(&mut self, old: SlotIndex, new: SlotIndex) {
-        self.retire_version(old);
+        let keep = self.ordered.is_some()
+            && self.slots.state(old) == SlotState::Dirty
+            && !self.slots.has(old, FLAG_DESTAGING);
+        if keep {
+            self.slots.set_state(old, SlotState::OldDirty);
+            self.push_old(old);
+        } else {
+            self.retire_version(old);
+        }
         self.slots.remap(old, new);
     }
 

@@ -280,6 +280,10 @@ impl Engine {
             .expect("slot reserved at admission");
         let base = self.page_base(vol, piece, cur);
         let old = self.install_version(key, slot, cur, clean, dirty_before);
+        let node = self.req(ri).node;
+        if node != NO_NODE {
+            self.ordered_version(node, slot);
+        }
         let src = if kind == RequestKind::WriteZeroes {
             Source::Zero
         } else {
@@ -442,24 +446,30 @@ impl Engine {
         self.slots.set_state(slot, SlotState::Stale);
         self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
         let restored = old.filter(|_| !undo.through_clean);
+        // Ordered write-back destages older versions while a newer one
+        // fills: one already on the backing comes back clean (counting it
+        // dirty again would destage it twice).
+        let on_backing = self.ordered.is_some()
+            && restored.is_some_and(|(o, _)| {
+                self.slots.state(o) == SlotState::Stale && !self.slots.has(o, FLAG_DESTAGING)
+            });
         if let Some((o, state)) = restored {
             // The previous version becomes current again.
             self.remove_old(o);
             self.slots.map(o, key);
-            self.slots.set_state(
-                o,
-                if state == SlotState::Clean {
-                    SlotState::Clean
-                } else {
-                    SlotState::Dirty
-                },
-            );
-            if state == SlotState::Clean {
+            let clean = state == SlotState::Clean || on_backing;
+            let state = if clean {
+                SlotState::Clean
+            } else {
+                SlotState::Dirty
+            };
+            self.slots.set_state(o, state);
+            if clean {
                 self.replacement.insert(o, key);
             }
         }
         if in_dirty_set {
-            if undo.made_dirty {
+            if undo.made_dirty || on_backing {
                 self.remove_dirty(key);
             } else {
                 // The page was dirty before: its previous version is again.
@@ -471,6 +481,10 @@ impl Engine {
         }
         self.release_slot_if_free(slot);
         self.release_waiters(slot);
+        if in_dirty_set && self.ordered.is_some() {
+            self.ordered_version_done(slot);
+            self.ordered_page_changed(key);
+        }
     }
 
     pub(super) fn admit_trim(&mut self, ri: u32) {
@@ -490,6 +504,9 @@ impl Engine {
             };
             match self.slots.state(slot) {
                 SlotState::Filling => continue, // advisory: leave in-flight versions alone
+                // Ordered write-back destages every version in order: a
+                // dropped one would leave the backing at no consistent point.
+                SlotState::Dirty if self.ordered.is_some() => continue,
                 SlotState::Dirty => {
                     self.remove_dirty(key);
                     self.retire(slot);

@@ -8,10 +8,12 @@
 //! Each policy lives in its own file and is built by name from
 //! [`WRITE_POLICIES`]; `docs/consistency.md` states what each one promises.
 
+mod ordered_write_back;
 mod write_around;
 mod write_back;
 mod write_through;
 
+pub use ordered_write_back::OrderedWriteBack;
 pub use write_around::WriteAround;
 pub use write_back::WriteBack;
 pub use write_through::WriteThrough;
@@ -54,6 +56,12 @@ pub trait WritePolicy: Send {
     fn keeps_dirty(&self) -> bool {
         false
     }
+    /// Whether every version of a page is kept and destaged in dependency
+    /// order (ordered write-back): no overwrite in the cache replaces a
+    /// version the backing has not had yet.
+    fn ordered(&self) -> bool {
+        false
+    }
 }
 
 /// The write policies; a new one adds its file and its line here.
@@ -73,6 +81,12 @@ pub static WRITE_POLICIES: Registry<dyn WritePolicy, ()> = Registry {
             build: |()| Box::new(WriteThrough),
         },
         Entry {
+            name: "write-back-ordered",
+            aliases: &["wb-o"],
+            help: "write-back that keeps every version and destages in the writes' order: the backing alone is always consistent",
+            build: |()| Box::new(OrderedWriteBack),
+        },
+        Entry {
             name: "write-around",
             aliases: &["wa"],
             help: "written to the backing only, dropping cached copies",
@@ -87,13 +101,15 @@ pub static WRITE_POLICIES: Registry<dyn WritePolicy, ()> = Registry {
 pub enum WritePolicyKind {
     WriteBack,
     WriteThrough,
+    OrderedWriteBack,
     WriteAround,
 }
 
 impl WritePolicyKind {
-    pub const ALL: [WritePolicyKind; 3] = [
+    pub const ALL: [WritePolicyKind; 4] = [
         WritePolicyKind::WriteBack,
         WritePolicyKind::WriteThrough,
+        WritePolicyKind::OrderedWriteBack,
         WritePolicyKind::WriteAround,
     ];
 
@@ -133,7 +149,7 @@ mod tests {
             WritePolicyKind::from_name("write-sideways")
                 .unwrap_err()
                 .to_string(),
-            "unknown write policy \"write-sideways\"; valid: write-back, write-through, write-around"
+            "unknown write policy \"write-sideways\"; valid: write-back, write-through, write-back-ordered, write-around"
         );
     }
 
