@@ -541,30 +541,9 @@ fn experiment_rows_carry_disk_mechanism_and_skips() {
     }
 }
 
-/// Ordered write-back runs in the simulator only for now: `serve` refuses it
-/// with the reason, before it creates any file.
+/// Ordered write-back in the simulator says how the backing fared at crashes.
 #[test]
-fn serve_refuses_ordered_write_back_before_touching_files() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cache = dir.path().join("cache.img");
-    let socket = dir.path().join("w.sock");
-    fails_naming(
-        &[
-            "serve",
-            "--cache",
-            cache.to_str().expect("utf8"),
-            "--cache-size",
-            "8M",
-            "--export",
-            "disk=mem:8M",
-            "--socket",
-            socket.to_str().expect("utf8"),
-            "--write-policy",
-            "wb-o",
-        ],
-        "write-back-ordered: not available on a persistent cache yet",
-    );
-    assert!(!cache.exists() && !socket.exists());
+fn ordered_write_back_reports_the_point_in_time_check() {
     // In the simulator it runs, and says how the backing fared at crashes.
     let out = succeeds(&[
         "sim",

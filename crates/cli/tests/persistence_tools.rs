@@ -38,6 +38,16 @@ fn fio(uri: &str, extra: &[&str], dir: &Path) -> std::process::Output {
 
 #[test]
 fn fio_verify_in_write_back_survives_a_kill_and_a_restart() {
+    fio_verify_survives_a_kill_and_a_restart(None, "write policy write-back,");
+}
+
+/// Ordered write-back recovers every version and destages them in order.
+#[test]
+fn fio_verify_in_ordered_write_back_survives_a_kill_and_a_restart() {
+    fio_verify_survives_a_kill_and_a_restart(Some("wb-o"), "write policy write-back-ordered,");
+}
+
+fn fio_verify_survives_a_kill_and_a_restart(policy: Option<&str>, banner: &str) {
     if !have("fio", "fio") {
         return;
     }
@@ -45,7 +55,7 @@ fn fio_verify_in_write_back_survives_a_kill_and_a_restart() {
     let socket = dir.path().join("w.sock");
     let cache = dir.path().join("cache.img");
     let backing = dir.path().join("backing.img");
-    let args = [
+    let mut args = vec![
         "--cache",
         cache.to_str().expect("utf8"),
         "--cache-size",
@@ -55,11 +65,11 @@ fn fio_verify_in_write_back_survives_a_kill_and_a_restart() {
         "--backing-size",
         "32M",
     ];
+    if let Some(policy) = policy {
+        args.extend(["--write-policy", policy]);
+    }
     let served = Served::start(&args, &socket);
-    assert!(
-        served.log_text().contains("write policy write-back"),
-        "default policy"
-    );
+    assert!(served.log_text().contains(banner), "{}", served.log_text());
     let out = fio(&served.uri("disk"), &["--rw=randwrite"], dir.path());
     assert!(
         out.status.success(),

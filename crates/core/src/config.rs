@@ -174,13 +174,6 @@ impl EngineConfig {
 impl EngineConfig {
     /// What ordered write-back cannot be combined with (yet).
     fn check_ordered(&self) -> Result<(), ConfigError> {
-        if self.persistent {
-            // Recovery keeps only each page's newest version, and the
-            // writes' order is not on the device.
-            return Err(ConfigError::Ordered(
-                "not available on a persistent cache yet (recovery would lose the order); it runs in the simulator",
-            ));
-        }
         if self.sequential_cutoff_bytes > 0 || self.admission != "all" {
             return Err(ConfigError::Ordered(
                 "every write must enter the cache (admission all, no sequential cutoff): a write around it would reach the backing out of order",

@@ -466,13 +466,9 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                 cutoff_pages,
                 (max_dirty_age_ns, idle_destages),
             )| {
-                // Ordered write-back runs without persistence or bypasses (its config says why).
+                // Ordered write-back admits every write (its config says why).
                 let ordered = wp == WritePolicyKind::OrderedWriteBack;
-                let (persistent, cutoff_pages) = if ordered {
-                    (false, 0)
-                } else {
-                    (persistent, cutoff_pages)
-                };
+                let cutoff_pages = if ordered { 0 } else { cutoff_pages };
                 EngineConfig {
                     staleness: StalenessConfig {
                         max_dirty_age_ns,
@@ -622,6 +618,7 @@ fn a_long_run_with_crashes_loses_no_acknowledged_write() {
         WritePolicyKind::WriteBack,
         WritePolicyKind::WriteThrough,
         WritePolicyKind::WriteAround,
+        WritePolicyKind::OrderedWriteBack,
     ] {
         let config = EngineConfig {
             page_size_bytes: 4096,

@@ -279,7 +279,7 @@ impl DataModel {
         self.writes.clear();
         self.bufs.clear();
         if let Some(o) = &mut self.order {
-            o.crash();
+            o.crash(lose_cache);
         }
         (self.devices.recoverable(), lost)
     }

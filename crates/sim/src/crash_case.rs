@@ -159,8 +159,7 @@ impl CrashCase {
             read_insert: false,
             keep_clean: false,
             requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
-            // Ordered write-back's crashes lose the cache (its order is in memory).
-            persistent: self.policy != WritePolicyKind::OrderedWriteBack,
+            persistent: true,
         };
         let mut c = RandomConfig::writes_closed(FOOTPRINT_KIB * 1024, OUTSTANDING);
         c.read_fraction = READ_FRACTION;

@@ -65,11 +65,15 @@ impl OrderCheck {
         }
     }
 
-    /// After a crash that lost the cache (and its check), the backing's
-    /// state is where a new history starts: later writes depend on nothing
-    /// before it, and its old data counts as older than any of them.
-    pub fn crash(&mut self) {
-        self.writes.clear();
+    /// A crash (after its check). Writes in flight stay unanswered: what
+    /// recovery finds of them may still reach the backing, after what they
+    /// depend on. If the cache was lost, the backing's state is where a
+    /// new history starts: later writes depend on nothing before it, and
+    /// its old data counts as older than any of them.
+    pub fn crash(&mut self, lose_cache: bool) {
+        if lose_cache {
+            self.writes.clear();
+        }
     }
 
     /// Check the backing, read through `backing(volume, sector)`; `stamp`

@@ -264,7 +264,7 @@ impl Simulation {
         crash_at: Option<u64>,
     ) -> Result<Simulation, SimError> {
         let ordered = self.config.write_policy == WritePolicyKind::OrderedWriteBack;
-        if crash_at.is_some() && !self.config.persistent && !ordered {
+        if crash_at.is_some() && !self.config.persistent {
             return Err(SimError::CrashNeedsPersistent);
         }
         if crash_at.is_some() && self.data.is_none() {
@@ -509,11 +509,12 @@ impl Simulation {
                 );
             }
         }
-        // Ordered write-back keeps its order in memory only: every crash
-        // loses the cache, and the backing alone must be consistent.
+        // The backing alone must be consistent at any moment under ordered
+        // write-back (as if the cache were lost now), and with `pit`
+        // whenever the cache is lost.
         let ordered = self.config.write_policy == WritePolicyKind::OrderedWriteBack;
-        let lose_cache = faults.plan.lose_cache || ordered;
-        if lose_cache {
+        let lose_cache = faults.plan.lose_cache;
+        if lose_cache || ordered {
             data.check_order()?;
         }
         let cache_only_copy = matches!(
@@ -524,15 +525,7 @@ impl Simulation {
         faults.counts.lost_writes += lost as u64;
         self.dev_ops.clear();
         self.delayed.clear();
-        self.engine = if ordered {
-            let mut engine = Engine::new(self.config.clone()).map_err(RecoveryError::from)?;
-            for &size in &self.volume_sizes_bytes {
-                engine.add_volume(size).map_err(RecoveryError::from)?;
-            }
-            engine
-        } else {
-            Engine::recover(self.config.clone(), &self.volume_sizes_bytes, found)?
-        };
+        self.engine = Engine::recover(self.config.clone(), &self.volume_sizes_bytes, found)?;
         if self.draining {
             self.engine.start_drain();
         }

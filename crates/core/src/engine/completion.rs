@@ -195,6 +195,10 @@ impl Engine {
             self.slots.push_free(slot);
             if was_old {
                 self.send_oldest_free(key);
+                if self.ordered.is_some() {
+                    // The page's next version may go now.
+                    self.ordered_page_changed(PageKey(key));
+                }
             }
         }
     }

@@ -399,6 +399,8 @@ impl Engine {
         engine.slots.exclude_from_pool(&used);
         // Each page's versions, oldest first.
         found.sort_by_key(|f| (f.record.key, f.record.seq));
+        let ordered = engine.ordered.is_some();
+        let mut kept = Vec::new();
         for (i, f) in found.iter().enumerate() {
             engine.next_seq = engine.next_seq.max(f.record.seq + 1);
             let (slot, key) = (f.slot, f.record.key);
@@ -408,6 +410,12 @@ impl Engine {
                 engine.slots.map(slot, key);
                 engine.slots.set_state(slot, SlotState::Dirty);
                 engine.mark_dirty(key);
+                kept.push((f.record.seq, slot));
+            } else if ordered && f.record.dirty {
+                // Ordered write-back destages every version, in order.
+                engine.slots.set_state(slot, SlotState::OldDirty);
+                engine.push_old(slot);
+                kept.push((f.record.seq, slot));
             } else {
                 // An older version, or a clean copy: free it for good, oldest
                 // first. Clean copies are not trusted after a crash: one
@@ -418,6 +426,9 @@ impl Engine {
             }
         }
         engine.emit_frees(Nanos::MAX);
+        if ordered {
+            engine.recover_order(kept);
+        }
         if engine.must_drain_dirty() {
             // The write policy keeps no dirty data: its promise holds once these are destaged.
             engine.start_destages();

@@ -137,6 +137,20 @@ impl Engine {
         id
     }
 
+    /// After a restart the writes' order is gone, but the versions' numbers
+    /// are a linear extension of it (a write's pages got their numbers
+    /// before it was answered, so before any write that depends on it was
+    /// issued): each recovered version becomes a write of its own that
+    /// depends on every one before it, destaged one at a time in that order.
+    pub(super) fn recover_order(&mut self, mut kept: Vec<(u64, SlotIndex)>) {
+        kept.sort_unstable();
+        for (_, slot) in kept {
+            let node = self.ordered_issue();
+            self.ordered_version(node, slot);
+            self.ordered_complete(node);
+        }
+    }
+
     /// Write `node` made a dirty version in `slot`.
     pub(super) fn ordered_version(&mut self, node: u64, slot: SlotIndex) {
         let o = self.ord();
@@ -256,16 +270,15 @@ impl Engine {
         }
     }
 
+    /// The page's oldest version decides: an older dirty one not being
+    /// destaged goes next; one being destaged, or (persistent caches) one
+    /// destaged whose record is not yet freed, holds every newer one back,
+    /// so a crash never finds an older record over a newer destaged page.
     fn next_version_to_destage(&self, key: PageKey) -> Option<SlotIndex> {
-        if let Some(queue) = self.old_versions.get(&key.0) {
-            for &s in queue {
-                if self.slots.has(s, FLAG_DESTAGING) {
-                    return None;
-                }
-                if self.slots.state(s) == SlotState::OldDirty {
-                    return Some(s);
-                }
-            }
+        if let Some(&oldest) = self.old_versions.get(&key.0).and_then(|q| q.front()) {
+            let next = self.slots.state(oldest) == SlotState::OldDirty
+                && !self.slots.has(oldest, FLAG_DESTAGING);
+            return next.then_some(oldest);
         }
         let cur = self.slots.lookup(key)?;
         (self.slots.state(cur) == SlotState::Dirty && !self.slots.has(cur, FLAG_DESTAGING))
