@@ -21,6 +21,7 @@ mod free;
 mod slots;
 mod stats;
 
+pub use change::ChangeError;
 pub use stats::Stats;
 
 use crate::command::*;
@@ -55,6 +56,7 @@ macro_rules! view {
 }
 
 // After `view!`, which they use.
+mod change;
 mod completion;
 mod destage;
 mod read;
