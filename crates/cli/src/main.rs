@@ -5,6 +5,7 @@ mod args;
 mod check;
 mod flush;
 mod inspect;
+mod ops;
 mod serve;
 mod tools;
 
@@ -49,8 +50,17 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Verify every checksum of a cache device (non-zero exit if corrupt).
     Check(check::CheckArgs),
-    /// Destage a cache device's dirty pages offline, then mark it clean.
+    /// Destage every dirty page: online through a running server, or
+    /// offline from a cache device no server holds (then mark it clean).
     Flush(flush::FlushArgs),
+    /// A running server's state (policies, occupancy, dirty pages); with
+    /// no server, what the cache device holds.
+    Status(ops::StatusArgs),
+    /// A running server's statistics (`--watch SECS` for live rates, `--json`).
+    Stats(ops::StatsArgs),
+    /// Change a policy of a running server: write-policy, admission,
+    /// destage-order, destage-rate (leaving write-back drains first).
+    Set(ops::SetArgs),
 }
 
 #[derive(Args)]
@@ -225,6 +235,9 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::inspect(args),
         Command::Check(args) => check::check(args),
         Command::Flush(args) => flush::flush(args),
+        Command::Status(args) => ops::status(args),
+        Command::Stats(args) => ops::stats(args),
+        Command::Set(args) => ops::set(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -24,6 +24,8 @@ use clap::Args;
 use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
 use wcache_io::cache::Monitor;
 use wcache_io::format::FORMAT_VERSION;
+use wcache_io::ops::control::{ControlListener, ControlServer};
+use wcache_io::ops::{Operator, Snapshot};
 use wcache_io::{
     Cache, CacheConfig, CacheDeviceSpec, CloseReport, DriverConfig, DriverError, Volume, VolumeSpec,
 };
@@ -43,6 +45,11 @@ pub struct ServeArgs {
     /// TCP address to listen on, e.g. 127.0.0.1:10809.
     #[arg(long)]
     listen: Option<String>,
+    /// Control socket for `wcache status`, `stats`, `flush`, `set`
+    /// (owner-only; default: the NBD socket's path with extension .ctl,
+    /// DATA_DIR/wcache.ctl for the default socket or with --listen only).
+    #[arg(long)]
+    control: Option<PathBuf>,
     /// Directory for the default cache, backing and socket.
     #[arg(long, default_value = "wcache-data")]
     data_dir: PathBuf,
@@ -349,10 +356,11 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         warn_volatile_write_back();
     }
     let defaults_used = args.cache.is_none() || (args.backing.is_none() && args.exports.is_empty());
-    if defaults_used || (args.socket.is_none() && args.listen.is_none()) {
+    let default_socket = args.socket.is_none() && args.listen.is_none();
+    if defaults_used || default_socket || (args.socket.is_none() && args.control.is_none()) {
         ensure_dir(&args.data_dir)?;
     }
-    let listeners = Listeners::bind(&args)?;
+    let mut listeners = Listeners::bind(&args)?;
     let socket = listeners.socket();
     let cache = match Cache::open(&config) {
         Ok(cache) => cache,
@@ -363,19 +371,14 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     };
     print_open_report(&cache);
     let reporter = ErrorReporter::start(cache.monitor())?;
-
-    let mut builder = Server::builder();
-    for volume in cache.volumes() {
-        builder = builder.export(volume.name(), Arc::new(NbdVolume(volume.clone())));
-    }
-    let server_config = ServerConfig {
-        workers_count: args.workers.max(1),
-        receive_poll: Duration::from_micros(args.poll_us),
-        ..ServerConfig::default()
-    };
-    let mut server = builder.config(server_config).start()?;
+    let control = listeners.start_control(cache.operator())?;
+    let mut server = start_nbd_server(&args, &cache)?;
     let uris = listeners.serve(&mut server, cache.volumes())?;
     print_banner(&args, &config, &cache, socket.as_deref(), &uris);
+    println!(
+        "  control: {} (wcache status|stats|flush|set --control PATH)",
+        control.path().display()
+    );
 
     let signal = wait_for_stop_signal(&signals);
     let grace = Duration::from_secs_f64(args.stop_timeout);
@@ -385,9 +388,33 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         grace.as_secs_f64()
     );
     let served = server.stats();
+    control.stop();
     stop_server(server, &cache, grace, &signals);
     reporter.stop();
     let closed = cache.close_within(STOP_AFTER_GRACE)?;
+    if let Some(path) = &socket {
+        let _ = std::fs::remove_file(path);
+    }
+    print_close_report(&closed, &served);
+    Ok(())
+}
+
+/// The NBD server over the cache's volumes (not yet listening).
+fn start_nbd_server(args: &ServeArgs, cache: &Cache) -> Result<Server, AnyError> {
+    let mut builder = Server::builder();
+    for volume in cache.volumes() {
+        builder = builder.export(volume.name(), Arc::new(NbdVolume(volume.clone())));
+    }
+    let server_config = ServerConfig {
+        workers_count: args.workers.max(1),
+        receive_poll: Duration::from_micros(args.poll_us),
+        ..ServerConfig::default()
+    };
+    Ok(builder.config(server_config).start()?)
+}
+
+/// What the stop left behind, then the statistics of the whole run.
+fn print_close_report(closed: &CloseReport, served: &ServerStats) {
     if closed.threads_left {
         eprintln!(
             "wcache: driver threads still in device calls (a backing that does not answer); \
@@ -406,11 +433,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
             closed.dirty_pages
         );
     }
-    if let Some(path) = &socket {
-        let _ = std::fs::remove_file(path);
-    }
-    print_stop_stats(&closed, &served);
-    Ok(())
+    print_stop_stats(closed, served);
 }
 
 /// The lifecycle's configuration from the arguments (parsing only: no file
@@ -533,6 +556,7 @@ struct Listeners {
     /// (path, temporary path, listener)
     unix: Option<(PathBuf, PathBuf, UnixListener)>,
     tcp: Option<(String, TcpListener)>,
+    control: Option<ControlListener>,
 }
 
 impl Listeners {
@@ -542,9 +566,15 @@ impl Listeners {
             (None, None) => Some(args.data_dir.join("wcache.sock")),
             (None, Some(_)) => None,
         };
+        let control = match (&args.control, &socket) {
+            (Some(path), _) => path.clone(),
+            (None, Some(path)) if args.socket.is_some() => path.with_extension("ctl"),
+            (None, _) => args.data_dir.join("wcache.ctl"),
+        };
         let mut listeners = Listeners {
             unix: None,
             tcp: None,
+            control: None,
         };
         if let Some(path) = socket {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -567,6 +597,16 @@ impl Listeners {
             })?;
             listeners.tcp = Some((addr.clone(), listener));
         }
+        match ControlListener::bind(&control) {
+            Ok(bound) => listeners.control = Some(bound),
+            Err(source) => {
+                listeners.discard();
+                return Err(ServeError::Listen {
+                    what: format!("control socket {}", control.display()),
+                    source,
+                });
+            }
+        }
         Ok(listeners)
     }
 
@@ -575,11 +615,24 @@ impl Listeners {
         self.unix.as_ref().map(|(path, _, _)| path.clone())
     }
 
-    /// Remove the bound socket's file (a start refused after binding).
-    fn discard(&self) {
+    /// Remove the bound sockets' files (a start refused after binding).
+    fn discard(mut self) {
         if let Some((_, temp, _)) = &self.unix {
             let _ = std::fs::remove_file(temp);
         }
+        if let Some(control) = self.control.take() {
+            control.discard();
+        }
+    }
+
+    /// Puts the control socket in place, served by `operator` (before the
+    /// NBD socket, whose appearance means everything is ready).
+    fn start_control(&mut self, operator: Operator) -> Result<ControlServer, ServeError> {
+        let control = self.control.take().expect("bound in Listeners::bind");
+        let what = format!("control socket {}", control.path().display());
+        control
+            .start(operator)
+            .map_err(|source| ServeError::Listen { what, source })
     }
 
     /// Hand the sockets to `server`; returns the URIs of the volumes.
@@ -686,8 +739,9 @@ fn print_banner(
 }
 
 fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
-    let stats = &closed.stats;
-    let engine = &closed.engine;
+    let stats = &closed.snapshot.driver;
+    let snap: &Snapshot = &closed.snapshot;
+    let v = |name: &str| snap.engine_value(name).unwrap_or(0);
     eprintln!(
         "wcache: stopped after {} requests ({} cache errors, {} backing errors{})",
         stats.requests,
@@ -706,16 +760,22 @@ fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
     eprintln!(
         "wcache: {} writes ({} stalled for room, {} ms in all), {} reads ({} hits), {} destages \
          of {} pages, {} cache flushes, {} backing flushes",
-        engine.writes,
-        engine.stalls,
-        engine.stall_ns_total / 1_000_000,
-        engine.reads,
-        engine.read_hits,
-        engine.destages,
-        engine.destaged_pages,
+        v("writes"),
+        v("stalls"),
+        v("stall_ns_total") / 1_000_000,
+        v("reads"),
+        v("read_hits"),
+        v("destages"),
+        v("destaged_pages"),
         stats.cache_flushes,
         stats.backing_flushes
     );
+    for r in snap.requests.iter().filter(|r| r.count > 0) {
+        eprintln!(
+            "wcache: export {} {}: {} requests, response time p50 {} us, p99 {} us, max {} us",
+            r.export, r.kind, r.count, r.p50_us, r.p99_us, r.max_us
+        );
+    }
 }
 
 fn ensure_dir(dir: &Path) -> Result<(), ServeError> {
