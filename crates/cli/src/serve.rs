@@ -25,6 +25,7 @@ use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
 use wcache_io::cache::Monitor;
 use wcache_io::format::FORMAT_VERSION;
 use wcache_io::ops::control::{ControlListener, ControlServer};
+use wcache_io::ops::prometheus::MetricsServer;
 use wcache_io::ops::{Operator, Snapshot};
 use wcache_io::{
     Cache, CacheConfig, CacheDeviceSpec, CloseReport, DriverConfig, DriverError, Volume, VolumeSpec,
@@ -50,6 +51,10 @@ pub struct ServeArgs {
     /// DATA_DIR/wcache.ctl for the default socket or with --listen only).
     #[arg(long)]
     control: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9187
+    /// (port 0: any free port; the address is printed).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// Directory for the default cache, backing and socket.
     #[arg(long, default_value = "wcache-data")]
     data_dir: PathBuf,
@@ -371,14 +376,11 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     };
     print_open_report(&cache);
     let reporter = ErrorReporter::start(cache.monitor())?;
-    let control = listeners.start_control(cache.operator())?;
+    let ops = listeners.start_ops(cache.operator())?;
     let mut server = start_nbd_server(&args, &cache)?;
     let uris = listeners.serve(&mut server, cache.volumes())?;
     print_banner(&args, &config, &cache, socket.as_deref(), &uris);
-    println!(
-        "  control: {} (wcache status|stats|flush|set --control PATH)",
-        control.path().display()
-    );
+    ops.print();
 
     let signal = wait_for_stop_signal(&signals);
     let grace = Duration::from_secs_f64(args.stop_timeout);
@@ -388,7 +390,7 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         grace.as_secs_f64()
     );
     let served = server.stats();
-    control.stop();
+    ops.stop();
     stop_server(server, &cache, grace, &signals);
     reporter.stop();
     let closed = cache.close_within(STOP_AFTER_GRACE)?;
@@ -557,6 +559,33 @@ struct Listeners {
     unix: Option<(PathBuf, PathBuf, UnixListener)>,
     tcp: Option<(String, TcpListener)>,
     control: Option<ControlListener>,
+    metrics: Option<TcpListener>,
+}
+
+/// The operator's endpoints of a running server: the control socket and,
+/// when asked, the metrics endpoint.
+struct OpsEndpoints {
+    control: ControlServer,
+    metrics: Option<MetricsServer>,
+}
+
+impl OpsEndpoints {
+    fn print(&self) {
+        println!(
+            "  control: {} (wcache status|stats|flush|set --control PATH)",
+            self.control.path().display()
+        );
+        if let Some(m) = &self.metrics {
+            println!("  metrics: http://{}/metrics", m.addr());
+        }
+    }
+
+    fn stop(self) {
+        self.control.stop();
+        if let Some(m) = self.metrics {
+            m.stop();
+        }
+    }
 }
 
 impl Listeners {
@@ -575,6 +604,7 @@ impl Listeners {
             unix: None,
             tcp: None,
             control: None,
+            metrics: None,
         };
         if let Some(path) = socket {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -596,6 +626,16 @@ impl Listeners {
                 source,
             })?;
             listeners.tcp = Some((addr.clone(), listener));
+        }
+        if let Some(addr) = &args.metrics {
+            match TcpListener::bind(addr) {
+                Ok(bound) => listeners.metrics = Some(bound),
+                Err(source) => {
+                    listeners.discard();
+                    let what = format!("metrics address {addr}");
+                    return Err(ServeError::Listen { what, source });
+                }
+            }
         }
         match ControlListener::bind(&control) {
             Ok(bound) => listeners.control = Some(bound),
@@ -625,14 +665,19 @@ impl Listeners {
         }
     }
 
-    /// Puts the control socket in place, served by `operator` (before the
-    /// NBD socket, whose appearance means everything is ready).
-    fn start_control(&mut self, operator: Operator) -> Result<ControlServer, ServeError> {
+    /// Puts the control socket in place and serves metrics, through
+    /// `operator` (before the NBD socket, whose appearance means ready).
+    fn start_ops(&mut self, operator: Operator) -> Result<OpsEndpoints, AnyError> {
+        let metrics = match self.metrics.take() {
+            Some(listener) => Some(MetricsServer::start(listener, operator.clone())?),
+            None => None,
+        };
         let control = self.control.take().expect("bound in Listeners::bind");
         let what = format!("control socket {}", control.path().display());
-        control
+        let control = control
             .start(operator)
-            .map_err(|source| ServeError::Listen { what, source })
+            .map_err(|source| ServeError::Listen { what, source })?;
+        Ok(OpsEndpoints { control, metrics })
     }
 
     /// Hand the sockets to `server`; returns the URIs of the volumes.

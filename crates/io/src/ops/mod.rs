@@ -8,6 +8,7 @@ pub mod client;
 pub mod control;
 pub mod latency;
 pub mod operator;
+pub mod prometheus;
 pub mod protocol;
 pub mod snapshot;
 
