@@ -5,6 +5,7 @@ mod args;
 mod check;
 mod flush;
 mod inspect;
+mod logging;
 mod ops;
 mod serve;
 mod tools;
@@ -229,6 +230,7 @@ fn with_policy_help(cmd: clap::Command) -> clap::Command {
 fn main() -> ExitCode {
     let matches = with_policy_help(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    logging::init();
     let result = match cli.command {
         Command::Sim(args) => sim(*args),
         Command::Serve(args) => serve::serve(*args),

@@ -301,7 +301,7 @@ fn wait_in_grace(
             return Grace::Over;
         }
         if let Some(signal) = stop_signal_within(signals, left.min(step)) {
-            eprintln!("wcache: signal {signal} again: ending the grace period");
+            tracing::warn!("signal {signal} again: ending the grace period");
             return Grace::Signal;
         }
     }
@@ -320,7 +320,7 @@ fn stop_server(server: Server, cache: &Cache, grace: Duration, signals: &libc::s
     {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("wcache: cannot start the stop thread ({e}); not waiting for requests");
+            tracing::error!("cannot start the stop thread ({e}); not waiting for requests");
             cache.fail_waiting();
             return;
         }
@@ -334,11 +334,11 @@ fn stop_server(server: Server, cache: &Cache, grace: Duration, signals: &libc::s
         }
     }
     if ended == Grace::Over {
-        eprintln!("wcache: grace period of {:.1} s over", grace.as_secs_f64());
+        tracing::warn!("grace period of {:.1} s over", grace.as_secs_f64());
     }
     let failed_count = cache.fail_waiting();
-    eprintln!(
-        "wcache: answered {failed_count} writes still waiting for room with an error \
+    tracing::warn!(
+        "answered {failed_count} writes still waiting for room with an error \
          (none was acknowledged); refusing new requests"
     );
     let after = Instant::now() + STOP_AFTER_GRACE;
@@ -346,8 +346,8 @@ fn stop_server(server: Server, cache: &Cache, grace: Duration, signals: &libc::s
         std::thread::sleep(Duration::from_millis(5));
     }
     if !stopper.is_finished() {
-        eprintln!(
-            "wcache: requests still wait on a backing that does not answer: not waiting for them"
+        tracing::warn!(
+            "requests still wait on a backing that does not answer: not waiting for them"
         );
     }
 }
@@ -384,8 +384,8 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
 
     let signal = wait_for_stop_signal(&signals);
     let grace = Duration::from_secs_f64(args.stop_timeout);
-    eprintln!(
-        "wcache: signal {signal}: stopping (no new connections; in-flight requests have {:.1} s \
+    tracing::info!(
+        "signal {signal}: stopping (no new connections; in-flight requests have {:.1} s \
          to finish, or until a second signal)",
         grace.as_secs_f64()
     );
@@ -418,20 +418,20 @@ fn start_nbd_server(args: &ServeArgs, cache: &Cache) -> Result<Server, AnyError>
 /// What the stop left behind, then the statistics of the whole run.
 fn print_close_report(closed: &CloseReport, served: &ServerStats) {
     if closed.threads_left {
-        eprintln!(
-            "wcache: driver threads still in device calls (a backing that does not answer); \
+        tracing::warn!(
+            "driver threads still in device calls (a backing that does not answer); \
              exiting without them (their pages stay dirty in the cache)"
         );
     }
     if closed.recorded_clean {
-        eprintln!(
-            "wcache: clean shutdown recorded; {} dirty pages stay in the cache and are \
+        tracing::info!(
+            "clean shutdown recorded; {} dirty pages stay in the cache and are \
              destaged after the next start (or by wcache flush)",
             closed.dirty_pages
         );
     } else if closed.dirty_pages > 0 {
-        eprintln!(
-            "wcache: {} dirty pages were never destaged (volatile write-back): they are lost",
+        tracing::warn!(
+            "{} dirty pages were never destaged (volatile write-back): they are lost",
             closed.dirty_pages
         );
     }
@@ -521,7 +521,7 @@ fn print_open_report(cache: &Cache) {
         println!("wcache: formatted a new cache device {cache_name}");
     }
     if let Some(what) = &report.reformatted {
-        eprintln!("wcache: --force: formatted {cache_name} anew, DISCARDING {what}");
+        tracing::warn!("--force: formatted {cache_name} anew, DISCARDING {what}");
     } else if !report.formatted {
         println!(
             "wcache: opened cache device {cache_name} (last shutdown {}); recovering {} dirty pages",
@@ -530,7 +530,7 @@ fn print_open_report(cache: &Cache) {
         );
     }
     for bad in &report.discarded {
-        eprintln!("wcache: discarded a damaged record: {bad}");
+        tracing::warn!("discarded a damaged record: {bad}");
     }
     if report.reformatted.is_none() && report.format_version_found < FORMAT_VERSION {
         println!(
@@ -540,8 +540,8 @@ fn print_open_report(cache: &Cache) {
         );
     }
     if cache.device().on_volatile_memory {
-        eprintln!(
-            "wcache: note: the cache file is on tmpfs: it survives a crash of this process, \
+        tracing::info!(
+            "note: the cache file is on tmpfs: it survives a crash of this process, \
              not a reboot or power loss (a stand-in for NV-DRAM)"
         );
     }
@@ -787,8 +787,8 @@ fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
     let stats = &closed.snapshot.driver;
     let snap: &Snapshot = &closed.snapshot;
     let v = |name: &str| snap.engine_value(name).unwrap_or(0);
-    eprintln!(
-        "wcache: stopped after {} requests ({} cache errors, {} backing errors{})",
+    tracing::info!(
+        "stopped after {} requests ({} cache errors, {} backing errors{})",
         stats.requests,
         stats.cache_errors,
         stats.backing_errors,
@@ -798,12 +798,13 @@ fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
             .map(|e| format!("; last: {e}"))
             .unwrap_or_default()
     );
-    eprintln!(
-        "wcache: NBD: {} requests served, {} run on their connection's reader thread",
-        served.requests_served, served.requests_inline
+    tracing::info!(
+        "NBD: {} requests served, {} run on their connection's reader thread",
+        served.requests_served,
+        served.requests_inline
     );
-    eprintln!(
-        "wcache: {} writes ({} stalled for room, {} ms in all), {} reads ({} hits), {} destages \
+    tracing::info!(
+        "{} writes ({} stalled for room, {} ms in all), {} reads ({} hits), {} destages \
          of {} pages, {} cache flushes, {} backing flushes",
         v("writes"),
         v("stalls"),
@@ -816,9 +817,14 @@ fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
         stats.backing_flushes
     );
     for r in snap.requests.iter().filter(|r| r.count > 0) {
-        eprintln!(
-            "wcache: export {} {}: {} requests, response time p50 {} us, p99 {} us, max {} us",
-            r.export, r.kind, r.count, r.p50_us, r.p99_us, r.max_us
+        tracing::info!(
+            "export {} {}: {} requests, response time p50 {} us, p99 {} us, max {} us",
+            r.export,
+            r.kind,
+            r.count,
+            r.p50_us,
+            r.p99_us,
+            r.max_us
         );
     }
 }
@@ -859,8 +865,8 @@ fn report_errors(monitor: &Monitor, stop: &AtomicBool) {
         std::thread::sleep(Duration::from_millis(200));
         let s = monitor.stats();
         if (s.backing_errors, s.cache_errors) != seen {
-            eprintln!(
-                "wcache: I/O errors so far: {} backing, {} cache (last: {}); failed destages are \
+            tracing::warn!(
+                "I/O errors so far: {} backing, {} cache (last: {}); failed destages are \
                  retried, their pages stay dirty and readable; {} dirty pages",
                 s.backing_errors,
                 s.cache_errors,

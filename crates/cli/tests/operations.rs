@@ -2,7 +2,7 @@
 //! (`--json`, `--watch`), `set`, and `flush` online through the control
 //! socket while the server serves; the exit summary's latency lines; and
 //! with no server, `status` reading the cache device and `flush` draining
-//! offline as before.
+//! offline as before; `WCACHE_LOG` raising one subsystem's verbosity.
 
 mod common;
 
@@ -129,4 +129,62 @@ fn status_stats_set_and_online_flush_through_the_control_socket() {
     );
     let (ok, out, err) = wcache(&["stats", "--control", control_s]);
     assert!(!ok && err.contains("no server at"), "{out}{err}");
+}
+
+#[test]
+fn wcache_log_filters_events_per_subsystem() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let socket = dir.path().join("w.sock");
+    let control = dir.path().join("w.ctl");
+    let args = [
+        "--cache",
+        "mem",
+        "--cache-size",
+        "4M",
+        "--backing",
+        "mem:16M",
+    ];
+    let env = [("WCACHE_LOG", "warn,wcache_io::ops=debug")];
+    let served = Served::try_start_env(&args, &socket, &env).expect("serve");
+    let (ok, out, err) = wcache(&["status", "--control", control.to_str().expect("utf8")]);
+    assert!(ok, "{out}{err}");
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("DEBUG") && log.contains("control socket: Status"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("stopped after"),
+        "info events are filtered out: {log}"
+    );
+    assert!(
+        log.contains("wcache: serving 1 export(s)"),
+        "the banner is output, not a log: {log}"
+    );
+
+    let (ok, out, err) = wcache(&[
+        "status",
+        "--control",
+        "/nonexistent/x.ctl",
+        "--cache",
+        "/nonexistent/c.img",
+    ]);
+    assert!(!ok, "{out}{err}");
+    let out = Command::new(WCACHE)
+        .args([
+            "status",
+            "--control",
+            "/nonexistent/x.ctl",
+            "--cache",
+            "/nonexistent/c.img",
+        ])
+        .env("WCACHE_LOG", "=[bad")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("WCACHE_LOG") && err.contains("is not a log filter"),
+        "{err}"
+    );
 }

@@ -139,6 +139,7 @@ fn accept_loop(listener: UnixListener, operator: Operator, stop: Arc<AtomicBool>
         let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
         let peer = peer_uid(&stream).unwrap_or(u32::MAX);
         if !peer_allowed(peer, server_uid) {
+            tracing::warn!("control socket: refused a connection from uid {peer}");
             let e = ProtocolError::PermissionDenied {
                 peer,
                 server: server_uid,
@@ -148,6 +149,7 @@ fn accept_loop(listener: UnixListener, operator: Operator, stop: Arc<AtomicBool>
         }
         if live.fetch_add(1, Ordering::SeqCst) >= CONNECTIONS_MAX {
             live.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!("control socket: {CONNECTIONS_MAX} connections already; one refused");
             let e = ProtocolError::Busy(CONNECTIONS_MAX);
             let _ = stream.write_all(Response::from(&e).to_line().as_bytes());
             continue;
@@ -225,8 +227,14 @@ fn serve_connection(stream: UnixStream, operator: &Operator, stop: &AtomicBool) 
             line.pop();
         }
         let answered = match parse_request(&line) {
-            Ok(command) => answer(command, operator, stop, &mut writer),
-            Err(e) => send(&mut writer, &Response::from(&e)),
+            Ok(command) => {
+                tracing::debug!("control socket: {command:?}");
+                answer(command, operator, stop, &mut writer)
+            }
+            Err(e) => {
+                tracing::debug!("control socket: bad request: {e}");
+                send(&mut writer, &Response::from(&e))
+            }
         };
         if !answered {
             return;
@@ -269,7 +277,10 @@ fn answer(command: Command, operator: &Operator, stop: &AtomicBool, w: &mut Unix
             }
         }
         Command::Set { key, value } => match operator.set(&key, &value, &mut report) {
-            Ok(done) => Response::ok(done),
+            Ok(done) => {
+                tracing::info!("set {}: {} -> {}", done.key, done.old, done.new);
+                Response::ok(done)
+            }
             Err(e) => op_error(&e),
         },
         Command::ConsistencyPoint => {
