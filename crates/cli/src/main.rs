@@ -8,6 +8,7 @@ mod inspect;
 mod logging;
 mod ops;
 mod serve;
+mod serve_config;
 mod tools;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -227,13 +228,24 @@ fn with_policy_help(cmd: clap::Command) -> clap::Command {
     })
 }
 
+/// The ids of the options of `subcommand` given on the command line (not defaults).
+fn given_on_command_line(matches: &clap::ArgMatches, subcommand: &str) -> Vec<String> {
+    let Some(m) = matches.subcommand_matches(subcommand) else {
+        return Vec::new();
+    };
+    m.ids()
+        .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| id.to_string())
+        .collect()
+}
+
 fn main() -> ExitCode {
     let matches = with_policy_help(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     logging::init();
     let result = match cli.command {
         Command::Sim(args) => sim(*args),
-        Command::Serve(args) => serve::serve(*args),
+        Command::Serve(args) => serve::serve(*args, &given_on_command_line(&matches, "serve")),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Check(args) => check::check(args),
         Command::Flush(args) => flush::flush(args),

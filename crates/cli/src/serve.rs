@@ -40,102 +40,107 @@ type AnyError = Box<dyn std::error::Error>;
 /// with a 1 GiB cache file in front of an 8 GiB emulated 10K RPM disk).
 #[derive(Args, Debug)]
 pub struct ServeArgs {
+    /// Read settings from this TOML file, keys named as these options
+    /// (`cache-size = "1G"`, `export = ["disk=FILE"]`); options given on
+    /// the command line win (docs/operations.md, "Config file").
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
     /// Unix socket to listen on (default, when no --listen: DATA_DIR/wcache.sock).
     #[arg(long)]
-    socket: Option<PathBuf>,
+    pub(crate) socket: Option<PathBuf>,
     /// TCP address to listen on, e.g. 127.0.0.1:10809.
     #[arg(long)]
-    listen: Option<String>,
+    pub(crate) listen: Option<String>,
     /// Control socket for `wcache status`, `stats`, `flush`, `set`
     /// (owner-only; default: the NBD socket's path with extension .ctl,
     /// DATA_DIR/wcache.ctl for the default socket or with --listen only).
     #[arg(long)]
-    control: Option<PathBuf>,
+    pub(crate) control: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9187
     /// (port 0: any free port; the address is printed).
     #[arg(long, value_name = "ADDR")]
-    metrics: Option<String>,
+    pub(crate) metrics: Option<String>,
     /// Directory for the default cache, backing and socket.
     #[arg(long, default_value = "wcache-data")]
-    data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// Cache device: a file or block device (created sparse with --cache-size
     /// if missing), or `mem` (process memory). Default: DATA_DIR/cache.img.
     #[arg(long)]
-    cache: Option<String>,
+    pub(crate) cache: Option<String>,
     #[arg(long, default_value = "1G")]
-    cache_size: String,
+    pub(crate) cache_size: String,
     /// How cache writes become durable: fdatasync, dsync (RWF_DSYNC per
     /// write), nvram (no syncs; for pmem or tmpfs standing in for NV-DRAM).
     #[arg(long, default_value = "fdatasync")]
-    cache_sync: String,
+    pub(crate) cache_sync: String,
     /// Open the cache device with O_DIRECT.
     #[arg(long)]
-    direct: bool,
+    pub(crate) direct: bool,
     /// Persist-on-flush (the NBD minimum): a write without FUA is
     /// acknowledged once written to the cache device, before the device
     /// flush; FLUSH and FUA make it durable. A crash of this process loses
     /// nothing acknowledged; a power loss may lose writes not yet flushed.
     /// Default: persist-on-write (every acknowledged write is durable).
     #[arg(long)]
-    persist_on_flush: bool,
+    pub(crate) persist_on_flush: bool,
     /// Backing of the single export `disk`: FILE, nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH, emulated-MODEL:FILE (MODEL: hdd, raid10,
     /// raid5, raid5-md, ssd, nvram; the simulator's model run in real time), mem:SIZE.
     /// Default: emulated-hdd:DATA_DIR/backing.img.
     #[arg(long)]
-    backing: Option<String>,
+    pub(crate) backing: Option<String>,
     /// An export NAME=BACKING (repeat for several volumes sharing one cache).
     #[arg(long = "export", value_name = "NAME=BACKING")]
-    exports: Vec<String>,
+    pub(crate) exports: Vec<String>,
     /// Size of backing files created because they do not exist.
     #[arg(long, default_value = "8G")]
-    backing_size: String,
+    pub(crate) backing_size: String,
     /// How backing file writes become durable: fdatasync, dsync, nvram.
     #[arg(long, default_value = "fdatasync")]
-    backing_sync: String,
+    pub(crate) backing_sync: String,
     /// write-back (default with a cache file or device: acknowledged once
     /// data and record are durable on the cache; recovered after a crash),
     /// write-through (default with --cache mem), or write-around.
     #[arg(long)]
-    write_policy: Option<String>,
+    pub(crate) write_policy: Option<String>,
     /// Start even over a cache device holding dirty pages of another
     /// configuration (other exports, sizes, backings or page size) or an
     /// unreadable superblock: those pages are DISCARDED (the message says which).
     #[arg(long)]
-    force: bool,
+    pub(crate) force: bool,
     /// Destage order: lrw, cscan, wow.
     #[arg(long, default_value = "wow")]
-    order: String,
+    pub(crate) order: String,
     /// Destage rate: linear, adaptive.
     #[arg(long, default_value = "adaptive")]
-    rate: String,
+    pub(crate) rate: String,
     /// Admission: all (every write enters the cache).
     #[arg(long, default_value = "all")]
-    admission: String,
+    pub(crate) admission: String,
     /// Writes continuing a sequential stream of this many bytes go around
     /// the cache to the backing (e.g. 4M; 0: no cutoff).
     #[arg(long, default_value = "0")]
-    sequential_cutoff: String,
+    pub(crate) sequential_cutoff: String,
     #[arg(long, default_value_t = 4096)]
-    page_size: u64,
+    pub(crate) page_size: u64,
     /// Write group (destage unit) in bytes.
     #[arg(long, default_value_t = 64 * 1024)]
-    group_size: u64,
+    pub(crate) group_size: u64,
     /// Smallest block the NBD clients may address (a power of two up to 64 KiB).
     #[arg(long, default_value_t = 512, value_parser = parse_block_size)]
-    block_size: u32,
+    pub(crate) block_size: u32,
     /// NBD worker threads (requests in service at once over all connections).
     #[arg(long, default_value_t = 32)]
-    workers: usize,
+    pub(crate) workers: usize,
     /// Microseconds a connection polls its socket before sleeping while its
     /// client sends requests back to back (saves a thread wake-up per
     /// request at low queue depth, at the cost of up to this much CPU per
     /// request); 0 turns polling off.
     #[arg(long, default_value_t = 50)]
-    poll_us: u64,
+    pub(crate) poll_us: u64,
     /// Driver I/O threads (destages, extra commands of large requests).
     #[arg(long, default_value_t = 4)]
-    io_threads: usize,
+    pub(crate) io_threads: usize,
     /// Grace period of a stop, in seconds: on SIGTERM or SIGINT in-flight
     /// requests may finish for this long; then writes still waiting for room
     /// are answered with an error (none was acknowledged), the clean
@@ -144,12 +149,12 @@ pub struct ServeArgs {
     /// that does not answer get no reply (their connections close). A second
     /// signal ends the grace period at once.
     #[arg(long, default_value_t = 10.0, value_parser = parse_stop_timeout)]
-    stop_timeout: f64,
+    pub(crate) stop_timeout: f64,
     /// BENCHMARKS ONLY: allow write-back with a cache in process memory
     /// (`--cache mem`). Acknowledged writes are lost when the process exits
     /// before they are destaged, and on any crash.
     #[arg(long)]
-    volatile_write_back_for_benchmarks: bool,
+    pub(crate) volatile_write_back_for_benchmarks: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -222,7 +227,7 @@ impl Export for NbdVolume {
 }
 
 /// `--block-size`: checked with the other arguments, before any file is touched.
-fn parse_block_size(text: &str) -> Result<u32, String> {
+pub(crate) fn parse_block_size(text: &str) -> Result<u32, String> {
     let max = wcache_nbd::proto::BLOCK_SIZE_MIN_MAX_BYTES;
     match text.parse::<u32>() {
         Ok(n) if n.is_power_of_two() && n <= max => Ok(n),
@@ -264,7 +269,7 @@ fn stop_signal_within(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     (signal > 0).then_some(signal)
 }
 
-fn parse_stop_timeout(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_stop_timeout(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(s),
         _ => Err(format!(
@@ -352,7 +357,12 @@ fn stop_server(server: Server, cache: &Cache, grace: Duration, signals: &libc::s
     }
 }
 
-pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
+/// `given`: the ids of the options given on the command line (they win over `--config`).
+pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
+    let args = match args.config.clone() {
+        Some(path) => crate::serve_config::apply(args, &path, given)?,
+        None => args,
+    };
     let signals = block_stop_signals();
     // Every setting is checked before any file is touched.
     let config = cache_config(&args)?;
