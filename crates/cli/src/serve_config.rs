@@ -13,7 +13,8 @@ use toml::Spanned;
 use wcache_core::policy::admission::ADMISSIONS;
 use wcache_core::policy::destage_order::DESTAGE_ORDERS;
 use wcache_core::policy::destage_rate::DESTAGE_RATES;
-use wcache_core::WritePolicyKind;
+use wcache_core::policy::registry::Registry;
+use wcache_core::policy::write_policy::WRITE_POLICIES;
 
 use crate::args::{export_args, size_arg, sync_arg};
 use crate::serve::{parse_block_size, parse_stop_timeout, ServeArgs};
@@ -108,29 +109,11 @@ fn sync(option: &'static str) -> impl Fn(&String) -> Result<(), String> {
             .map_err(|e| e.to_string())
     }
 }
-#[allow(clippy::ptr_arg)] // `merge!` passes each key its field's own type
-fn policy(text: &String) -> Result<(), String> {
-    WritePolicyKind::from_name(text)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-#[allow(clippy::ptr_arg)] // `merge!` passes each key its field's own type
-fn order(text: &String) -> Result<(), String> {
-    DESTAGE_ORDERS
-        .find(text)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-#[allow(clippy::ptr_arg)] // `merge!` passes each key its field's own type
-fn rate(text: &String) -> Result<(), String> {
-    DESTAGE_RATES
-        .find(text)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
-}
-#[allow(clippy::ptr_arg)] // `merge!` passes each key its field's own type
-fn admission(text: &String) -> Result<(), String> {
-    ADMISSIONS.find(text).map(|_| ()).map_err(|e| e.to_string())
+/// A name of `registry`'s family (a write policy, destage order, ...).
+fn registered<P: ?Sized, A>(
+    registry: &'static Registry<P, A>,
+) -> impl Fn(&String) -> Result<(), String> {
+    move |text| registry.find(text).map(|_| ()).map_err(|e| e.to_string())
 }
 #[allow(clippy::ptr_arg)] // `merge!` passes each key its field's own type
 fn exports(list: &Vec<String>) -> Result<(), String> {
@@ -206,11 +189,11 @@ pub fn apply(
         exports: val, exports;
         backing_size: val, size("backing-size");
         backing_sync: val, sync("backing-sync");
-        write_policy: opt, policy;
+        write_policy: opt, registered(&WRITE_POLICIES);
         force: val, no_check as Check<bool>;
-        order: val, order;
-        rate: val, rate;
-        admission: val, admission;
+        order: val, registered(&DESTAGE_ORDERS);
+        rate: val, registered(&DESTAGE_RATES);
+        admission: val, registered(&ADMISSIONS);
         sequential_cutoff: val, size("sequential-cutoff");
         page_size: val, no_check as Check<u64>;
         group_size: val, no_check as Check<u64>;
