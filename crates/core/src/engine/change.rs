@@ -45,6 +45,7 @@ impl Engine {
             keys,
             candidates: 0,
             skips: &mut skips,
+            draining: false,
         };
         let mut inserted = 0usize;
         let mut next = start;
