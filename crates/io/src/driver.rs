@@ -737,6 +737,12 @@ impl Driver {
         self.shared.lock_core().engine.dirty_pages()
     }
 
+    /// (dirty pages, write groups holding them), of one moment.
+    pub fn dirty_pages_and_groups(&self) -> (u64, u64) {
+        let core = self.shared.lock_core();
+        (core.engine.dirty_pages(), core.engine.dirty_groups() as u64)
+    }
+
     /// Runs `change` on the engine under its lock (an online policy change,
     /// `Engine::set_*`), then sends out whatever commands it made (a new
     /// destage rate may start destages at once).

@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod control;
+mod eta;
 pub mod latency;
 pub mod operator;
 pub mod prometheus;

@@ -7,7 +7,6 @@
 //! refused on a cache in process memory unless the server allowed it.
 //! It must never make a cache decision (the engine does) or move bytes.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,14 +19,13 @@ use wcache_core::{ChangeError, WritePolicyKind};
 
 use crate::cache::{drain_driver, CacheError};
 use crate::driver::Driver;
+use crate::ops::eta::DrainMeter;
 use crate::ops::latency::{RequestClass, VolumeLatency};
 use crate::ops::snapshot::{Collect, RequestStats, Snapshot};
 
 /// Times a drain that must precede a switch away from write-back is
 /// retried when writes dirty pages again between the drain and the switch.
 const LEAVE_WRITE_BACK_TRIES_MAX: u32 = 20;
-/// The window over which a drain's rate (and so its ETA) is measured.
-const RATE_WINDOW: Duration = Duration::from_secs(5);
 
 /// Why an operation was refused or failed; each names what is wrong.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +96,8 @@ pub struct Status {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlushProgress {
     pub dirty_pages: u64,
+    /// Write groups holding them (a destage each, about).
+    pub dirty_groups: u64,
     /// Dirty pages when the drain started.
     pub dirty_pages_start: u64,
     /// Pages destaged since the drain started.
@@ -105,7 +105,8 @@ pub struct FlushProgress {
     /// Net decrease of dirty pages per second over the last few seconds
     /// (writes arriving meanwhile slow it down).
     pub rate_pages_per_s: f64,
-    /// Seconds to go at that rate (none while the rate is not positive).
+    /// Seconds to go: dirty groups left over the groups drained per
+    /// second over the last few seconds (`ops::eta`); none while nothing drains.
     pub eta_s: Option<f64>,
     pub elapsed_s: f64,
 }
@@ -260,12 +261,13 @@ impl Operator {
         progress: &mut dyn FnMut(&FlushProgress) -> bool,
     ) -> Result<FlushProgress, OpError> {
         let driver = &self.inner.driver;
-        let mut meter = DrainMeter::new(driver.dirty_pages(), driver.engine_stats().destaged_pages);
-        drain_driver(driver, stall_timeout, |dirty| {
-            let destaged = driver.engine_stats().destaged_pages;
-            progress(&meter.sample(dirty, destaged))
+        let destaged = || driver.engine_stats().destaged_pages;
+        let dirty = || driver.dirty_pages_and_groups();
+        let mut meter = DrainMeter::new(Instant::now(), dirty(), destaged());
+        drain_driver(driver, stall_timeout, |_| {
+            progress(&meter.sample(Instant::now(), dirty(), destaged()))
         })?;
-        Ok(meter.sample(0, driver.engine_stats().destaged_pages))
+        Ok(meter.sample(Instant::now(), (0, 0), destaged()))
     }
 
     /// Changes one policy online: `write-policy`, `admission`,
@@ -336,47 +338,5 @@ impl Operator {
             dirty_pages,
             tries: LEAVE_WRITE_BACK_TRIES_MAX,
         })
-    }
-}
-
-/// The rate and ETA of a drain, from the dirty pages over a sliding window.
-struct DrainMeter {
-    start: Instant,
-    dirty_start: u64,
-    destaged_start: u64,
-    window: VecDeque<(Instant, u64)>,
-}
-
-impl DrainMeter {
-    fn new(dirty_start: u64, destaged_start: u64) -> DrainMeter {
-        DrainMeter {
-            start: Instant::now(),
-            dirty_start,
-            destaged_start,
-            window: VecDeque::from([(Instant::now(), dirty_start)]),
-        }
-    }
-
-    fn sample(&mut self, dirty_pages: u64, destaged_pages: u64) -> FlushProgress {
-        let now = Instant::now();
-        self.window.push_back((now, dirty_pages));
-        while self.window.len() > 2 && now - self.window[1].0 >= RATE_WINDOW {
-            self.window.pop_front();
-        }
-        let (then, dirty_then) = self.window[0];
-        let seconds = (now - then).as_secs_f64();
-        let rate = if seconds > 0.0 {
-            (dirty_then as f64 - dirty_pages as f64) / seconds
-        } else {
-            0.0
-        };
-        FlushProgress {
-            dirty_pages,
-            dirty_pages_start: self.dirty_start,
-            destaged_pages: destaged_pages.saturating_sub(self.destaged_start),
-            rate_pages_per_s: rate,
-            eta_s: (rate > 0.0).then(|| dirty_pages as f64 / rate),
-            elapsed_s: (now - self.start).as_secs_f64(),
-        }
     }
 }
