@@ -76,11 +76,13 @@ impl ControlListener {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let listener = self.listener;
+        let listener_fd = listener.as_raw_fd();
         let thread = std::thread::Builder::new()
             .name("wcache-control".into())
             .spawn(move || accept_loop(listener, operator, flag))?;
         Ok(ControlServer {
             path: self.path,
+            listener_fd,
             stop,
             thread: Some(thread),
         })
@@ -90,6 +92,8 @@ impl ControlListener {
 /// A control socket being served.
 pub struct ControlServer {
     path: PathBuf,
+    /// The listening socket, owned by the accept thread (open until it ends).
+    listener_fd: std::os::fd::RawFd,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -100,14 +104,19 @@ impl ControlServer {
     }
 
     /// Stops accepting, ends running drains at their next progress report,
-    /// and removes the socket.
+    /// and removes the socket (if it is still this server's).
     pub fn stop(mut self) {
         self.stop_now();
     }
 
     fn stop_now(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wakes the accept call, which then sees the flag.
+        // Wakes the accept call, which then sees the flag (even when the
+        // socket's file was removed meanwhile, so that connecting to it
+        // would not reach the listener).
+        // SAFETY: the descriptor stays open until the accept thread, joined
+        // below, returns; shutdown(2) does not close it.
+        unsafe { libc::shutdown(self.listener_fd, libc::SHUT_RDWR) };
         let _ = UnixStream::connect(&self.path);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
