@@ -280,9 +280,13 @@ fn malformed_requests_get_an_error_and_the_server_goes_on() {
 
     fuzz(&path, Duration::from_secs(3));
     call(&path, &cmd("status")).expect("status after the fuzzing");
-    // A stop returns even when someone removed the socket's file.
+    // A stop returns even when the socket's file was removed, and leaves
+    // alone a socket another server bound at the same path since.
     std::fs::remove_file(&path).expect("remove the socket");
+    let other = std::os::unix::net::UnixListener::bind(&path).expect("another socket");
     server.stop();
+    assert!(path.exists(), "the other server's socket stays");
+    drop(other);
     cache.close().expect("close");
 }
 

@@ -77,12 +77,14 @@ impl ControlListener {
         let flag = stop.clone();
         let listener = self.listener;
         let listener_fd = listener.as_raw_fd();
+        let identity = file_identity(&self.path);
         let thread = std::thread::Builder::new()
             .name("wcache-control".into())
             .spawn(move || accept_loop(listener, operator, flag))?;
         Ok(ControlServer {
             path: self.path,
             listener_fd,
+            identity,
             stop,
             thread: Some(thread),
         })
@@ -94,6 +96,8 @@ pub struct ControlServer {
     path: PathBuf,
     /// The listening socket, owned by the accept thread (open until it ends).
     listener_fd: std::os::fd::RawFd,
+    /// (device, inode) of the socket's file once in place.
+    identity: Option<(u64, u64)>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -121,7 +125,10 @@ impl ControlServer {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        // Another server may have bound the same path since.
+        if self.identity.is_some() && file_identity(&self.path) == self.identity {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -131,6 +138,13 @@ impl Drop for ControlServer {
             self.stop_now();
         }
     }
+}
+
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 fn accept_loop(listener: UnixListener, operator: Operator, stop: Arc<AtomicBool>) {
