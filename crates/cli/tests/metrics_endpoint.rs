@@ -2,7 +2,8 @@
 //! after a load over NBD, each scrape parsed by the reference parser
 //! (Python `prometheus_client.parser.text_string_to_metric_families`; the
 //! test fails, never skips, when it is missing: scripts/test.sh installs it),
-//! and every number checked to move as the load implies.
+//! and every number checked to move as the load implies; every metric the
+//! Grafana dashboard in docs/ queries is one it serves.
 
 mod common;
 
@@ -243,6 +244,38 @@ fn metrics_parse_with_the_reference_parser_and_move_with_the_load() {
             assert!(after.get(name, &pairs) >= *value, "{name} went down");
         }
     }
+    dashboard_names_exist(&after);
     let (ok, log) = served.stop();
     assert!(ok, "{log}");
+}
+
+/// Every metric the Grafana dashboard in docs/ queries is one the endpoint serves.
+fn dashboard_names_exist(scrape: &Scrape) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/grafana-dashboard.json"
+    );
+    let text = std::fs::read_to_string(path).expect("docs/grafana-dashboard.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard JSON");
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            exprs.push(target["expr"].as_str().expect("expr").to_string());
+        }
+    }
+    assert!(exprs.len() >= 8, "{exprs:?}");
+    for expr in &exprs {
+        let mut rest = expr.as_str();
+        while let Some(at) = rest.find("wcache_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                scrape.samples.iter().any(|(n, _, _)| *n == name),
+                "the dashboard queries {name}, which /metrics does not serve ({expr})"
+            );
+            rest = &rest[at + name.len()..];
+        }
+    }
 }
