@@ -10,12 +10,17 @@
 # connection's socket before sleeping (--poll-us, default 50); the last column,
 # each server's CPU time per request during the job, shows what that costs.
 #
-# Usage: scripts/bench-nbd.sh            (RUNTIME=5 SIZE=256M by default)
+# Statistics are always on (request counts and latency histograms per
+# export and kind); the write-back server also serves Prometheus metrics
+# (--metrics), scraped once a second while fio runs (SCRAPE=0: not scraped).
+#
+# Usage: scripts/bench-nbd.sh            (RUNTIME=5 SIZE=256M SCRAPE=1 by default)
 # Last line: the QD32 random-write IOPS ratio wcache(write-back)/nbdkit.
 set -euo pipefail
 
 RUNTIME=${RUNTIME:-5}
 SIZE=${SIZE:-256M}
+SCRAPE=${SCRAPE:-1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 for tool in fio nbdkit python3; do
@@ -37,7 +42,7 @@ wait_socket() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; don
 
 "$WCACHE" serve --socket "$WORK/wb.sock" --cache "$WORK/wb-cache.img" --cache-size "$SIZE" \
     --cache-sync nvram --backing "$WORK/wb-backing.img" --backing-size "$SIZE" --backing-sync nvram \
-    --write-policy write-back >"$WORK/wb.log" 2>&1 &
+    --write-policy write-back --metrics 127.0.0.1:0 >"$WORK/wb.log" 2>&1 &
 PIDS+=($!)
 "$WCACHE" serve --socket "$WORK/wt.sock" --cache "$WORK/wt-cache.img" --cache-size "$SIZE" \
     --cache-sync nvram --backing "$WORK/wt-backing.img" --backing-size "$SIZE" --backing-sync nvram \
@@ -46,6 +51,17 @@ PIDS+=($!)
 nbdkit -f -U "$WORK/kit.sock" --exportname=disk memory "$SIZE" >"$WORK/kit.log" 2>&1 &
 PIDS+=($!)
 for s in wt wb kit; do wait_socket "$WORK/$s.sock"; done
+METRICS_URL=$(sed -n 's/.*metrics: \(http:[^ ]*\).*/\1/p' "$WORK/wb.log")
+if [ "$SCRAPE" = 1 ]; then
+    [ -n "$METRICS_URL" ] || { echo "no metrics address in $WORK/wb.log"; exit 1; }
+    python3 -c '
+import sys, time, urllib.request
+while True:
+    urllib.request.urlopen(sys.argv[1]).read()
+    time.sleep(1)
+' "$METRICS_URL" >/dev/null 2>&1 &
+    PIDS+=($!)
+fi
 
 uri() { echo "nbd+unix:///disk?socket=$WORK/$1.sock"; }
 

@@ -27,6 +27,10 @@ PYTHON=${WCACHE_PYTHON:-python3}
 if ! "$PYTHON" -c 'import libcachesim' 2>/dev/null; then
   "$PYTHON" -m pip install -q libcachesim==0.3.5
 fi
+# The metrics test parses /metrics with the reference parser (it fails without it).
+if ! "$PYTHON" -c 'import prometheus_client' 2>/dev/null; then
+  "$PYTHON" -m pip install -q prometheus_client
+fi
 export WCACHE_PYTHON="$PYTHON"
 # The oracle and the real-tool tests must run here, not skip.
 export WCACHE_REQUIRE_ORACLE=1

@@ -1,4 +1,7 @@
-//! `wcache flush --cache FILE --export NAME=BACKING ...`: offline drain. Opens
+//! `wcache flush`: when a server holds the cache (its control socket
+//! answers), an online drain while it serves (`ops::flush_online`).
+//! Otherwise `wcache flush --cache FILE --export NAME=BACKING ...`, the
+//! offline drain: it opens
 //! a cache device that no server is using, recovers it exactly as `serve`
 //! would, destages every dirty page to its backing with a progress bar and
 //! ETA, then frees every record and records a clean state. The exports must
@@ -16,18 +19,26 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use wcache_io::{Cache, DriverConfig, OfflineConfig};
 
+use wcache_io::ops::client::{ClientError, ControlClient};
+
 use crate::args::{export_args, sync_arg};
+use crate::ops::{flush_online, ControlArgs};
 use crate::tools::{describe_offline_engine, AnyError};
 
-/// Destage every dirty page of a cache device to its backings (offline), then mark it clean.
+/// Destage every dirty page: online through a running server's control
+/// socket, or offline from a cache device to its backings, then mark it clean.
 #[derive(Args, Debug)]
 pub struct FlushArgs {
-    /// The cache file or block device (no server may be using it).
+    /// Offline: the cache file or block device (no server may be using it).
     #[arg(long)]
-    cache: PathBuf,
-    /// An export NAME=BACKING, as given to `wcache serve`, for every volume of the cache.
-    #[arg(long = "export", value_name = "NAME=BACKING", required = true)]
+    cache: Option<PathBuf>,
+    /// Offline: an export NAME=BACKING, as given to `wcache serve`, for
+    /// every volume of the cache. Online: at most one export NAME (the
+    /// drain covers the whole cache, which every export shares).
+    #[arg(long = "export", value_name = "NAME=BACKING")]
     exports: Vec<String>,
+    #[command(flatten)]
+    control: ControlArgs,
     /// How backing file writes become durable: fdatasync, dsync, nvram.
     #[arg(long, default_value = "fdatasync")]
     backing_sync: String,
@@ -38,10 +49,46 @@ pub struct FlushArgs {
 }
 
 pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
+    let control = args.control.path(args.cache.as_deref());
+    match ControlClient::connect(&control) {
+        Ok(mut client) => {
+            if args.exports.len() > 1 {
+                return Err(
+                    "online flush drains the whole cache: give at most one --export".into(),
+                );
+            }
+            let export = args.exports.first().map(|e| match e.split_once('=') {
+                Some((name, _)) => name.to_string(),
+                None => e.clone(),
+            });
+            println!(
+                "wcache flush: draining online through {}",
+                control.display()
+            );
+            flush_online(&mut client, export, args.stall_timeout_s.max(1))
+        }
+        Err(ClientError::NoServer { .. }) => flush_offline(args),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn flush_offline(args: FlushArgs) -> Result<(), AnyError> {
+    let Some(cache_path) = args.cache.clone() else {
+        return Err(
+            "no server is running (no control socket answers) and no --cache was given: \
+                    an offline flush needs --cache FILE and --export NAME=BACKING for every volume"
+                .into(),
+        );
+    };
+    if args.exports.is_empty() {
+        return Err(
+            "offline flush: give --export NAME=BACKING for every volume of the cache".into(),
+        );
+    }
     let config = OfflineConfig {
         backing_sync: sync_arg("backing-sync", &args.backing_sync)?,
         volumes: export_args(&args.exports)?,
-        cache_path: args.cache.clone(),
+        cache_path,
         driver: DriverConfig::default(),
     };
     let cache = Cache::open_offline(&config)?;

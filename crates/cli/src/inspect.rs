@@ -2,7 +2,7 @@
 //! state, and per volume the dirty and clean pages recovery would find.
 //! Read-only: it must never write to the device.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use wcache_io::cache::open_existing_cache_device;
@@ -20,12 +20,17 @@ pub struct InspectArgs {
 }
 
 pub fn inspect(args: InspectArgs) -> Result<(), AnyError> {
-    let dev = open_existing_cache_device(&args.cache, SyncMode::Fdatasync)?;
+    inspect_path(&args.cache)
+}
+
+/// Prints what the cache device at `path` holds (also `wcache status` with no server).
+pub fn inspect_path(path: &Path) -> Result<(), AnyError> {
+    let dev = open_existing_cache_device(path, SyncMode::Fdatasync)?;
     let store = CacheStore::open(dev)?;
     let sb = store.superblock();
     let scan = store.scan(true)?;
     let (per_volume, old_versions) = scan.page_counts();
-    println!("cache:   {}", args.cache.display());
+    println!("cache:   {}", path.display());
     print!("{}", describe(&sb));
     println!("volumes:");
     for (i, v) in sb.volumes.iter().enumerate() {
@@ -51,7 +56,7 @@ pub fn inspect(args: InspectArgs) -> Result<(), AnyError> {
     if !scan.bad.is_empty() {
         println!(
             "damaged: run `wcache check --cache {}` for details",
-            args.cache.display()
+            path.display()
         );
     }
     Ok(())

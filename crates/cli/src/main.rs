@@ -5,7 +5,10 @@ mod args;
 mod check;
 mod flush;
 mod inspect;
+mod logging;
+mod ops;
 mod serve;
+mod serve_config;
 mod tools;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -50,8 +53,17 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Verify every checksum of a cache device (non-zero exit if corrupt).
     Check(check::CheckArgs),
-    /// Destage a cache device's dirty pages offline, then mark it clean.
+    /// Destage every dirty page: online through a running server, or
+    /// offline from a cache device no server holds (then mark it clean).
     Flush(flush::FlushArgs),
+    /// A running server's state (policies, occupancy, dirty pages); with
+    /// no server, what the cache device holds.
+    Status(ops::StatusArgs),
+    /// A running server's statistics (`--watch SECS` for live rates, `--json`).
+    Stats(ops::StatsArgs),
+    /// Change a policy of a running server: write-policy, admission,
+    /// destage-order, destage-rate (leaving write-back drains first).
+    Set(ops::SetArgs),
 }
 
 #[derive(Args)]
@@ -227,15 +239,30 @@ fn with_policy_help(cmd: clap::Command) -> clap::Command {
     })
 }
 
+/// The ids of the options of `subcommand` given on the command line (not defaults).
+fn given_on_command_line(matches: &clap::ArgMatches, subcommand: &str) -> Vec<String> {
+    let Some(m) = matches.subcommand_matches(subcommand) else {
+        return Vec::new();
+    };
+    m.ids()
+        .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| id.to_string())
+        .collect()
+}
+
 fn main() -> ExitCode {
     let matches = with_policy_help(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    logging::init();
     let result = match cli.command {
         Command::Sim(args) => sim(*args),
-        Command::Serve(args) => serve::serve(*args),
+        Command::Serve(args) => serve::serve(*args, &given_on_command_line(&matches, "serve")),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Check(args) => check::check(args),
         Command::Flush(args) => flush::flush(args),
+        Command::Status(args) => ops::status(args),
+        Command::Stats(args) => ops::stats(args),
+        Command::Set(args) => ops::set(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -25,6 +25,9 @@ use wcache_core::config::StalenessConfig;
 use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
 use wcache_io::cache::Monitor;
 use wcache_io::format::FORMAT_VERSION;
+use wcache_io::ops::control::{ControlListener, ControlServer};
+use wcache_io::ops::prometheus::MetricsServer;
+use wcache_io::ops::{Operator, Snapshot};
 use wcache_io::{
     Cache, CacheConfig, CacheDeviceSpec, CloseReport, DriverConfig, DriverError, Volume, VolumeSpec,
 };
@@ -38,105 +41,119 @@ type AnyError = Box<dyn std::error::Error>;
 /// with a 1 GiB cache file in front of an 8 GiB emulated 10K RPM disk).
 #[derive(Args, Debug)]
 pub struct ServeArgs {
+    /// Read settings from this TOML file, keys named as these options
+    /// (`cache-size = "1G"`, `export = ["disk=FILE"]`); options given on
+    /// the command line win (docs/operations.md, "Config file").
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
     /// Unix socket to listen on (default, when no --listen: DATA_DIR/wcache.sock).
     #[arg(long)]
-    socket: Option<PathBuf>,
+    pub(crate) socket: Option<PathBuf>,
     /// TCP address to listen on, e.g. 127.0.0.1:10809.
     #[arg(long)]
-    listen: Option<String>,
+    pub(crate) listen: Option<String>,
+    /// Control socket for `wcache status`, `stats`, `flush`, `set`
+    /// (owner-only; default: the NBD socket's path with extension .ctl,
+    /// DATA_DIR/wcache.ctl for the default socket or with --listen only).
+    #[arg(long)]
+    pub(crate) control: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9187
+    /// (port 0: any free port; the address is printed).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics: Option<String>,
     /// Directory for the default cache, backing and socket.
     #[arg(long, default_value = "wcache-data")]
-    data_dir: PathBuf,
+    pub(crate) data_dir: PathBuf,
     /// Cache device: a file or block device (created sparse with --cache-size
     /// if missing), or `mem` (process memory). Default: DATA_DIR/cache.img.
     #[arg(long)]
-    cache: Option<String>,
+    pub(crate) cache: Option<String>,
     #[arg(long, default_value = "1G")]
-    cache_size: String,
+    pub(crate) cache_size: String,
     /// How cache writes become durable: fdatasync, dsync (RWF_DSYNC per
     /// write), nvram (no syncs; for pmem or tmpfs standing in for NV-DRAM).
     #[arg(long, default_value = "fdatasync")]
-    cache_sync: String,
+    pub(crate) cache_sync: String,
     /// Open the cache device with O_DIRECT.
     #[arg(long)]
-    direct: bool,
+    pub(crate) direct: bool,
     /// Persist-on-flush (the NBD minimum): a write without FUA is
     /// acknowledged once written to the cache device, before the device
     /// flush; FLUSH and FUA make it durable. A crash of this process loses
     /// nothing acknowledged; a power loss may lose writes not yet flushed.
     /// Default: persist-on-write (every acknowledged write is durable).
     #[arg(long)]
-    persist_on_flush: bool,
+    pub(crate) persist_on_flush: bool,
     /// Backing of the single export `disk`: FILE, nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH, emulated-MODEL:FILE (MODEL: hdd, raid10,
     /// raid5, raid5-md, ssd, nvram; the simulator's model run in real time), mem:SIZE.
     /// Default: emulated-hdd:DATA_DIR/backing.img.
     #[arg(long)]
-    backing: Option<String>,
+    pub(crate) backing: Option<String>,
     /// An export NAME=BACKING (repeat for several volumes sharing one cache).
     #[arg(long = "export", value_name = "NAME=BACKING")]
-    exports: Vec<String>,
+    pub(crate) exports: Vec<String>,
     /// Size of backing files created because they do not exist.
     #[arg(long, default_value = "8G")]
-    backing_size: String,
+    pub(crate) backing_size: String,
     /// How backing file writes become durable: fdatasync, dsync, nvram.
     #[arg(long, default_value = "fdatasync")]
-    backing_sync: String,
+    pub(crate) backing_sync: String,
     /// write-back (default with a cache file or device: acknowledged once
     /// data and record are durable on the cache; recovered after a crash),
     /// write-through (default with --cache mem), or write-around.
     #[arg(long)]
-    write_policy: Option<String>,
+    pub(crate) write_policy: Option<String>,
     /// Start even over a cache device holding dirty pages of another
     /// configuration (other exports, sizes, backings or page size) or an
     /// unreadable superblock: those pages are DISCARDED (the message says which).
     #[arg(long)]
-    force: bool,
+    pub(crate) force: bool,
     /// Destage order: lrw, cscan, wow.
     #[arg(long, default_value = "wow")]
-    order: String,
+    pub(crate) order: String,
     /// Destage rate: linear, adaptive.
     #[arg(long, default_value = "adaptive")]
-    rate: String,
+    pub(crate) rate: String,
     /// Admission: all (every write enters the cache).
     #[arg(long, default_value = "all")]
-    admission: String,
+    pub(crate) admission: String,
     /// Writes continuing a sequential stream of this many bytes go around
     /// the cache to the backing (e.g. 4M; 0: no cutoff).
     #[arg(long, default_value = "0")]
-    sequential_cutoff: String,
+    pub(crate) sequential_cutoff: String,
     /// Maximum dirty age: a page dirty this long is destaged whatever the
     /// destage thresholds say, so the backing lags the acknowledged writes
     /// by at most this plus the time to destage (e.g. 30s, 500ms; 0: no bound).
     #[arg(long, default_value = "30s")]
-    max_dirty_age: String,
+    pub(crate) max_dirty_age: String,
     /// With no request for this long the cache is idle...
     #[arg(long, default_value = "1s")]
-    idle_after: String,
+    pub(crate) idle_after: String,
     /// ...and keeps this many destages outstanding until a request comes
     /// (0: dirty pages wait for the thresholds or their maximum age).
     #[arg(long, default_value_t = 4)]
-    idle_destages: u32,
+    pub(crate) idle_destages: u32,
     #[arg(long, default_value_t = 4096)]
-    page_size: u64,
+    pub(crate) page_size: u64,
     /// Write group (destage unit) in bytes.
     #[arg(long, default_value_t = 64 * 1024)]
-    group_size: u64,
+    pub(crate) group_size: u64,
     /// Smallest block the NBD clients may address (a power of two up to 64 KiB).
     #[arg(long, default_value_t = 512, value_parser = parse_block_size)]
-    block_size: u32,
+    pub(crate) block_size: u32,
     /// NBD worker threads (requests in service at once over all connections).
     #[arg(long, default_value_t = 32)]
-    workers: usize,
+    pub(crate) workers: usize,
     /// Microseconds a connection polls its socket before sleeping while its
     /// client sends requests back to back (saves a thread wake-up per
     /// request at low queue depth, at the cost of up to this much CPU per
     /// request); 0 turns polling off.
     #[arg(long, default_value_t = 50)]
-    poll_us: u64,
+    pub(crate) poll_us: u64,
     /// Driver I/O threads (destages, extra commands of large requests).
     #[arg(long, default_value_t = 4)]
-    io_threads: usize,
+    pub(crate) io_threads: usize,
     /// Grace period of a stop, in seconds: on SIGTERM or SIGINT in-flight
     /// requests may finish for this long; then writes still waiting for room
     /// are answered with an error (none was acknowledged), the clean
@@ -145,12 +162,12 @@ pub struct ServeArgs {
     /// that does not answer get no reply (their connections close). A second
     /// signal ends the grace period at once.
     #[arg(long, default_value_t = 10.0, value_parser = parse_stop_timeout)]
-    stop_timeout: f64,
+    pub(crate) stop_timeout: f64,
     /// BENCHMARKS ONLY: allow write-back with a cache in process memory
     /// (`--cache mem`). Acknowledged writes are lost when the process exits
     /// before they are destaged, and on any crash.
     #[arg(long)]
-    volatile_write_back_for_benchmarks: bool,
+    pub(crate) volatile_write_back_for_benchmarks: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -223,7 +240,7 @@ impl Export for NbdVolume {
 }
 
 /// `--block-size`: checked with the other arguments, before any file is touched.
-fn parse_block_size(text: &str) -> Result<u32, String> {
+pub(crate) fn parse_block_size(text: &str) -> Result<u32, String> {
     let max = wcache_nbd::proto::BLOCK_SIZE_MIN_MAX_BYTES;
     match text.parse::<u32>() {
         Ok(n) if n.is_power_of_two() && n <= max => Ok(n),
@@ -265,7 +282,7 @@ fn stop_signal_within(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     (signal > 0).then_some(signal)
 }
 
-fn parse_stop_timeout(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_stop_timeout(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(s),
         _ => Err(format!(
@@ -302,7 +319,7 @@ fn wait_in_grace(
             return Grace::Over;
         }
         if let Some(signal) = stop_signal_within(signals, left.min(step)) {
-            eprintln!("wcache: signal {signal} again: ending the grace period");
+            tracing::warn!("signal {signal} again: ending the grace period");
             return Grace::Signal;
         }
     }
@@ -321,7 +338,7 @@ fn stop_server(server: Server, cache: &Cache, grace: Duration, signals: &libc::s
     {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("wcache: cannot start the stop thread ({e}); not waiting for requests");
+            tracing::error!("cannot start the stop thread ({e}); not waiting for requests");
             cache.fail_waiting();
             return;
         }
@@ -335,11 +352,11 @@ fn stop_server(server: Server, cache: &Cache, grace: Duration, signals: &libc::s
         }
     }
     if ended == Grace::Over {
-        eprintln!("wcache: grace period of {:.1} s over", grace.as_secs_f64());
+        tracing::warn!("grace period of {:.1} s over", grace.as_secs_f64());
     }
     let failed_count = cache.fail_waiting();
-    eprintln!(
-        "wcache: answered {failed_count} writes still waiting for room with an error \
+    tracing::warn!(
+        "answered {failed_count} writes still waiting for room with an error \
          (none was acknowledged); refusing new requests"
     );
     let after = Instant::now() + STOP_AFTER_GRACE;
@@ -347,13 +364,18 @@ fn stop_server(server: Server, cache: &Cache, grace: Duration, signals: &libc::s
         std::thread::sleep(Duration::from_millis(5));
     }
     if !stopper.is_finished() {
-        eprintln!(
-            "wcache: requests still wait on a backing that does not answer: not waiting for them"
+        tracing::warn!(
+            "requests still wait on a backing that does not answer: not waiting for them"
         );
     }
 }
 
-pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
+/// `given`: the ids of the options given on the command line (they win over `--config`).
+pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
+    let args = match args.config.clone() {
+        Some(path) => crate::serve_config::apply(args, &path, given)?,
+        None => args,
+    };
     let signals = block_stop_signals();
     // Every setting is checked before any file is touched.
     let config = cache_config(&args)?;
@@ -362,10 +384,11 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         warn_volatile_write_back();
     }
     let defaults_used = args.cache.is_none() || (args.backing.is_none() && args.exports.is_empty());
-    if defaults_used || (args.socket.is_none() && args.listen.is_none()) {
+    let default_socket = args.socket.is_none() && args.listen.is_none();
+    if defaults_used || default_socket || (args.socket.is_none() && args.control.is_none()) {
         ensure_dir(&args.data_dir)?;
     }
-    let listeners = Listeners::bind(&args)?;
+    let mut listeners = Listeners::bind(&args)?;
     let socket = listeners.socket();
     let cache = match Cache::open(&config) {
         Ok(cache) => cache,
@@ -376,7 +399,34 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
     };
     print_open_report(&cache);
     let reporter = ErrorReporter::start(cache.monitor())?;
+    let ops = listeners.start_ops(cache.operator())?;
+    let mut server = start_nbd_server(&args, &cache)?;
+    listeners.serve(&mut server, cache.volumes(), |uris| {
+        print_banner(&args, &config, &cache, socket.as_deref(), uris);
+        ops.print();
+    })?;
 
+    let signal = wait_for_stop_signal(&signals);
+    let grace = Duration::from_secs_f64(args.stop_timeout);
+    tracing::info!(
+        "signal {signal}: stopping (no new connections; in-flight requests have {:.1} s \
+         to finish, or until a second signal)",
+        grace.as_secs_f64()
+    );
+    let served = server.stats();
+    ops.stop();
+    stop_server(server, &cache, grace, &signals);
+    reporter.stop();
+    let closed = cache.close_within(STOP_AFTER_GRACE)?;
+    if let Some(path) = &socket {
+        let _ = std::fs::remove_file(path);
+    }
+    print_close_report(&closed, &served);
+    Ok(())
+}
+
+/// The NBD server over the cache's volumes (not yet listening).
+fn start_nbd_server(args: &ServeArgs, cache: &Cache) -> Result<Server, AnyError> {
     let mut builder = Server::builder();
     for volume in cache.volumes() {
         builder = builder.export(volume.name(), Arc::new(NbdVolume(volume.clone())));
@@ -386,45 +436,30 @@ pub fn serve(args: ServeArgs) -> Result<(), AnyError> {
         receive_poll: Duration::from_micros(args.poll_us),
         ..ServerConfig::default()
     };
-    let mut server = builder.config(server_config).start()?;
-    listeners.serve(&mut server, cache.volumes(), |uris| {
-        print_banner(&args, &config, &cache, socket.as_deref(), uris);
-    })?;
+    Ok(builder.config(server_config).start()?)
+}
 
-    let signal = wait_for_stop_signal(&signals);
-    let grace = Duration::from_secs_f64(args.stop_timeout);
-    eprintln!(
-        "wcache: signal {signal}: stopping (no new connections; in-flight requests have {:.1} s \
-         to finish, or until a second signal)",
-        grace.as_secs_f64()
-    );
-    let served = server.stats();
-    stop_server(server, &cache, grace, &signals);
-    reporter.stop();
-    let closed = cache.close_within(STOP_AFTER_GRACE)?;
+/// What the stop left behind, then the statistics of the whole run.
+fn print_close_report(closed: &CloseReport, served: &ServerStats) {
     if closed.threads_left {
-        eprintln!(
-            "wcache: driver threads still in device calls (a backing that does not answer); \
+        tracing::warn!(
+            "driver threads still in device calls (a backing that does not answer); \
              exiting without them (their pages stay dirty in the cache)"
         );
     }
     if closed.recorded_clean {
-        eprintln!(
-            "wcache: clean shutdown recorded; {} dirty pages stay in the cache and are \
+        tracing::info!(
+            "clean shutdown recorded; {} dirty pages stay in the cache and are \
              destaged after the next start (or by wcache flush)",
             closed.dirty_pages
         );
     } else if closed.dirty_pages > 0 {
-        eprintln!(
-            "wcache: {} dirty pages were never destaged (volatile write-back): they are lost",
+        tracing::warn!(
+            "{} dirty pages were never destaged (volatile write-back): they are lost",
             closed.dirty_pages
         );
     }
-    if let Some(path) = &socket {
-        let _ = std::fs::remove_file(path);
-    }
-    print_stop_stats(&closed, &served);
-    Ok(())
+    print_stop_stats(closed, served);
 }
 
 /// The lifecycle's configuration from the arguments (parsing only: no file
@@ -515,7 +550,7 @@ fn print_open_report(cache: &Cache) {
         println!("wcache: formatted a new cache device {cache_name}");
     }
     if let Some(what) = &report.reformatted {
-        eprintln!("wcache: --force: formatted {cache_name} anew, DISCARDING {what}");
+        tracing::warn!("--force: formatted {cache_name} anew, DISCARDING {what}");
     } else if !report.formatted {
         println!(
             "wcache: opened cache device {cache_name} (last shutdown {}); recovering {} dirty pages",
@@ -524,7 +559,7 @@ fn print_open_report(cache: &Cache) {
         );
     }
     for bad in &report.discarded {
-        eprintln!("wcache: discarded a damaged record: {bad}");
+        tracing::warn!("discarded a damaged record: {bad}");
     }
     if report.reformatted.is_none() && report.format_version_found < FORMAT_VERSION {
         println!(
@@ -534,8 +569,8 @@ fn print_open_report(cache: &Cache) {
         );
     }
     if cache.device().on_volatile_memory {
-        eprintln!(
-            "wcache: note: the cache file is on tmpfs: it survives a crash of this process, \
+        tracing::info!(
+            "note: the cache file is on tmpfs: it survives a crash of this process, \
              not a reboot or power loss (a stand-in for NV-DRAM)"
         );
     }
@@ -552,6 +587,34 @@ struct Listeners {
     /// (path, temporary path, listener)
     unix: Option<(PathBuf, PathBuf, UnixListener)>,
     tcp: Option<(String, TcpListener)>,
+    control: Option<ControlListener>,
+    metrics: Option<TcpListener>,
+}
+
+/// The operator's endpoints of a running server: the control socket and,
+/// when asked, the metrics endpoint.
+struct OpsEndpoints {
+    control: ControlServer,
+    metrics: Option<MetricsServer>,
+}
+
+impl OpsEndpoints {
+    fn print(&self) {
+        println!(
+            "  control: {} (wcache status|stats|flush|set --control PATH)",
+            self.control.path().display()
+        );
+        if let Some(m) = &self.metrics {
+            println!("  metrics: http://{}/metrics", m.addr());
+        }
+    }
+
+    fn stop(self) {
+        self.control.stop();
+        if let Some(m) = self.metrics {
+            m.stop();
+        }
+    }
 }
 
 impl Listeners {
@@ -561,9 +624,16 @@ impl Listeners {
             (None, None) => Some(args.data_dir.join("wcache.sock")),
             (None, Some(_)) => None,
         };
+        let control = match (&args.control, &socket) {
+            (Some(path), _) => path.clone(),
+            (None, Some(path)) if args.socket.is_some() => path.with_extension("ctl"),
+            (None, _) => args.data_dir.join("wcache.ctl"),
+        };
         let mut listeners = Listeners {
             unix: None,
             tcp: None,
+            control: None,
+            metrics: None,
         };
         if let Some(path) = socket {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -586,6 +656,26 @@ impl Listeners {
             })?;
             listeners.tcp = Some((addr.clone(), listener));
         }
+        if let Some(addr) = &args.metrics {
+            match TcpListener::bind(addr) {
+                Ok(bound) => listeners.metrics = Some(bound),
+                Err(source) => {
+                    listeners.discard();
+                    let what = format!("metrics address {addr}");
+                    return Err(ServeError::Listen { what, source });
+                }
+            }
+        }
+        match ControlListener::bind(&control) {
+            Ok(bound) => listeners.control = Some(bound),
+            Err(source) => {
+                listeners.discard();
+                return Err(ServeError::Listen {
+                    what: format!("control socket {}", control.display()),
+                    source,
+                });
+            }
+        }
         Ok(listeners)
     }
 
@@ -594,11 +684,29 @@ impl Listeners {
         self.unix.as_ref().map(|(path, _, _)| path.clone())
     }
 
-    /// Remove the bound socket's file (a start refused after binding).
-    fn discard(&self) {
+    /// Remove the bound sockets' files (a start refused after binding).
+    fn discard(mut self) {
         if let Some((_, temp, _)) = &self.unix {
             let _ = std::fs::remove_file(temp);
         }
+        if let Some(control) = self.control.take() {
+            control.discard();
+        }
+    }
+
+    /// Puts the control socket in place and serves metrics, through
+    /// `operator` (before the NBD socket, whose appearance means ready).
+    fn start_ops(&mut self, operator: Operator) -> Result<OpsEndpoints, AnyError> {
+        let metrics = match self.metrics.take() {
+            Some(listener) => Some(MetricsServer::start(listener, operator.clone())?),
+            None => None,
+        };
+        let control = self.control.take().expect("bound in Listeners::bind");
+        let what = format!("control socket {}", control.path().display());
+        let control = control
+            .start(operator)
+            .map_err(|source| ServeError::Listen { what, source })?;
+        Ok(OpsEndpoints { control, metrics })
     }
 
     /// Hand the sockets to `server`, `announce` the URIs of the volumes,
@@ -744,10 +852,11 @@ fn print_banner(
 }
 
 fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
-    let stats = &closed.stats;
-    let engine = &closed.engine;
-    eprintln!(
-        "wcache: stopped after {} requests ({} cache errors, {} backing errors{})",
+    let stats = &closed.snapshot.driver;
+    let snap: &Snapshot = &closed.snapshot;
+    let v = |name: &str| snap.engine_value(name).unwrap_or(0);
+    tracing::info!(
+        "stopped after {} requests ({} cache errors, {} backing errors{})",
         stats.requests,
         stats.cache_errors,
         stats.backing_errors,
@@ -757,23 +866,35 @@ fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
             .map(|e| format!("; last: {e}"))
             .unwrap_or_default()
     );
-    eprintln!(
-        "wcache: NBD: {} requests served, {} run on their connection's reader thread",
-        served.requests_served, served.requests_inline
+    tracing::info!(
+        "NBD: {} requests served, {} run on their connection's reader thread",
+        served.requests_served,
+        served.requests_inline
     );
-    eprintln!(
-        "wcache: {} writes ({} stalled for room, {} ms in all), {} reads ({} hits), {} destages \
+    tracing::info!(
+        "{} writes ({} stalled for room, {} ms in all), {} reads ({} hits), {} destages \
          of {} pages, {} cache flushes, {} backing flushes",
-        engine.writes,
-        engine.stalls,
-        engine.stall_ns_total / 1_000_000,
-        engine.reads,
-        engine.read_hits,
-        engine.destages,
-        engine.destaged_pages,
+        v("writes"),
+        v("stalls"),
+        v("stall_ns_total") / 1_000_000,
+        v("reads"),
+        v("read_hits"),
+        v("destages"),
+        v("destaged_pages"),
         stats.cache_flushes,
         stats.backing_flushes
     );
+    for r in snap.requests.iter().filter(|r| r.count > 0) {
+        tracing::info!(
+            "export {} {}: {} requests, response time p50 {} us, p99 {} us, max {} us",
+            r.export,
+            r.kind,
+            r.count,
+            r.p50_us,
+            r.p99_us,
+            r.max_us
+        );
+    }
 }
 
 fn ensure_dir(dir: &Path) -> Result<(), ServeError> {
@@ -812,8 +933,8 @@ fn report_errors(monitor: &Monitor, stop: &AtomicBool) {
         std::thread::sleep(Duration::from_millis(200));
         let s = monitor.stats();
         if (s.backing_errors, s.cache_errors) != seen {
-            eprintln!(
-                "wcache: I/O errors so far: {} backing, {} cache (last: {}); failed destages are \
+            tracing::warn!(
+                "I/O errors so far: {} backing, {} cache (last: {}); failed destages are \
                  retried, their pages stay dirty and readable; {} dirty pages",
                 s.backing_errors,
                 s.cache_errors,

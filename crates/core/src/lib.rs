@@ -15,4 +15,4 @@ pub mod types;
 
 pub use command::*;
 pub use config::{ConfigError, EngineConfig, WritePolicyKind};
-pub use engine::{Engine, EngineError, RecoveredSlot, RecoveryError, Stats};
+pub use engine::{ChangeError, Engine, EngineError, RecoveredSlot, RecoveryError, Stats};

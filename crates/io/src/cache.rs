@@ -33,6 +33,7 @@ use crate::device::nbd::NbdDevice;
 use crate::device::{parse_size_bytes, BlockDevice, DeviceError};
 use crate::driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
 use crate::format::{EngineRecord, FormatError, Layout, Superblock, VolumeEntry};
+use crate::ops::{ExportStatus, Operator, RequestClass, Snapshot, VolumeLatency};
 use crate::store::{show_volumes, CacheStore, OpenError, OpenReport, StoreError};
 
 /// Connections an NBD backing opens (when its server allows several).
@@ -93,6 +94,8 @@ pub enum CacheError {
         dirty_pages: u64,
         last_error: String,
     },
+    #[error("drain stopped with {dirty_pages} dirty pages left (they stay in the cache)")]
+    DrainStopped { dirty_pages: u64 },
     #[error(transparent)]
     Device(#[from] DeviceError),
     #[error(transparent)]
@@ -290,6 +293,7 @@ pub struct Volume {
     backing_size_bytes: u64,
     size_bytes: u64,
     block_size_bytes: u32,
+    latency: Arc<VolumeLatency>,
 }
 
 impl Volume {
@@ -314,22 +318,45 @@ impl Volume {
         self.block_size_bytes
     }
 
+    /// The response times of this volume's requests, per kind.
+    pub fn latency(&self) -> &Arc<VolumeLatency> {
+        &self.latency
+    }
+
+    /// Runs one request, recording its response time under `class`.
+    fn timed(
+        &self,
+        class: RequestClass,
+        run: impl FnOnce() -> Result<(), DriverError>,
+    ) -> Result<(), DriverError> {
+        let start = Instant::now();
+        let result = run();
+        self.latency.record(class, start.elapsed(), result.is_err());
+        result
+    }
+
     pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), DriverError> {
-        self.driver.read(self.id, offset_bytes, buf)
+        self.timed(RequestClass::Read, || {
+            self.driver.read(self.id, offset_bytes, buf)
+        })
     }
 
     /// Acknowledged means durable under the write policy in force
     /// (`docs/consistency.md`), FUA or not.
     pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), DriverError> {
-        self.driver.write(self.id, offset_bytes, data, fua)
+        self.timed(RequestClass::Write, || {
+            self.driver.write(self.id, offset_bytes, data, fua)
+        })
     }
 
     pub fn flush(&self) -> Result<(), DriverError> {
-        self.driver.flush(self.id)
+        self.timed(RequestClass::Flush, || self.driver.flush(self.id))
     }
 
     pub fn trim(&self, offset_bytes: u64, len_bytes: u64, fua: bool) -> Result<(), DriverError> {
-        self.no_payload(RequestKind::Trim, offset_bytes, len_bytes, fua)
+        self.timed(RequestClass::Trim, || {
+            self.no_payload(RequestKind::Trim, offset_bytes, len_bytes, fua)
+        })
     }
 
     pub fn write_zeroes(
@@ -338,7 +365,9 @@ impl Volume {
         len_bytes: u64,
         fua: bool,
     ) -> Result<(), DriverError> {
-        self.no_payload(RequestKind::WriteZeroes, offset_bytes, len_bytes, fua)
+        self.timed(RequestClass::WriteZeroes, || {
+            self.no_payload(RequestKind::WriteZeroes, offset_bytes, len_bytes, fua)
+        })
     }
 
     fn no_payload(
@@ -391,6 +420,9 @@ pub struct CloseReport {
     /// Driver and engine counters at the moment of closing.
     pub stats: DriverStats,
     pub engine: Stats,
+    /// Everything measured, at the moment of closing (the same snapshot
+    /// the control socket and the metrics endpoint serve).
+    pub snapshot: Snapshot,
     /// Dirty pages left: they stay in a persistent cache (destaged after
     /// the next start); a memory cache loses them.
     pub dirty_pages: u64,
@@ -409,6 +441,10 @@ pub struct Cache {
     report: Option<OpenReport>,
     engine: EngineConfig,
     engine_source: EngineSource,
+    /// Write-back may be chosen online (not on a cache in process memory,
+    /// unless the volatile benchmark allowance was given).
+    write_back_allowed: bool,
+    operator: Operator,
 }
 
 impl Cache {
@@ -460,7 +496,7 @@ impl Cache {
                 (driver, Some(report))
             }
         };
-        Ok(Cache::assemble(
+        let mut cache = Cache::assemble(
             driver,
             &config.volumes,
             &backings,
@@ -468,7 +504,10 @@ impl Cache {
             device,
             report,
             (engine, EngineSource::Settings),
-        ))
+        );
+        cache.write_back_allowed = !config.cache.is_memory() || config.volatile_write_back;
+        cache.operator = cache.make_operator();
+        Ok(cache)
     }
 
     /// Opens a cache device that no server is using, to drain it: never
@@ -547,17 +586,48 @@ impl Cache {
                     // block is kept on the backing, not exposed.
                     size_bytes: len - len % block_size_bytes.max(1) as u64,
                     block_size_bytes,
+                    latency: Arc::new(VolumeLatency::default()),
                 }
             })
             .collect();
-        Cache {
+        let mut cache = Cache {
+            operator: Operator::new(driver.clone(), Vec::new(), Vec::new(), String::new(), false),
             driver,
             volumes,
             device,
             report,
             engine,
             engine_source,
-        }
+            write_back_allowed: true,
+        };
+        cache.operator = cache.make_operator();
+        cache
+    }
+
+    fn make_operator(&self) -> Operator {
+        let exports = self
+            .volumes
+            .iter()
+            .map(|v| ExportStatus {
+                name: v.name.clone(),
+                backing: v.backing_name.clone(),
+                size_bytes: v.size_bytes,
+            })
+            .collect();
+        let latency = self.volumes.iter().map(|v| v.latency.clone()).collect();
+        Operator::new(
+            self.driver.clone(),
+            exports,
+            latency,
+            self.device.name.clone(),
+            self.write_back_allowed,
+        )
+    }
+
+    /// A handle to operate the running cache (status, statistics, online
+    /// drain and policy changes), for a control socket or a metrics endpoint.
+    pub fn operator(&self) -> Operator {
+        self.operator.clone()
     }
 
     /// The volumes, in order (`volumes()[i].id() == VolumeId(i)`).
@@ -609,31 +679,10 @@ impl Cache {
         stall_timeout: Duration,
         mut progress: impl FnMut(u64),
     ) -> Result<(), CacheError> {
-        let mut last_dirty = self.driver.dirty_pages();
-        let mut last_progress = Instant::now();
-        loop {
-            match self.driver.drain_timeout(Duration::from_millis(200)) {
-                Ok(()) => return Ok(()),
-                Err(DriverError::DrainTimeout { dirty_pages, .. }) => {
-                    progress(dirty_pages);
-                    if dirty_pages < last_dirty {
-                        last_dirty = dirty_pages;
-                        last_progress = Instant::now();
-                    } else if last_progress.elapsed() >= stall_timeout {
-                        return Err(CacheError::DrainStalled {
-                            stall_s: stall_timeout.as_secs(),
-                            dirty_pages,
-                            last_error: self
-                                .driver
-                                .stats()
-                                .last_error
-                                .unwrap_or_else(|| "none".into()),
-                        });
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        drain_driver(&self.driver, stall_timeout, |dirty| {
+            progress(dirty);
+            true
+        })
     }
 
     /// Stops the driver (callers stop submitting first: requests still in
@@ -664,6 +713,7 @@ impl Cache {
     /// dirty in the cache, and nothing it holds was acknowledged. The caller
     /// then exits the process rather than use the devices again.
     pub fn close_within(self, timeout: Duration) -> Result<CloseReport, CacheError> {
+        let snapshot = self.operator.snapshot();
         let stats = self.driver.stats();
         let engine = self.driver.engine_stats();
         let joined = self.driver.shutdown_within(timeout);
@@ -682,10 +732,45 @@ impl Cache {
         Ok(CloseReport {
             stats,
             engine,
+            snapshot,
             dirty_pages,
             recorded_clean,
             threads_left: !joined,
         })
+    }
+}
+
+/// Destages every dirty page of `driver`; `progress` gets the dirty pages
+/// left about five times a second and returns false to stop the drain
+/// (`CacheError::DrainStopped`). Gives up when no page was destaged for
+/// `stall_timeout` (a failing backing): the pages stay in the cache.
+pub(crate) fn drain_driver(
+    driver: &Driver,
+    stall_timeout: Duration,
+    mut progress: impl FnMut(u64) -> bool,
+) -> Result<(), CacheError> {
+    let mut last_dirty = driver.dirty_pages();
+    let mut last_progress = Instant::now();
+    loop {
+        match driver.drain_timeout(Duration::from_millis(200)) {
+            Ok(()) => return Ok(()),
+            Err(DriverError::DrainTimeout { dirty_pages, .. }) => {
+                if !progress(dirty_pages) {
+                    return Err(CacheError::DrainStopped { dirty_pages });
+                }
+                if dirty_pages < last_dirty {
+                    last_dirty = dirty_pages;
+                    last_progress = Instant::now();
+                } else if last_progress.elapsed() >= stall_timeout {
+                    return Err(CacheError::DrainStalled {
+                        stall_s: stall_timeout.as_secs(),
+                        dirty_pages,
+                        last_error: driver.stats().last_error.unwrap_or_else(|| "none".into()),
+                    });
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 

@@ -123,7 +123,7 @@ pub enum Payload<'a> {
 }
 
 /// Counters of the driver (the engine keeps its own `Stats`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DriverStats {
     pub requests: u64,
     pub cache_errors: u64,
@@ -735,6 +735,39 @@ impl Driver {
 
     pub fn dirty_pages(&self) -> u64 {
         self.shared.lock_core().engine.dirty_pages()
+    }
+
+    /// (dirty pages, write groups holding them), of one moment.
+    pub fn dirty_pages_and_groups(&self) -> (u64, u64) {
+        let core = self.shared.lock_core();
+        (core.engine.dirty_pages(), core.engine.dirty_groups() as u64)
+    }
+
+    /// Runs `change` on the engine under its lock (an online policy change,
+    /// `Engine::set_*`), then sends out whatever commands it made (a new
+    /// destage rate may start destages at once).
+    pub fn change_engine<R>(&self, change: impl FnOnce(&mut Engine) -> R) -> R {
+        let s = &self.shared;
+        let mut core = s.lock_core();
+        let result = change(&mut core.engine);
+        let mut jobs = VecDeque::new();
+        s.pump(&mut core, &mut jobs);
+        s.changed.notify_all();
+        drop(core);
+        s.to_pool(jobs.into_iter());
+        result
+    }
+
+    /// Reports every engine counter and gauge (`Engine::visit_metrics`)
+    /// under one lock, so the numbers are of one moment.
+    pub fn visit_metrics(&self, v: &mut dyn wcache_core::metrics::MetricsVisitor) {
+        let now = self.shared.now();
+        self.shared.lock_core().engine.visit_metrics(now, v);
+    }
+
+    /// The names of the policies in force (`Engine::policy_names`).
+    pub fn policy_names(&self) -> [&'static str; 4] {
+        self.shared.lock_core().engine.policy_names()
     }
 
     pub fn engine_stats(&self) -> Stats {

@@ -8,13 +8,16 @@
 //! and one backing device per volume on a pool of threads; `format` and
 //! `store` are the on-device format of a persistent cache (superblock, slot
 //! records) that makes write-back survive crashes; `cache` is the lifecycle
-//! every front end uses (open or format, recover, serve volumes, drain, close).
+//! every front end uses (open or format, recover, serve volumes, drain, close);
+//! `ops` is how a running cache is operated (status, statistics, online
+//! drain and policy changes, the control socket).
 //! Nothing here makes a cache decision: that is the engine's job.
 
 pub mod cache;
 pub mod device;
 pub mod driver;
 pub mod format;
+pub mod ops;
 pub mod store;
 
 pub use cache::{

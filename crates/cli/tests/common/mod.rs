@@ -95,6 +95,15 @@ impl Served {
 
     /// As `start`, but an early exit is returned as its output.
     pub fn try_start(args: &[&str], socket: &Path) -> Result<Served, String> {
+        Served::try_start_env(args, socket, &[])
+    }
+
+    /// As `try_start`, with environment variables set for the server.
+    pub fn try_start_env(
+        args: &[&str],
+        socket: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<Served, String> {
         let _ = std::fs::remove_file(socket);
         let log = socket.with_extension("log");
         let file = std::fs::File::create(&log).expect("log file");
@@ -103,6 +112,7 @@ impl Served {
             .arg("--socket")
             .arg(socket)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(file.try_clone().expect("log file"))
             .stderr(file)
             .spawn()

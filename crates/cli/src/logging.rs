@@ -1,0 +1,29 @@
+//! Logs: the server's events go through `tracing` to stderr, filtered by
+//! the `WCACHE_LOG` environment variable in `EnvFilter` syntax (`debug`,
+//! `warn,wcache_io::ops=debug`; default `info`), so that an operator can
+//! raise the verbosity of one subsystem. What a command prints as its
+//! answer (banners, tables, progress bars) is output, not logging, and
+//! stays on stdout.
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+
+/// The variable that sets the filter.
+pub const LOG_ENV: &str = "WCACHE_LOG";
+
+/// Installs the stderr subscriber; a bad filter is reported and `info` used.
+pub fn init() {
+    let filter = match std::env::var(LOG_ENV) {
+        Ok(text) => EnvFilter::try_new(&text).unwrap_or_else(|e| {
+            eprintln!("wcache: {LOG_ENV}={text:?} is not a log filter ({e}); using info");
+            EnvFilter::new("info")
+        }),
+        Err(_) => EnvFilter::new("info"),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}

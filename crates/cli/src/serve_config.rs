@@ -1,0 +1,247 @@
+//! `wcache serve --config FILE`: every setting of `wcache serve` from a
+//! TOML file, keys named as the long options (`cache-size = "1G"`,
+//! `export = ["disk=/dev/sdb"]`). An option given on the command line wins
+//! over the file. It exists so that a service (systemd, `docs/wcache.service`)
+//! runs from a file an operator can read and diff. Every value is checked
+//! here with the parser the option uses, and every error names the file,
+//! the line and the key; it must never touch a device.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+use wcache_core::policy::admission::ADMISSIONS;
+use wcache_core::policy::destage_order::DESTAGE_ORDERS;
+use wcache_core::policy::destage_rate::DESTAGE_RATES;
+use wcache_core::policy::registry::Registry;
+use wcache_core::policy::write_policy::WRITE_POLICIES;
+
+use crate::args::{duration_ns_arg, export_args, size_arg, sync_arg};
+use crate::serve::{parse_block_size, parse_stop_timeout, ServeArgs};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("--config {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    /// TOML syntax, an unknown key or a wrong type (the message has the line).
+    #[error("--config {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("--config {path}, line {line}, key {key:?}: {message}")]
+    Value {
+        path: String,
+        line: usize,
+        key: String,
+        message: String,
+    },
+}
+
+/// A size as a string with a unit ("64K") or a number of bytes.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Size {
+    Bytes(u64),
+    Text(String),
+}
+
+impl From<Size> for String {
+    fn from(size: Size) -> String {
+        match size {
+            Size::Bytes(n) => n.to_string(),
+            Size::Text(text) => text,
+        }
+    }
+}
+
+/// The file: the keys of `wcache serve`'s long options.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ServeFile {
+    socket: Option<Spanned<PathBuf>>,
+    listen: Option<Spanned<String>>,
+    control: Option<Spanned<PathBuf>>,
+    metrics: Option<Spanned<String>>,
+    data_dir: Option<Spanned<PathBuf>>,
+    cache: Option<Spanned<String>>,
+    cache_size: Option<Spanned<Size>>,
+    cache_sync: Option<Spanned<String>>,
+    direct: Option<Spanned<bool>>,
+    persist_on_flush: Option<Spanned<bool>>,
+    backing: Option<Spanned<String>>,
+    #[serde(rename = "export")]
+    exports: Option<Spanned<Vec<String>>>,
+    backing_size: Option<Spanned<Size>>,
+    backing_sync: Option<Spanned<String>>,
+    write_policy: Option<Spanned<String>>,
+    force: Option<Spanned<bool>>,
+    order: Option<Spanned<String>>,
+    rate: Option<Spanned<String>>,
+    admission: Option<Spanned<String>>,
+    sequential_cutoff: Option<Spanned<Size>>,
+    max_dirty_age: Option<Spanned<String>>,
+    idle_after: Option<Spanned<String>>,
+    idle_destages: Option<Spanned<u32>>,
+    page_size: Option<Spanned<u64>>,
+    group_size: Option<Spanned<u64>>,
+    block_size: Option<Spanned<u32>>,
+    workers: Option<Spanned<usize>>,
+    poll_us: Option<Spanned<u64>>,
+    io_threads: Option<Spanned<usize>>,
+    stop_timeout: Option<Spanned<f64>>,
+    volatile_write_back_for_benchmarks: Option<Spanned<bool>>,
+}
+
+type Check<T> = fn(&T) -> Result<(), String>;
+
+fn no_check<T>(_: &T) -> Result<(), String> {
+    Ok(())
+}
+fn size(option: &'static str) -> impl Fn(&String) -> Result<(), String> {
+    move |text| {
+        size_arg(option, text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+fn duration(option: &'static str) -> impl Fn(&String) -> Result<(), String> {
+    move |text| {
+        duration_ns_arg(option, text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+fn sync(option: &'static str) -> impl Fn(&String) -> Result<(), String> {
+    move |text| {
+        sync_arg(option, text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+/// A name of `registry`'s family (a write policy, destage order, ...).
+fn registered<P: ?Sized, A>(
+    registry: &'static Registry<P, A>,
+) -> impl Fn(&String) -> Result<(), String> {
+    move |text| registry.find(text).map(|_| ()).map_err(|e| e.to_string())
+}
+#[allow(clippy::ptr_arg)] // `merge!` passes each key its field's own type
+fn exports(list: &Vec<String>) -> Result<(), String> {
+    export_args(list).map(|_| ()).map_err(|e| e.to_string())
+}
+fn block(n: &u32) -> Result<(), String> {
+    parse_block_size(&n.to_string()).map(|_| ())
+}
+fn stop(s: &f64) -> Result<(), String> {
+    parse_stop_timeout(&s.to_string()).map(|_| ())
+}
+
+/// The 1-based line of byte `offset` of `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset).map_or(0, |t| t.matches('\n').count()) + 1
+}
+
+/// Applies `file` to `args`: each key set in the file, checked, and used
+/// unless its option was given on the command line (`given`: clap ids).
+macro_rules! merge {
+    ($file:ident, $args:ident, $given:ident, $err:ident; $($field:ident: $set:ident, $check:expr;)*) => {$(
+        if let Some(v) = $file.$field {
+            let span = v.span();
+            let value = v.into_inner().into();
+            ($check)(&value).map_err(|message| $err(span.start, stringify!($field), message))?;
+            if !$given.iter().any(|g| g == stringify!($field)) {
+                merge!(@$set $args.$field, value);
+            }
+        }
+    )*};
+    (@opt $target:expr, $value:expr) => { $target = Some($value) };
+    (@val $target:expr, $value:expr) => { $target = $value };
+}
+
+/// `args` with the settings of the TOML file at `path` that the command
+/// line did not give.
+pub fn apply(
+    mut args: ServeArgs,
+    path: &Path,
+    given: &[String],
+) -> Result<ServeArgs, ConfigFileError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    let file: ServeFile = toml::from_str(&text).map_err(|e| ConfigFileError::Parse {
+        path: shown.clone(),
+        message: e.to_string().trim_end().to_string(),
+    })?;
+    let err = |offset: usize, field: &str, message: String| ConfigFileError::Value {
+        path: shown.clone(),
+        line: line_of(&text, offset),
+        key: if field == "exports" {
+            "export".into()
+        } else {
+            field.replace('_', "-")
+        },
+        message,
+    };
+    merge!(file, args, given, err;
+        socket: opt, no_check as Check<PathBuf>;
+        listen: opt, no_check as Check<String>;
+        control: opt, no_check as Check<PathBuf>;
+        metrics: opt, no_check as Check<String>;
+        data_dir: val, no_check as Check<PathBuf>;
+        cache: opt, no_check as Check<String>;
+        cache_size: val, size("cache-size");
+        cache_sync: val, sync("cache-sync");
+        direct: val, no_check as Check<bool>;
+        persist_on_flush: val, no_check as Check<bool>;
+        backing: opt, no_check as Check<String>;
+        exports: val, exports;
+        backing_size: val, size("backing-size");
+        backing_sync: val, sync("backing-sync");
+        write_policy: opt, registered(&WRITE_POLICIES);
+        force: val, no_check as Check<bool>;
+        order: val, registered(&DESTAGE_ORDERS);
+        rate: val, registered(&DESTAGE_RATES);
+        admission: val, registered(&ADMISSIONS);
+        sequential_cutoff: val, size("sequential-cutoff");
+        max_dirty_age: val, duration("max-dirty-age");
+        idle_after: val, duration("idle-after");
+        idle_destages: val, no_check as Check<u32>;
+        page_size: val, no_check as Check<u64>;
+        group_size: val, no_check as Check<u64>;
+        block_size: val, block;
+        workers: val, no_check as Check<usize>;
+        poll_us: val, no_check as Check<u64>;
+        io_threads: val, no_check as Check<usize>;
+        stop_timeout: val, stop;
+        volatile_write_back_for_benchmarks: val, no_check as Check<bool>;
+    );
+    Ok(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    #[test]
+    fn the_example_in_docs_is_valid_and_applied() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/wcache.toml");
+        let args = Serve::parse_from(["serve"]).args;
+        let args = apply(args, &path, &[]).expect("docs/wcache.toml");
+        assert_eq!(args.cache.as_deref(), Some("/dev/nvme0n1p3"));
+        assert_eq!(args.exports.len(), 2);
+        assert_eq!(args.group_size, 262144);
+        assert_eq!(args.metrics.as_deref(), Some("127.0.0.1:9187"));
+        let given = ["order".to_string()];
+        let args = Serve::parse_from(["serve", "--order", "lrw"]).args;
+        assert_eq!(apply(args, &path, &given).expect("valid").order, "lrw");
+    }
+}

@@ -1,0 +1,190 @@
+//! The operator's verbs against a real `wcache serve`: `status`, `stats`
+//! (`--json`, `--watch`), `set`, and `flush` online through the control
+//! socket while the server serves; the exit summary's latency lines; and
+//! with no server, `status` reading the cache device and `flush` draining
+//! offline as before; `WCACHE_LOG` raising one subsystem's verbosity.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::{wcache, Nbd, Served, WCACHE};
+
+const PAGE: u64 = 4096;
+
+#[test]
+fn status_stats_set_and_online_flush_through_the_control_socket() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let socket = dir.path().join("w.sock");
+    let control = dir.path().join("w.ctl");
+    let cache = dir.path().join("cache.img");
+    let backing = dir.path().join("backing.img");
+    let (cache_s, backing_s, control_s) = (
+        cache.to_str().expect("utf8"),
+        backing.to_str().expect("utf8"),
+        control.to_str().expect("utf8"),
+    );
+    let emulated = format!("emulated-hdd:{backing_s}");
+    let args = [
+        "--cache",
+        cache_s,
+        "--cache-size",
+        "16M",
+        "--backing",
+        &emulated,
+        "--backing-size",
+        "64M",
+    ];
+    let served = Served::start(&args, &socket);
+    assert!(
+        served.log_text().contains(control_s),
+        "{}",
+        served.log_text()
+    );
+    let mut nbd = Nbd::connect(&socket, "disk").expect("connect");
+    let data = vec![0x3cu8; PAGE as usize];
+    for i in 0..400u64 {
+        let page = (i * 7919) % (48 << 20) / PAGE;
+        nbd.write(page * PAGE, &data, false).expect("write");
+    }
+
+    let (ok, out, err) = wcache(&["status", "--control", control_s]);
+    assert!(ok, "status: {out}{err}");
+    assert!(
+        out.contains("state:     serving") && out.contains("write write-back"),
+        "{out}"
+    );
+    assert!(out.contains("export disk:"), "{out}");
+
+    let (ok, out, err) = wcache(&["stats", "--control", control_s, "--json"]);
+    assert!(ok, "stats --json: {out}{err}");
+    let snap: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    let writes = snap["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .find(|r| r["kind"] == "write")
+        .expect("write")["count"]
+        .as_u64();
+    assert_eq!(writes, Some(400));
+    let (ok, out, err) = wcache(&["stats", "--control", control_s]);
+    assert!(ok && out.contains("writes     400"), "stats: {out}{err}");
+
+    let (ok, out, err) = wcache(&["set", "--control", control_s, "destage-order", "cscan"]);
+    assert!(
+        ok && out.contains("destage-order wow -> cscan"),
+        "set: {out}{err}"
+    );
+    let (ok, out, err) = wcache(&["set", "--control", control_s, "order", "fifo"]);
+    assert!(!ok && err.contains("fifo"), "bad set: {out}{err}");
+
+    // --watch prints a header and a line per interval until stopped.
+    let mut watch = Command::new(WCACHE)
+        .args(["stats", "--control", control_s, "--watch", "0.2"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("watch");
+    let mut lines = BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    let header = lines.next().expect("header").expect("line");
+    assert!(
+        header.contains("write/s") && header.contains("dirty"),
+        "{header}"
+    );
+    let row = lines.next().expect("a row").expect("line");
+    assert_eq!(row.split_whitespace().count(), 9, "{row}");
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    // Online flush, while the server keeps serving.
+    let (ok, out, err) = wcache(&["flush", "--control", control_s, "--export", "disk"]);
+    assert!(ok, "online flush: {out}{err}");
+    assert!(out.contains("online drain done"), "{out}");
+    let (ok, out, _) = wcache(&["status", "--control", control_s, "--json"]);
+    let status: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert!(ok && status["dirty_pages"] == 0, "{out}");
+    let mut buf = vec![0u8; PAGE as usize];
+    nbd.read(0, &mut buf).expect("served after the flush");
+    drop(nbd);
+
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("export disk write: 400 requests, response time p50"),
+        "{log}"
+    );
+    assert!(!control.exists(), "control socket removed at stop");
+
+    // No server: status reads the cache device, flush works offline.
+    let (ok, out, err) = wcache(&["status", "--control", control_s, "--cache", cache_s]);
+    assert!(
+        ok && out.contains("no server at") && out.contains("slots:"),
+        "{out}{err}"
+    );
+    let export = format!("disk={emulated}");
+    let (ok, out, err) = wcache(&["flush", "--cache", cache_s, "--export", &export]);
+    assert!(
+        ok && out.contains("the cache is clean and empty"),
+        "offline flush: {out}{err}"
+    );
+    let (ok, out, err) = wcache(&["stats", "--control", control_s]);
+    assert!(!ok && err.contains("no server at"), "{out}{err}");
+}
+
+#[test]
+fn wcache_log_filters_events_per_subsystem() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let socket = dir.path().join("w.sock");
+    let control = dir.path().join("w.ctl");
+    let args = [
+        "--cache",
+        "mem",
+        "--cache-size",
+        "4M",
+        "--backing",
+        "mem:16M",
+    ];
+    let env = [("WCACHE_LOG", "warn,wcache_io::ops=debug")];
+    let served = Served::try_start_env(&args, &socket, &env).expect("serve");
+    let (ok, out, err) = wcache(&["status", "--control", control.to_str().expect("utf8")]);
+    assert!(ok, "{out}{err}");
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+    assert!(
+        log.contains("DEBUG") && log.contains("control socket: Status"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("stopped after"),
+        "info events are filtered out: {log}"
+    );
+    assert!(
+        log.contains("wcache: serving 1 export(s)"),
+        "the banner is output, not a log: {log}"
+    );
+
+    let (ok, out, err) = wcache(&[
+        "status",
+        "--control",
+        "/nonexistent/x.ctl",
+        "--cache",
+        "/nonexistent/c.img",
+    ]);
+    assert!(!ok, "{out}{err}");
+    let out = Command::new(WCACHE)
+        .args([
+            "status",
+            "--control",
+            "/nonexistent/x.ctl",
+            "--cache",
+            "/nonexistent/c.img",
+        ])
+        .env("WCACHE_LOG", "=[bad")
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("WCACHE_LOG") && err.contains("is not a log filter"),
+        "{err}"
+    );
+}

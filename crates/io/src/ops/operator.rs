@@ -1,0 +1,342 @@
+//! What an operator may do to a running cache, for every front end that
+//! offers it (the control socket today): read its status and statistics,
+//! drain it online with progress while it serves, and change its policies.
+//! It exists so that these rules live beside the lifecycle and not in a
+//! protocol: only one online drain runs at a time; leaving write-back
+//! drains first and switches only once no page is dirty; write-back is
+//! refused on a cache in process memory unless the server allowed it.
+//! It must never make a cache decision (the engine does) or move bytes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use wcache_core::policy::admission::ADMISSIONS;
+use wcache_core::policy::destage_order::DESTAGE_ORDERS;
+use wcache_core::policy::destage_rate::DESTAGE_RATES;
+use wcache_core::{ChangeError, WritePolicyKind};
+
+use crate::cache::{drain_driver, CacheError};
+use crate::driver::Driver;
+use crate::ops::eta::DrainMeter;
+use crate::ops::latency::{RequestClass, VolumeLatency};
+use crate::ops::snapshot::{Collect, RequestStats, Snapshot};
+
+/// Times a drain that must precede a switch away from write-back is
+/// retried when writes dirty pages again between the drain and the switch.
+const LEAVE_WRITE_BACK_TRIES_MAX: u32 = 20;
+
+/// Why an operation was refused or failed; each names what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    #[error(
+        "unknown setting {key:?}; valid: write-policy, admission, destage-order, destage-rate"
+    )]
+    UnknownKey { key: String },
+    #[error(transparent)]
+    Change(#[from] ChangeError),
+    #[error(
+        "write-back is refused on a cache in process memory (--cache mem): it would acknowledge \
+         writes that any exit loses (the server was not started with \
+         --volatile-write-back-for-benchmarks)"
+    )]
+    VolatileWriteBack,
+    #[error("unknown export {name:?}; the exports are: {valid}")]
+    UnknownExport { name: String, valid: String },
+    #[error(
+        "a flush is already running on this cache; wait for it or watch it with `wcache status`"
+    )]
+    FlushRunning,
+    #[error(
+        "writes kept dirtying pages: still {dirty_pages} dirty after {tries} drains; {to} not set"
+    )]
+    NotQuiet {
+        to: &'static str,
+        dirty_pages: u64,
+        tries: u32,
+    },
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+/// One volume as the operator sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExportStatus {
+    pub name: String,
+    pub backing: String,
+    pub size_bytes: u64,
+}
+
+/// The state of a running cache (`wcache status`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// `serving`, or `flushing` while an online drain runs.
+    pub state: String,
+    pub pid: u32,
+    pub uptime_s: f64,
+    pub cache_device: String,
+    pub page_size_bytes: u64,
+    pub capacity_pages: u64,
+    pub dirty_pages: u64,
+    pub clean_pages: u64,
+    /// Slots holding a page version (dirty, clean, or old and not yet freed), of all.
+    pub occupancy_ratio: f64,
+    pub dirty_ratio: f64,
+    pub destages_in_flight: u64,
+    pub requests_in_flight: u64,
+    pub write_policy: String,
+    pub admission: String,
+    pub destage_order: String,
+    pub destage_rate: String,
+    pub exports: Vec<ExportStatus>,
+}
+
+/// How an online drain is going.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlushProgress {
+    pub dirty_pages: u64,
+    /// Write groups holding them (a destage each, about).
+    pub dirty_groups: u64,
+    /// Dirty pages when the drain started.
+    pub dirty_pages_start: u64,
+    /// Pages destaged since the drain started.
+    pub destaged_pages: u64,
+    /// Net decrease of dirty pages per second over the last few seconds
+    /// (writes arriving meanwhile slow it down).
+    pub rate_pages_per_s: f64,
+    /// Seconds to go: dirty groups left over the groups drained per
+    /// second over the last few seconds (`ops::eta`); none while nothing drains.
+    pub eta_s: Option<f64>,
+    pub elapsed_s: f64,
+}
+
+/// What `set` changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SetDone {
+    pub key: String,
+    pub old: String,
+    pub new: String,
+}
+
+/// A handle on a running cache for operations; cheap to clone.
+#[derive(Clone)]
+pub struct Operator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    driver: Arc<Driver>,
+    exports: Vec<ExportStatus>,
+    latency: Vec<Arc<VolumeLatency>>,
+    cache_device: String,
+    started: Instant,
+    write_back_allowed: bool,
+    flush: Mutex<()>,
+    flushing: AtomicBool,
+}
+
+impl Operator {
+    pub(crate) fn new(
+        driver: Arc<Driver>,
+        exports: Vec<ExportStatus>,
+        latency: Vec<Arc<VolumeLatency>>,
+        cache_device: String,
+        write_back_allowed: bool,
+    ) -> Operator {
+        Operator {
+            inner: Arc::new(Inner {
+                driver,
+                exports,
+                latency,
+                cache_device,
+                started: Instant::now(),
+                write_back_allowed,
+                flush: Mutex::new(()),
+                flushing: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    pub fn exports(&self) -> &[ExportStatus] {
+        &self.inner.exports
+    }
+
+    /// Every counter, gauge and latency histogram, of one moment.
+    pub fn snapshot(&self) -> Snapshot {
+        let inner = &self.inner;
+        let mut engine = Collect::default();
+        inner.driver.visit_metrics(&mut engine);
+        let mut requests = Vec::new();
+        for (export, latency) in inner.exports.iter().zip(&inner.latency) {
+            let merged = latency.merged();
+            for (class, h) in RequestClass::ALL.iter().zip(&merged) {
+                requests.push(RequestStats::new(&export.name, *class, h));
+            }
+        }
+        Snapshot {
+            uptime_s: inner.started.elapsed().as_secs_f64(),
+            engine: engine.0,
+            driver: inner.driver.stats(),
+            requests,
+        }
+    }
+
+    pub fn status(&self) -> Status {
+        let inner = &self.inner;
+        let mut m = Collect::default();
+        inner.driver.visit_metrics(&mut m);
+        let get = |name: &str| m.0.iter().find(|x| x.name == name).map_or(0, |x| x.value);
+        let capacity = get("capacity_pages");
+        let ratio = |n: u64| {
+            if capacity == 0 {
+                0.0
+            } else {
+                n as f64 / capacity as f64
+            }
+        };
+        let [write_policy, admission, order, rate] = inner.driver.policy_names();
+        Status {
+            state: if inner.flushing.load(Ordering::Relaxed) {
+                "flushing"
+            } else {
+                "serving"
+            }
+            .to_string(),
+            pid: std::process::id(),
+            uptime_s: inner.started.elapsed().as_secs_f64(),
+            cache_device: inner.cache_device.clone(),
+            page_size_bytes: inner.driver.page_size_bytes(),
+            capacity_pages: capacity,
+            dirty_pages: get("dirty_pages"),
+            clean_pages: get("clean_pages"),
+            occupancy_ratio: ratio(capacity.saturating_sub(get("free_slots"))),
+            dirty_ratio: ratio(get("dirty_pages")),
+            destages_in_flight: get("destages_in_flight"),
+            requests_in_flight: get("requests_in_flight"),
+            write_policy: write_policy.to_string(),
+            admission: admission.to_string(),
+            destage_order: order.to_string(),
+            destage_rate: rate.to_string(),
+            exports: inner.exports.clone(),
+        }
+    }
+
+    /// Checks an export name given to `flush`. The drain covers every
+    /// export of the cache (the engine drains the cache as a whole).
+    pub fn check_export(&self, name: &str) -> Result<(), OpError> {
+        if self.inner.exports.iter().any(|e| e.name == name) {
+            return Ok(());
+        }
+        let valid: Vec<&str> = self.inner.exports.iter().map(|e| e.name.as_str()).collect();
+        Err(OpError::UnknownExport {
+            name: name.to_string(),
+            valid: valid.join(", "),
+        })
+    }
+
+    /// Destages every dirty page while the cache goes on serving; `progress`
+    /// hears about five times a second and returns false to stop the drain
+    /// (the pages left stay dirty and are destaged at the usual pace).
+    /// Gives up after `stall_timeout` without progress.
+    pub fn flush(
+        &self,
+        stall_timeout: Duration,
+        progress: &mut dyn FnMut(&FlushProgress) -> bool,
+    ) -> Result<FlushProgress, OpError> {
+        let _one = self
+            .inner
+            .flush
+            .try_lock()
+            .map_err(|_| OpError::FlushRunning)?;
+        self.inner.flushing.store(true, Ordering::Relaxed);
+        let result = self.drain_once(stall_timeout, progress);
+        self.inner.flushing.store(false, Ordering::Relaxed);
+        result
+    }
+
+    fn drain_once(
+        &self,
+        stall_timeout: Duration,
+        progress: &mut dyn FnMut(&FlushProgress) -> bool,
+    ) -> Result<FlushProgress, OpError> {
+        let driver = &self.inner.driver;
+        let destaged = || driver.engine_stats().destaged_pages;
+        let dirty = || driver.dirty_pages_and_groups();
+        let mut meter = DrainMeter::new(Instant::now(), dirty(), destaged());
+        drain_driver(driver, stall_timeout, |_| {
+            progress(&meter.sample(Instant::now(), dirty(), destaged()))
+        })?;
+        Ok(meter.sample(Instant::now(), (0, 0), destaged()))
+    }
+
+    /// Changes one policy online: `write-policy`, `admission`,
+    /// `destage-order` (or `order`), `destage-rate` (or `rate`). Leaving
+    /// write-back drains first, reporting through `progress`.
+    pub fn set(
+        &self,
+        key: &str,
+        value: &str,
+        progress: &mut dyn FnMut(&FlushProgress) -> bool,
+    ) -> Result<SetDone, OpError> {
+        let driver = &self.inner.driver;
+        let done = |old: &str, new: &str| SetDone {
+            key: key.to_string(),
+            old: old.to_string(),
+            new: new.to_string(),
+        };
+        match key {
+            "write-policy" => self.set_write_policy(value, progress),
+            "admission" => {
+                let new = ADMISSIONS.find(value).map_err(ChangeError::from)?.name;
+                let old = driver.change_engine(|e| e.set_admission(new))?;
+                Ok(done(old, new))
+            }
+            "destage-order" | "order" => {
+                let new = DESTAGE_ORDERS.find(value).map_err(ChangeError::from)?.name;
+                let old = driver.change_engine(|e| e.set_destage_order(new))?;
+                Ok(done(old, new))
+            }
+            "destage-rate" | "rate" => {
+                let new = DESTAGE_RATES.find(value).map_err(ChangeError::from)?.name;
+                let old = driver.change_engine(|e| e.set_destage_rate(new))?;
+                Ok(done(old, new))
+            }
+            _ => Err(OpError::UnknownKey {
+                key: key.to_string(),
+            }),
+        }
+    }
+
+    fn set_write_policy(
+        &self,
+        value: &str,
+        progress: &mut dyn FnMut(&FlushProgress) -> bool,
+    ) -> Result<SetDone, OpError> {
+        let kind = WritePolicyKind::from_name(value).map_err(ChangeError::from)?;
+        if kind == WritePolicyKind::WriteBack && !self.inner.write_back_allowed {
+            return Err(OpError::VolatileWriteBack);
+        }
+        let driver = &self.inner.driver;
+        let mut dirty_pages = 0;
+        for _ in 0..LEAVE_WRITE_BACK_TRIES_MAX {
+            match driver.change_engine(|e| e.set_write_policy(kind)) {
+                Ok(old) => {
+                    return Ok(SetDone {
+                        key: "write-policy".into(),
+                        old: old.name().into(),
+                        new: kind.name().into(),
+                    })
+                }
+                Err(ChangeError::NotDrained { dirty_pages: d, .. }) => dirty_pages = d,
+                Err(e) => return Err(e.into()),
+            }
+            self.flush(Duration::from_secs(60), progress)?;
+        }
+        Err(OpError::NotQuiet {
+            to: kind.name(),
+            dirty_pages,
+            tries: LEAVE_WRITE_BACK_TRIES_MAX,
+        })
+    }
+}
