@@ -444,6 +444,11 @@ impl Engine {
     pub fn destages_in_flight(&self) -> u32 {
         self.destages_in_flight
     }
+    /// Writes wait for room, or a drain runs: slot frees in flight hold
+    /// them up (a driver that delays frees to batch them stops delaying).
+    pub fn frees_urgent(&self) -> bool {
+        !self.stalled.is_empty() || self.draining
+    }
     /// Nothing in flight and nothing to hand out.
     pub fn is_idle(&self) -> bool {
         self.reqs_live == 0

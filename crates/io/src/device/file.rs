@@ -445,6 +445,10 @@ impl BlockDevice for FileDevice {
         matches!(self.options.sync, SyncMode::Dsync | SyncMode::Nvram)
     }
 
+    fn writes_wait_for_medium(&self) -> bool {
+        self.options.sync == SyncMode::Dsync && self.mapping.is_none()
+    }
+
     fn alignment_bytes(&self) -> usize {
         if self.options.direct {
             DIRECT_ALIGNMENT_BYTES

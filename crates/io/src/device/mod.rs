@@ -105,6 +105,13 @@ pub trait BlockDevice: Send + Sync {
     fn writes_durable(&self) -> bool {
         false
     }
+    /// True when each write returns only once it is durable on a medium
+    /// that takes time for it (`RWF_DSYNC` on a disk): a caller gains by
+    /// running independent writes at once rather than one after another.
+    /// Implies `writes_durable()`. Default false.
+    fn writes_wait_for_medium(&self) -> bool {
+        false
+    }
     /// Alignment that offsets, lengths and buffers must have (1: none).
     fn alignment_bytes(&self) -> usize {
         1
