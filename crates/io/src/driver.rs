@@ -1057,6 +1057,13 @@ impl Shared {
     }
 
     fn to_pool(&self, jobs: impl Iterator<Item = Job>) {
+        // Record frees go to the free thread straight away (no pool
+        // thread's wake-up just to pass them on).
+        let jobs = self.defer_frees(jobs.collect());
+        if jobs.is_empty() {
+            return;
+        }
+        let jobs = jobs.into_iter();
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         if pool.stopping {
             // The pool threads are gone or going: run here so no request hangs.

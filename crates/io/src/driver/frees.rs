@@ -83,6 +83,12 @@ impl Shared {
     /// Moves the record frees of `batch` to the free thread while it runs;
     /// returns the other jobs (all of them when it does not run).
     pub(super) fn defer_frees(&self, batch: Vec<Job>) -> Vec<Job> {
+        if !batch
+            .iter()
+            .any(|j| matches!(j.cmd, IoCommand::FreeSlots { .. }))
+        {
+            return batch;
+        }
         let mut st = self.frees.lock();
         if st.stopped {
             return batch;
