@@ -47,6 +47,7 @@ use wcache_core::{
     RecoveryError, Request, RequestFlags, RequestKind, SlotRecord, Source, Stats, SubmitError,
 };
 
+use crate::device::aio::AIO_WRITES_MAX;
 use crate::device::{AlignedBuf, BlockDevice, DeviceError};
 use crate::store::CacheStore;
 use wcache_core::types::{RequestId, SlotIndex, VolumeId};
@@ -271,6 +272,7 @@ struct BatchScratch {
     record_jobs: Vec<u32>,
     order: Vec<u32>,
     staged: Vec<crate::store::Staged>,
+    own: crate::store::OwnWrites,
 }
 
 struct InFlight {
@@ -500,7 +502,10 @@ impl Driver {
         }
         let engine = if store.is_some() {
             let sizes: Vec<u64> = backings.iter().map(|b| b.len_bytes()).collect();
-            Engine::recover(engine_config.clone(), &sizes, found)?
+            let mut engine = Engine::recover(engine_config.clone(), &sizes, found)?;
+            // The free thread gathers frees (`frees.rs`): no engine timer for them.
+            engine.set_free_delay_ns(0);
+            engine
         } else {
             let mut engine = Engine::new(engine_config.clone())?;
             for b in &backings {
@@ -1433,8 +1438,10 @@ impl Shared {
                 store.stage_frees(slots, &mut b.order, &mut b.staged);
             }
         }
-        store.request_writes(&b.staged);
-        self.write_whole_pages(batch, b, bounce);
+        if !self.write_together(batch, b, bounce, store) {
+            store.request_writes(&b.staged);
+            self.write_whole_pages(batch, b, bounce);
+        }
         let mut failed_blocks: Vec<usize> = Vec::new();
         store.await_writes(&b.staged, &mut |k, e| {
             self.note_error(true, e);
@@ -1457,6 +1464,72 @@ impl Shared {
             }
         }
         self.unstage_failed_pages(batch, b, store);
+    }
+
+    /// When the batch's whole pages are one run of slots (or none): sends
+    /// their data and the staged record blocks no thread is writing now in
+    /// one submission (`write_many`: native AIO, all in flight at once, no
+    /// thread handoff); the other blocks go to the record writer threads.
+    /// False: more than one run, nothing done (the caller uses the record
+    /// writer threads for every block).
+    fn write_together(
+        &self,
+        batch: &[Job],
+        b: &mut BatchScratch,
+        bounce: &mut AlignedBuf,
+        store: &CacheStore,
+    ) -> bool {
+        let p = self.page_size_bytes as usize;
+        let slots: Vec<u32> = b.whole.iter().map(|&i| batch_slot(batch, i)).collect();
+        if slots.windows(2).any(|w| w[1] != w[0] + 1) {
+            return false;
+        }
+        store.take_writes(&b.staged, AIO_WRITES_MAX - 1, &mut b.own);
+        store.request_writes_except(&b.staged, &b.own);
+        let mut writes: Vec<(&[u8], u64)> = Vec::with_capacity(AIO_WRITES_MAX);
+        if let Some(&first) = slots.first() {
+            let offset = self.slot_offset_bytes(SlotIndex(first));
+            // SAFETY: the requests are in flight (module header).
+            let pages: Vec<&[u8]> = b
+                .whole
+                .iter()
+                .map(|&i| unsafe { whole_page(&batch[i as usize], p as u64) })
+                .collect();
+            let a = self.cache.dev.alignment_bytes();
+            let data: &[u8] = if pages.len() == 1
+                && (a <= 1 || is_aligned(pages[0].as_ptr() as usize, 0, p, a))
+            {
+                pages[0]
+            } else {
+                let run = bounce.get(pages.len() * p);
+                for (m, d) in pages.iter().enumerate() {
+                    run[m * p..(m + 1) * p].copy_from_slice(d);
+                }
+                run
+            };
+            writes.push((data, offset));
+        }
+        let data_writes = writes.len();
+        let mut own = std::mem::take(&mut b.own);
+        store.own_writes(&mut own, &mut writes);
+        let mut errors: Vec<Option<DeviceError>> = (0..writes.len()).map(|_| None).collect();
+        self.cache
+            .dev
+            .write_many(&writes, &mut |i, e| errors[i] = Some(e));
+        drop(writes);
+        store.end_writes(&mut own, &mut |k| errors[data_writes + k].take());
+        b.own = own;
+        if let Some(Some(e)) = errors
+            .first_mut()
+            .filter(|_| data_writes == 1)
+            .map(Option::take)
+        {
+            let err = self.io_fail(&e, true);
+            for &i in &b.whole {
+                b.results[i as usize] = Err(err);
+            }
+        }
+        true
     }
 
     /// Zeroes (durably, as every write here is) the records staged for

@@ -161,6 +161,23 @@ pub struct Staged {
     pub target: u64,
 }
 
+/// Record block writes a thread took to send with its own (`take_writes`).
+#[derive(Default)]
+pub struct OwnWrites {
+    snaps: Vec<AlignedBuf>,
+    taken: Vec<(usize, TakenWrite)>,
+}
+
+/// A write of one record block taken by a thread (`take_write`).
+struct TakenWrite {
+    generation: u64,
+    /// The changed bytes it carries (to be carried again if it fails).
+    from: usize,
+    to: usize,
+    /// Device offset and length of the snapshot; `None`: nothing to write.
+    range: Option<(u64, usize)>,
+}
+
 /// A record never crosses one of these (`docs/on-disk-format.md`, torn writes).
 const SECTOR_BYTES: usize = 512;
 
@@ -399,43 +416,19 @@ impl CacheStore {
                 });
             }
             if !st.running {
-                st.running = true;
-                st.started += 1;
-                let generation = st.started;
-                let (from, to) = (st.from, st.to);
-                st.from = usize::MAX;
-                st.to = 0;
-                let result = if from < to {
-                    let sector = self.sector_bytes;
-                    let start = from / sector * sector;
-                    let end = to.next_multiple_of(sector).min(RECORD_BLOCK_BYTES as usize);
-                    SNAPSHOT.with(|snap| {
-                        let mut snap = snap.borrow_mut();
-                        let copy = snap.get(end - start);
-                        copy.copy_from_slice(
-                            &st.bytes.get(RECORD_BLOCK_BYTES as usize)[start..end],
-                        );
-                        drop(st);
-                        let offset =
-                            self.layout.record_offset_bytes + block as u64 * RECORD_BLOCK_BYTES;
-                        self.record_writes.fetch_add(1, Ordering::Relaxed);
-                        self.dev.write_at(copy, offset + start as u64)
-                    })
-                } else {
+                let taken = SNAPSHOT.with(|snap| {
+                    let mut snap = snap.borrow_mut();
+                    let taken = self.take_write(block, &mut st, &mut snap);
                     drop(st);
-                    Ok(())
-                };
+                    let result = match &taken.range {
+                        Some((offset, len)) => self.dev.write_at(&snap.get(*len)[..], *offset),
+                        None => Ok(()),
+                    };
+                    (taken, result)
+                });
                 st = self.lock_block(block);
-                st.running = false;
-                st.finished = generation;
-                match result {
-                    Ok(()) => st.last_ok = generation,
-                    Err(e) => {
-                        st.last_error = e.to_string();
-                        // Not on the device: the next write carries them.
-                        st.changed(from, to);
-                    }
-                }
+                let generation = taken.0.generation;
+                self.end_write(block, &mut st, taken.0, taken.1);
                 self.wake_after(block, &st, generation);
                 continue;
             }
@@ -447,6 +440,56 @@ impl CacheStore {
                 .unwrap_or_else(|p| p.into_inner());
             st.waiters[parity] -= 1;
         }
+    }
+
+    /// Makes the caller the writer of `block` (which no thread is writing:
+    /// `st.running` is false): the next generation, with the sectors of
+    /// every change so far copied into `snap`. `range`: where those bytes
+    /// go on the device, `None` when nothing changed.
+    fn take_write(&self, block: usize, st: &mut BlockState, snap: &mut AlignedBuf) -> TakenWrite {
+        debug_assert!(!st.running, "a block has one writer at a time");
+        st.running = true;
+        st.started += 1;
+        let (from, to) = (st.from, st.to);
+        st.from = usize::MAX;
+        st.to = 0;
+        let range = (from < to).then(|| {
+            let sector = self.sector_bytes;
+            let start = from / sector * sector;
+            let end = to.next_multiple_of(sector).min(RECORD_BLOCK_BYTES as usize);
+            let copy = snap.get(end - start);
+            copy.copy_from_slice(&st.bytes.get(RECORD_BLOCK_BYTES as usize)[start..end]);
+            self.record_writes.fetch_add(1, Ordering::Relaxed);
+            let offset = self.layout.record_offset_bytes + block as u64 * RECORD_BLOCK_BYTES;
+            (offset + start as u64, end - start)
+        });
+        TakenWrite {
+            generation: st.started,
+            from,
+            to,
+            range,
+        }
+    }
+
+    /// Ends a write taken with `take_write`: records its outcome (a failed
+    /// write leaves its changes to the next one) and wakes its waiters.
+    fn end_write(
+        &self,
+        block: usize,
+        st: &mut BlockState,
+        taken: TakenWrite,
+        result: Result<(), DeviceError>,
+    ) {
+        st.running = false;
+        st.finished = taken.generation;
+        match result {
+            Ok(()) => st.last_ok = taken.generation,
+            Err(e) => {
+                st.last_error = e.to_string();
+                st.changed(taken.from, taken.to);
+            }
+        }
+        self.wake_after(block, st, taken.generation);
     }
 
     /// After write `generation` of `block` finished: wakes every thread
@@ -607,13 +650,77 @@ impl CacheStore {
         }
     }
 
+    /// Takes the writes of the staged blocks that no thread is writing
+    /// now (at most `max` blocks), their snapshots in `own`, so that the
+    /// caller sends them with its own writes (`BlockDevice::write_many`)
+    /// and then calls `end_writes`. Blocks being written are left to
+    /// `request_writes`/`await_writes`.
+    pub fn take_writes(&self, staged: &[Staged], max: usize, own: &mut OwnWrites) {
+        own.taken.clear();
+        for s in staged {
+            let block = s.block as usize;
+            if own.taken.len() >= max || own.taken.iter().any(|(b, _)| *b == block) {
+                continue;
+            }
+            let mut st = self.lock_block(block);
+            if st.running || st.from >= st.to {
+                continue;
+            }
+            let k = own.taken.len();
+            if own.snaps.len() <= k {
+                own.snaps.push(AlignedBuf::new());
+            }
+            let taken = self.take_write(block, &mut st, &mut own.snaps[k]);
+            own.taken.push((block, taken));
+        }
+    }
+
+    /// The writes `take_writes` took: bytes and device offset, in order.
+    pub fn own_writes<'a>(&self, own: &'a mut OwnWrites, out: &mut Vec<(&'a [u8], u64)>) {
+        let OwnWrites { snaps, taken } = own;
+        for (snap, (_, t)) in snaps.iter_mut().zip(taken.iter()) {
+            if let Some((offset, len)) = t.range {
+                out.push((&snap.get(len)[..], offset));
+            }
+        }
+    }
+
+    /// Ends the writes `take_writes` took; `failed(k)` is the error of
+    /// the `k`-th of `own_writes`, if it failed.
+    pub fn end_writes(
+        &self,
+        own: &mut OwnWrites,
+        failed: &mut dyn FnMut(usize) -> Option<DeviceError>,
+    ) {
+        let mut k = 0;
+        for (block, taken) in own.taken.drain(..) {
+            let result = match taken.range {
+                Some(_) => {
+                    k += 1;
+                    failed(k - 1).map_or(Ok(()), Err)
+                }
+                None => Ok(()),
+            };
+            let mut st = self.lock_block(block);
+            self.end_write(block, &mut st, taken, result);
+        }
+    }
+
     /// Asks the record writer threads (`run_writer`) to write these blocks
     /// now, so that they are written while the caller writes page data.
     /// A block already queued is not queued again.
     pub fn request_writes(&self, staged: &[Staged]) {
+        self.request_writes_except(staged, &OwnWrites::default());
+    }
+
+    /// As `request_writes`, leaving out the blocks the caller took (`own`).
+    pub fn request_writes_except(&self, staged: &[Staged], own: &OwnWrites) {
         let mut added = 0;
         let mut q = self.writers.state.lock().unwrap_or_else(|p| p.into_inner());
         for s in staged {
+            if own.taken.iter().any(|(b, _)| *b == s.block as usize) {
+                continue;
+            }
             let mut st = self.lock_block(s.block as usize);
             if !st.queued && st.last_ok < s.target && !q.stopping {
                 st.queued = true;

@@ -10,6 +10,7 @@
 use std::alloc::{self, Layout};
 use std::io;
 
+pub mod aio;
 pub mod emulated;
 pub mod faulty;
 pub mod file;
@@ -92,6 +93,18 @@ pub trait BlockDevice: Send + Sync {
             at += b.len() as u64;
         }
         Ok(())
+    }
+    /// Writes every `(data, offset_bytes)` (ranges that do not overlap),
+    /// in flight together where the device can, and returns once all are
+    /// done; a write that failed is reported through `failed` with its
+    /// index. Same contract as `write_at` for each. Default: one `write_at`
+    /// after another.
+    fn write_many(&self, writes: &[(&[u8], u64)], failed: &mut dyn FnMut(usize, DeviceError)) {
+        for (i, (data, offset_bytes)) in writes.iter().enumerate() {
+            if let Err(e) = self.write_at(data, *offset_bytes) {
+                failed(i, e);
+            }
+        }
     }
     /// Make every write that returned before this call durable.
     fn flush(&self) -> Result<(), DeviceError>;

@@ -23,8 +23,8 @@ use super::{Job, Shared};
 /// it sooner (`Engine::frees_urgent`: writes waiting for room, a drain).
 const FREE_DELAY: Duration = Duration::from_millis(100);
 
-/// A round starts at once when this many frees are waiting.
-const FREE_JOBS_MAX: usize = 512;
+/// A round starts at once when this many slots wait to be freed.
+const FREE_SLOTS_MAX: usize = 8192;
 
 /// Record blocks merged into one write: staged blocks at most this many
 /// blocks apart are written with the blocks between them, up to
@@ -40,6 +40,8 @@ pub(super) struct FreeQueue {
 
 struct FreeState {
     jobs: Vec<Job>,
+    /// Slots named by `jobs`.
+    slots: usize,
     /// When the oldest waiting free arrived.
     first_at: Option<Instant>,
     stopping: bool,
@@ -54,6 +56,7 @@ impl FreeQueue {
         FreeQueue {
             state: Mutex::new(FreeState {
                 jobs: Vec::new(),
+                slots: 0,
                 first_at: None,
                 stopping: false,
                 stopped: !running,
@@ -97,11 +100,16 @@ impl Shared {
         let (frees, rest): (Vec<Job>, Vec<Job>) = batch
             .into_iter()
             .partition(|j| matches!(j.cmd, IoCommand::FreeSlots { .. }));
+        for job in &frees {
+            if let IoCommand::FreeSlots { slots, .. } = &job.cmd {
+                st.slots += slots.len();
+            }
+        }
         st.jobs.extend(frees);
         if before == 0 && !st.jobs.is_empty() {
             st.first_at = Some(Instant::now());
             self.frees.ready.notify_one();
-        } else if st.jobs.len() >= FREE_JOBS_MAX {
+        } else if st.slots >= FREE_SLOTS_MAX {
             self.frees.ready.notify_one();
         }
         rest
@@ -119,10 +127,11 @@ impl Shared {
                         let now = Instant::now();
                         if st.stopping
                             || now >= due
-                            || st.jobs.len() >= FREE_JOBS_MAX
+                            || st.slots >= FREE_SLOTS_MAX
                             || self.frees_urgent.load(Ordering::Relaxed)
                         {
                             st.first_at = None;
+                            st.slots = 0;
                             break std::mem::take(&mut st.jobs);
                         }
                         st = self
