@@ -28,8 +28,11 @@
 #
 # Usage: scripts/bench-device.sh   (RUNTIME=5 SIZE=256M READ_SIZE=512M
 #        CACHE_SIZE=1G BENCH_DIR=/var/tmp; WCACHE_ARGS adds serve options,
-#        e.g. "--cache-sync dsync --direct"; JOBS picks some of the jobs;
-#        LOG_DIR keeps the servers' logs)
+#        e.g. "--cache-sync fdatasync"; WCACHE_B_ARGS, when set, adds a
+#        second wcache target "wcache-b" with these serve options (its own
+#        cache and backing files) run in the same invocation, for an A/B of
+#        two configurations; JOBS picks some of the jobs; LOG_DIR keeps the
+#        servers' logs)
 # Last lines: the ratios.
 set -euo pipefail
 
@@ -39,6 +42,9 @@ READ_SIZE=${READ_SIZE:-512M}
 CACHE_SIZE=${CACHE_SIZE:-1G}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 WCACHE_ARGS=${WCACHE_ARGS:-}
+WCACHE_B_ARGS=${WCACHE_B_ARGS-}
+WCACHE_TARGETS="wcache"
+[ -n "${WCACHE_B_ARGS}" ] && WCACHE_TARGETS="wcache wcache-b"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 for tool in fio nbdkit python3 stat; do
@@ -77,9 +83,12 @@ echo "files on $(df --output=source "$WORK" | tail -1) ($FSTYPE), in $WORK"
 fill "$WORK/dev.img" "$TOTAL_B"
 fill "$WORK/backing.img" "$TOTAL_B"
 fill "$WORK/kit.img" "$TOTAL_B"
-truncate -s "$CACHE_SIZE" "$WORK/cache.img"
-fio --name=zero --filename="$WORK/cache.img" --rw=write --bs=1M --size="$CACHE_SIZE" --direct=1 \
-    --ioengine=psync --zero_buffers --output-format=terse >/dev/null
+for t in $WCACHE_TARGETS; do
+    [ "$t" = wcache-b ] && fill "$WORK/backing-b.img" "$TOTAL_B"
+    truncate -s "$CACHE_SIZE" "$WORK/cache-$t.img"
+    fio --name=zero --filename="$WORK/cache-$t.img" --rw=write --bs=1M --size="$CACHE_SIZE" --direct=1 \
+        --ioengine=psync --zero_buffers --output-format=terse >/dev/null
+done
 
 wait_socket() { for _ in $(seq 400); do [ -S "$1" ] && return 0; sleep 0.05; done; echo "no socket $1"; exit 1; }
 
@@ -90,20 +99,22 @@ PIDS+=($!)
 wait_socket "$WORK/kitmem.sock"
 wait_socket "$WORK/kitfile.sock"
 
-wc_start() { # job
+wc_start() { # target job
+    local args=$WCACHE_ARGS backing=$WORK/backing.img
+    [ "$1" = wcache-b ] && args=$WCACHE_B_ARGS && backing=$WORK/backing-b.img
     # shellcheck disable=SC2086
-    "$WCACHE" serve --socket "$WORK/wcache.sock" --cache "$WORK/cache.img" --cache-size "$CACHE_SIZE" \
-        --backing "$WORK/backing.img" --write-policy write-back $WCACHE_ARGS >"$WORK/wcache-$1.log" 2>&1 &
+    "$WCACHE" serve --socket "$WORK/$1.sock" --cache "$WORK/cache-$1.img" --cache-size "$CACHE_SIZE" \
+        --backing "$backing" --write-policy write-back $args >"$WORK/$1-$2.log" 2>&1 &
     WC_PID=$!
-    wait_socket "$WORK/wcache.sock"
+    wait_socket "$WORK/$1.sock"
 }
-wc_stop() {
+wc_stop() { # target
     kill -TERM "$WC_PID"
     local rc=0
     wait "$WC_PID" || rc=$?
     WC_PID=
-    [ "$rc" = 0 ] || { echo "wcache serve exited $rc"; cat "$WORK"/wcache-*.log; exit 1; }
-    rm -f "$WORK/wcache.sock"
+    [ "$rc" = 0 ] || { echo "wcache serve exited $rc"; cat "$WORK"/wcache*.log; exit 1; }
+    rm -f "$WORK/$1.sock"
 }
 
 # fio_on TARGET JOB ARGS...: one fio job against a target, JSON into WORK/TARGET-JOB.json
@@ -141,12 +152,12 @@ run_job() { # job
     local extent=("${WRITE_REGION[@]}" "${TIMED[@]}")
     [ "$job" = r1m-qd4-cold ] && extent=("${READ_REGION[@]}")
     [ "$job" = warm ] && extent=("${WRITE_REGION[@]}")
-    for t in dev kitmem kitfile wcache; do
+    for t in dev kitmem kitfile $WCACHE_TARGETS; do
         local extra=()
         [ "$t" = dev ] && [[ "$job" == w* ]] && extra=(--sync=dsync)
-        [ "$t" = wcache ] && wc_start "$job"
+        [[ "$t" == wcache* ]] && wc_start "$t" "$job"
         fio_on "$t" "$job" "${args[@]}" "${extent[@]}" "${extra[@]}"
-        [ "$t" = wcache ] && wc_stop
+        [[ "$t" == wcache* ]] && wc_stop "$t"
     done
 }
 
@@ -157,21 +168,25 @@ for job in "${JOBS[@]}"; do
     run_job "$job"
 done
 
-python3 - "$WORK" "$RUNTIME" "$SIZE" "$READ_SIZE" "$FSTYPE" "${JOBS[@]}" <<'PY'
+python3 - "$WORK" "$RUNTIME" "$SIZE" "$READ_SIZE" "$FSTYPE" "$WCACHE_TARGETS" "$WCACHE_ARGS" "${WCACHE_B_ARGS}" "${JOBS[@]}" <<'PY'
 import json, re, sys
-work, runtime, size, read_size, fstype, jobs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
-targets = ["dev", "kitmem", "kitfile", "wcache"]
+work, runtime, size, read_size, fstype = sys.argv[1:6]
+wtargets, wargs, bargs, jobs = sys.argv[6].split(), sys.argv[7], sys.argv[8], sys.argv[9:]
+targets = ["dev", "kitmem", "kitfile"] + wtargets
 names = {"dev": f"device: {fstype} file, io_uring O_DIRECT(+O_DSYNC)",
          "kitmem": "nbdkit memory", "kitfile": f"nbdkit file ({fstype})",
-         "wcache": f"wcache write-back, cache on {fstype}"}
+         "wcache": f"wcache write-back, cache on {fstype}", "wcache-b": "wcache-b (WCACHE_B_ARGS)"}
+print(f"wcache: serve {wargs or '(defaults)'}")
+if bargs:
+    print(f"wcache-b: serve {bargs}")
 def get(t, job):
     j = json.load(open(f"{work}/{t}-{job}.json"))["jobs"][0]
     side = j["write" if job.startswith("w") else "read"]
     pct = side["lat_ns"].get("percentile", {}) or side["clat_ns"].get("percentile", {})
     return {"iops": side["iops"], "mibs": side["bw_bytes"] / 2**20,
             "p50": pct.get("50.000000", 0) / 1000, "p99": pct.get("99.000000", 0) / 1000}
-def flushes(job):
-    log = open(f"{work}/wcache-{job}.log").read()
+def flushes(t, job):
+    log = open(f"{work}/{t}-{job}.log").read()
     req = re.search(r"stopped after (\d+) requests", log)
     fl = re.search(r"(\d+) cache flushes", log)
     return (int(req.group(1)), int(fl.group(1))) if req and fl else (0, 0)
@@ -182,21 +197,22 @@ for job in jobs:
     for t in targets:
         x = r[(t, job)]
         fl = ""
-        if t == "wcache":
-            req, n = flushes(job)
+        if t.startswith("wcache"):
+            req, n = flushes(t, job)
             fl = f"{n / req:.3f}" if req else "?"
         print(f"{job:<14}{names[t]:<46}{x['iops']:>10.0f}{x['mibs']:>9.1f}{x['p50']:>9.1f}{x['p99']:>10.1f}{fl:>13}")
 g = lambda t, job, k: r[(t, job)][k] if (t, job) in r else float("nan")
 div = lambda a, b: a / b if b else float("nan")
 budget = g("dev", "w4k-qd1", "p50") + g("kitmem", "w4k-qd1", "p50")
-print(f"ratio 4k randwrite QD1 p50 latency wcache/device: {div(g('wcache', 'w4k-qd1', 'p50'), g('dev', 'w4k-qd1', 'p50')):.2f} "
-      f"(wcache/(device + nbdkit memory round trip): {div(g('wcache', 'w4k-qd1', 'p50'), budget):.2f})")
-print(f"ratio 4k randwrite QD32 IOPS wcache/device: {div(g('wcache', 'w4k-qd32', 'iops'), g('dev', 'w4k-qd32', 'iops')):.2f}")
 slower = min(g("dev", "w1m-qd4", "mibs"), g("kitmem", "w1m-qd4", "mibs"))
-print(f"ratio 1M write QD4 MiB/s wcache/min(device, nbdkit memory): {div(g('wcache', 'w1m-qd4', 'mibs'), slower):.3f}")
-print(f"ratio 4k randread QD32 cached IOPS wcache/nbdkit memory: {div(g('wcache', 'r4k-qd32', 'iops'), g('kitmem', 'r4k-qd32', 'iops')):.2f} "
-      f"(wcache/device: {div(g('wcache', 'r4k-qd32', 'iops'), g('dev', 'r4k-qd32', 'iops')):.2f})")
-print(f"ratio 4k randwrite QD32 IOPS / 1M write QD4 MiB/s wcache/nbdkit file (persist-on-flush's yardstick): "
-      f"{div(g('wcache', 'w4k-qd32', 'iops'), g('kitfile', 'w4k-qd32', 'iops')):.2f} / {div(g('wcache', 'w1m-qd4', 'mibs'), g('kitfile', 'w1m-qd4', 'mibs')):.2f}")
-print(f"ratio 1M read QD4 uncached MiB/s wcache/nbdkit file: {div(g('wcache', 'r1m-qd4-cold', 'mibs'), g('kitfile', 'r1m-qd4-cold', 'mibs')):.2f}")
+for w in wtargets:
+    print(f"ratio 4k randwrite QD1 p50 latency {w}/device: {div(g(w, 'w4k-qd1', 'p50'), g('dev', 'w4k-qd1', 'p50')):.2f} "
+          f"({w}/(device + nbdkit memory round trip): {div(g(w, 'w4k-qd1', 'p50'), budget):.2f})")
+    print(f"ratio 4k randwrite QD32 IOPS {w}/device: {div(g(w, 'w4k-qd32', 'iops'), g('dev', 'w4k-qd32', 'iops')):.2f}")
+    print(f"ratio 1M write QD4 MiB/s {w}/min(device, nbdkit memory): {div(g(w, 'w1m-qd4', 'mibs'), slower):.3f}")
+    print(f"ratio 4k randread QD32 cached IOPS {w}/nbdkit memory: {div(g(w, 'r4k-qd32', 'iops'), g('kitmem', 'r4k-qd32', 'iops')):.2f} "
+          f"({w}/device: {div(g(w, 'r4k-qd32', 'iops'), g('dev', 'r4k-qd32', 'iops')):.2f})")
+    print(f"ratio 4k randwrite QD32 IOPS / 1M write QD4 MiB/s {w}/nbdkit file (persist-on-flush's yardstick): "
+          f"{div(g(w, 'w4k-qd32', 'iops'), g('kitfile', 'w4k-qd32', 'iops')):.2f} / {div(g(w, 'w1m-qd4', 'mibs'), g('kitfile', 'w1m-qd4', 'mibs')):.2f}")
+    print(f"ratio 1M read QD4 uncached MiB/s {w}/nbdkit file: {div(g(w, 'r1m-qd4-cold', 'mibs'), g('kitfile', 'r1m-qd4-cold', 'mibs')):.2f}")
 PY

@@ -84,6 +84,12 @@ pub struct ServeArgs {
     /// Default: persist-on-write (every acknowledged write is durable).
     #[arg(long)]
     pub(crate) persist_on_flush: bool,
+    /// With --persist-on-flush: flush the cache device every this many
+    /// seconds while writes arrive, so that an acknowledged write is durable
+    /// within about this long even without FLUSH or FUA; 0: only at FLUSH
+    /// and FUA.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_flush_interval)]
+    pub(crate) flush_interval: f64,
     /// Backing of the single export `disk`: FILE, nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH, emulated-MODEL:FILE (MODEL: hdd, raid10,
     /// raid5, raid5-md, ssd, nvram; the simulator's model run in real time), mem:SIZE.
@@ -280,6 +286,15 @@ fn stop_signal_within(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     // SAFETY: `set` was initialised by block_stop_signals; a null siginfo is allowed.
     let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &wait) };
     (signal > 0).then_some(signal)
+}
+
+pub(crate) fn parse_flush_interval(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.0..=3_600.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds from 0 to 3600"
+        )),
+    }
 }
 
 pub(crate) fn parse_stop_timeout(text: &str) -> Result<f64, String> {
@@ -517,6 +532,8 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
         driver: DriverConfig {
             io_threads: args.io_threads.max(1),
             persist_on_flush: args.persist_on_flush,
+            flush_interval: Some(Duration::from_secs_f64(args.flush_interval))
+                .filter(|d| !d.is_zero()),
         },
         block_size_bytes: args.block_size,
         force: args.force,
@@ -795,9 +812,14 @@ fn print_banner(
     );
     println!("  staleness: {}", staleness_text(&config.engine.staleness));
     if args.persist_on_flush {
+        let within = if args.flush_interval > 0.0 {
+            format!(", or within about {} s", args.flush_interval)
+        } else {
+            String::new()
+        };
         println!(
-            "wcache: persist-on-flush: writes are durable after FLUSH or FUA (a power loss may \
-             lose acknowledged writes not yet flushed; a process crash loses none)"
+            "wcache: persist-on-flush: writes are durable after FLUSH or FUA{within} (a power \
+             loss may lose acknowledged writes not yet flushed; a process crash loses none)"
         );
     }
     let device = cache.device();

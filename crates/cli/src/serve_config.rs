@@ -17,7 +17,7 @@ use wcache_core::policy::registry::Registry;
 use wcache_core::policy::write_policy::WRITE_POLICIES;
 
 use crate::args::{duration_ns_arg, export_args, size_arg, sync_arg};
-use crate::serve::{parse_block_size, parse_stop_timeout, ServeArgs};
+use crate::serve::{parse_block_size, parse_flush_interval, parse_stop_timeout, ServeArgs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
@@ -69,6 +69,7 @@ struct ServeFile {
     cache_sync: Option<Spanned<String>>,
     direct: Option<Spanned<bool>>,
     persist_on_flush: Option<Spanned<bool>>,
+    flush_interval: Option<Spanned<f64>>,
     backing: Option<Spanned<String>>,
     #[serde(rename = "export")]
     exports: Option<Spanned<Vec<String>>>,
@@ -131,6 +132,9 @@ fn exports(list: &Vec<String>) -> Result<(), String> {
 }
 fn block(n: &u32) -> Result<(), String> {
     parse_block_size(&n.to_string()).map(|_| ())
+}
+fn flush_interval(s: &f64) -> Result<(), String> {
+    parse_flush_interval(&s.to_string()).map(|_| ())
 }
 fn stop(s: &f64) -> Result<(), String> {
     parse_stop_timeout(&s.to_string()).map(|_| ())
@@ -195,6 +199,7 @@ pub fn apply(
         cache_sync: val, sync("cache-sync");
         direct: val, no_check as Check<bool>;
         persist_on_flush: val, no_check as Check<bool>;
+        flush_interval: val, flush_interval;
         backing: opt, no_check as Check<String>;
         exports: val, exports;
         backing_size: val, size("backing-size");

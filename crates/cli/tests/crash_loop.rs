@@ -165,6 +165,19 @@ fn crash_loop_keeps_every_acknowledged_write_persist_on_flush() {
     crash_loop_with(dir.path(), "fdatasync", &["--persist-on-flush"]);
 }
 
+/// RWF_DSYNC on O_DIRECT: records written beside the page data, no flush.
+#[test]
+fn crash_loop_keeps_every_acknowledged_write_dsync_direct() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir in /tmp");
+    crash_loop_with(dir.path(), "dsync", &["--direct"]);
+}
+
+#[test]
+fn crash_loop_keeps_every_acknowledged_write_dsync_direct_persist_on_flush() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir in /tmp");
+    crash_loop_with(dir.path(), "dsync", &["--direct", "--persist-on-flush"]);
+}
+
 #[test]
 fn crash_loop_keeps_every_acknowledged_write_on_a_mapped_tmpfs_cache() {
     if !wcache_io::device::file::is_on_volatile_memory(Path::new("/dev/shm")) {

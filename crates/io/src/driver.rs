@@ -31,6 +31,9 @@
 //! This module must never complete a command early, and never make a policy
 //! decision.
 
+mod flusher;
+mod frees;
+
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +47,7 @@ use wcache_core::{
     RecoveryError, Request, RequestFlags, RequestKind, SlotRecord, Source, Stats, SubmitError,
 };
 
+use crate::device::aio::AIO_WRITES_MAX;
 use crate::device::{AlignedBuf, BlockDevice, DeviceError};
 use crate::store::CacheStore;
 use wcache_core::types::{RequestId, SlotIndex, VolumeId};
@@ -56,6 +60,11 @@ pub struct DriverConfig {
     /// Persist-on-flush: a write without FUA is answered once written to
     /// the cache device, before the device flush (`docs/consistency.md`).
     pub persist_on_flush: bool,
+    /// Persist-on-flush: the cache device is flushed at least this often
+    /// while page writes arrive, so an acknowledged write is durable within
+    /// about this long even with no FLUSH or FUA. `None`: only at FLUSH,
+    /// FUA and record frees.
+    pub flush_interval: Option<Duration>,
 }
 
 impl Default for DriverConfig {
@@ -63,6 +72,7 @@ impl Default for DriverConfig {
         DriverConfig {
             io_threads: 4,
             persist_on_flush: false,
+            flush_interval: Some(FLUSH_INTERVAL_DEFAULT),
         }
     }
 }
@@ -184,6 +194,13 @@ const INLINE_JOBS_MAX: usize = 2;
 /// up to a 1 MiB request of 4 KiB pages, or that many queued pages.
 const WRITE_BATCH_MAX: usize = 256;
 
+/// `DriverConfig::flush_interval` unless set otherwise.
+pub const FLUSH_INTERVAL_DEFAULT: Duration = Duration::from_secs(1);
+
+/// Threads that write record blocks while the page data of the same batches
+/// is written (devices whose writes wait for the medium: `dsync`).
+const RECORD_WRITERS: usize = 4;
+
 struct Job {
     cmd: IoCommand,
     buf: BufPtr,
@@ -254,6 +271,8 @@ struct BatchScratch {
     records: Vec<(SlotIndex, SlotRecord, u32)>,
     record_jobs: Vec<u32>,
     order: Vec<u32>,
+    staged: Vec<crate::store::Staged>,
+    own: crate::store::OwnWrites,
 }
 
 struct InFlight {
@@ -343,6 +362,8 @@ struct Counters {
     backing_errors: AtomicU64,
     cache_flushes: AtomicU64,
     backing_flushes: AtomicU64,
+    /// Batches of page writes run (the flusher's sign of new writes).
+    cache_page_writes: AtomicU64,
 }
 
 struct Pool {
@@ -376,6 +397,13 @@ struct Shared {
     /// command (jobs in hand are dropped, never completed, so nothing more
     /// is acknowledged); the process is about to exit.
     abandoned: std::sync::atomic::AtomicBool,
+    /// Record frees waiting for the free thread (`frees.rs`).
+    frees: frees::FreeQueue,
+    /// The engine needs frees at once (`Engine::frees_urgent`), as of the
+    /// last `pump`.
+    frees_urgent: std::sync::atomic::AtomicBool,
+    /// Stops the persist-on-flush flusher thread (`flusher.rs`).
+    flusher: flusher::FlusherStop,
 }
 
 pub struct Driver {
@@ -441,6 +469,13 @@ impl Driver {
         config: DriverConfig,
     ) -> Result<Driver, DriverError> {
         let page = engine_config.page_size_bytes;
+        // Records written beside the page data, by threads of their own.
+        let persistent = store.is_some();
+        let overlapped = persistent && cache.writes_wait_for_medium();
+        assert!(
+            !overlapped || cache.writes_durable(),
+            "a device whose writes wait for the medium has durable writes"
+        );
         let data_offset_bytes = store.as_ref().map_or(0, |s| s.layout().data_offset_bytes);
         let need_bytes = engine_config
             .cache_slots
@@ -467,7 +502,10 @@ impl Driver {
         }
         let engine = if store.is_some() {
             let sizes: Vec<u64> = backings.iter().map(|b| b.len_bytes()).collect();
-            Engine::recover(engine_config.clone(), &sizes, found)?
+            let mut engine = Engine::recover(engine_config.clone(), &sizes, found)?;
+            // The free thread gathers frees (`frees.rs`): no engine timer for them.
+            engine.set_free_delay_ns(0);
+            engine
         } else {
             let mut engine = Engine::new(engine_config.clone())?;
             for b in &backings {
@@ -511,24 +549,11 @@ impl Driver {
             last_error: Mutex::new(None),
             persist_on_flush: std::sync::atomic::AtomicBool::new(config.persist_on_flush),
             abandoned: std::sync::atomic::AtomicBool::new(false),
+            frees: frees::FreeQueue::new(persistent),
+            frees_urgent: std::sync::atomic::AtomicBool::new(false),
+            flusher: flusher::FlusherStop::default(),
         });
-        let mut threads = Vec::new();
-        for i in 0..config.io_threads.max(1) {
-            let s = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("wcache-io-{i}"))
-                    .spawn(move || s.pool_thread())
-                    .map_err(|e| DriverError::Io(io_error_of_spawn(e)))?,
-            );
-        }
-        let s = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("wcache-timer".into())
-                .spawn(move || s.timer_thread())
-                .map_err(|e| DriverError::Io(io_error_of_spawn(e)))?,
-        );
+        let threads = spawn_threads(&shared, &config, overlapped)?;
         // Recovery's first commands (FreeSlots of the versions not kept).
         let mut jobs = VecDeque::new();
         {
@@ -863,6 +888,12 @@ impl Driver {
             pool.stopping = true;
             self.shared.pool_ready.notify_all();
         }
+        self.shared.frees.stop();
+        self.shared.flusher.stop();
+        if let Some(store) = &self.shared.store {
+            // Threads still awaiting record writes write their blocks themselves.
+            store.stop_writers();
+        }
         let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
         if timeout == Duration::MAX {
             for t in std::mem::take(&mut *threads) {
@@ -898,6 +929,50 @@ impl Drop for Driver {
 
 fn io_error_of_spawn(_: std::io::Error) -> IoError {
     IoError::Io
+}
+
+/// Starts the driver's threads: the I/O pool, the timer, and for a
+/// persistent cache the free thread, the persist-on-flush flusher (with an
+/// interval) and the record writers (`overlapped`).
+fn spawn_threads(
+    shared: &Arc<Shared>,
+    config: &DriverConfig,
+    overlapped: bool,
+) -> Result<Vec<JoinHandle<()>>, DriverError> {
+    let mut threads = Vec::new();
+    let mut spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(), DriverError> {
+        let t = std::thread::Builder::new()
+            .name(name)
+            .spawn(f)
+            .map_err(|e| DriverError::Io(io_error_of_spawn(e)))?;
+        threads.push(t);
+        Ok(())
+    };
+    for i in 0..config.io_threads.max(1) {
+        let s = shared.clone();
+        spawn(format!("wcache-io-{i}"), Box::new(move || s.pool_thread()))?;
+    }
+    if let Some(store) = &shared.store {
+        if let Some(interval) = config.flush_interval {
+            let s = shared.clone();
+            spawn(
+                "wcache-flusher".into(),
+                Box::new(move || s.flusher_thread(interval)),
+            )?;
+        }
+        let s = shared.clone();
+        spawn("wcache-frees".into(), Box::new(move || s.free_thread()))?;
+        for i in (0..RECORD_WRITERS).filter(|_| overlapped) {
+            let store = store.clone();
+            spawn(
+                format!("wcache-records-{i}"),
+                Box::new(move || store.run_writer()),
+            )?;
+        }
+    }
+    let s = shared.clone();
+    spawn("wcache-timer".into(), Box::new(move || s.timer_thread()))?;
+    Ok(threads)
 }
 
 impl Shared {
@@ -1003,6 +1078,13 @@ impl Shared {
         if answered && core.changed_waiters > 0 {
             self.changed.notify_all();
         }
+        let urgent = core.engine.frees_urgent();
+        if urgent != self.frees_urgent.load(Ordering::Relaxed) {
+            self.frees_urgent.store(urgent, Ordering::Relaxed);
+            if urgent {
+                self.frees.wake();
+            }
+        }
         // Wake the timer only for a deadline earlier than the one it sleeps to.
         if let Some(at) = core.engine.poll_timeout() {
             if core.timer_armed.is_none_or(|armed| at < armed) {
@@ -1013,6 +1095,13 @@ impl Shared {
     }
 
     fn to_pool(&self, jobs: impl Iterator<Item = Job>) {
+        // Record frees go to the free thread straight away (no pool
+        // thread's wake-up just to pass them on).
+        let jobs = self.defer_frees(jobs.collect());
+        if jobs.is_empty() {
+            return;
+        }
+        let jobs = jobs.into_iter();
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         if pool.stopping {
             // The pool threads are gone or going: run here so no request hangs.
@@ -1118,7 +1207,10 @@ impl Shared {
                     i += 1;
                 }
             }
-            self.execute_and_complete_batch(batch, jobs);
+            let batch = self.defer_frees(batch);
+            if !batch.is_empty() {
+                self.execute_and_complete_batch(batch, jobs);
+            }
             return;
         }
         let io = job.cmd.io();
@@ -1165,12 +1257,13 @@ impl Shared {
     /// 3. one durability barrier (group-committed flush) for every dirty
     ///    page and free of the batch. Clean copies (read misses) need none.
     ///
-    /// Data before records before the barrier, as for a single page: a crash
-    /// finds each page's record either absent or naming data that matches
-    /// its checksum only if the data was written whole.
+    /// On a device whose writes wait for the medium (`dsync`), 1 and 2 run
+    /// at once: the records are handed to the record writer threads before
+    /// the whole pages are written (`write_batch_overlapped`). Otherwise data
+    /// before records. Either way a crash finds a page's record absent, old,
+    /// or naming data that matches its checksum only if that data is whole
+    /// on the device; a job completes only when both are durable.
     fn execute_write_batch(&self, batch: &[Job], scratch: &mut Scratch) {
-        let p = self.page_size_bytes as usize;
-        let cache = &self.cache;
         let Scratch {
             page,
             bounce,
@@ -1180,13 +1273,65 @@ impl Shared {
         b.results.resize(batch.len(), Ok(()));
         b.crcs.clear();
         b.crcs.resize(batch.len(), 0);
+        self.write_partial_pages(batch, b, page, bounce);
+        self.sort_whole_pages(batch, b);
+        let overlapped = self.store.is_some() && self.cache.dev.writes_wait_for_medium();
+        if overlapped {
+            self.write_batch_overlapped(batch, b, bounce);
+        } else {
+            self.write_whole_pages(batch, b, bounce);
+            self.write_batch_records(batch, b);
+        }
+        // Counted once written (the flusher flushes after it sees this).
+        self.counters
+            .cache_page_writes
+            .fetch_add(1, Ordering::Relaxed);
+        let needs = |i: usize| self.batch_needs(&batch[i].cmd).1;
+        let needs_barrier = (0..batch.len()).any(|i| b.results[i].is_ok() && needs(i));
+        if needs_barrier {
+            if let Err(e) = self.make_durable(&self.cache, true) {
+                let err = self.io_fail(&e, true);
+                for i in 0..batch.len() {
+                    if b.results[i].is_ok() && needs(i) {
+                        b.results[i] = Err(err);
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a batched job needs: its record written (page writes: slot and
+    /// record), and the barrier (dirty page writes unless persist-on-flush,
+    /// and record frees: an old version is overwritten only once its newer
+    /// one is durable).
+    fn batch_needs(&self, cmd: &IoCommand) -> (Option<(SlotIndex, SlotRecord)>, bool) {
+        let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
+        match cmd {
+            IoCommand::WritePage { slot, record, .. } => {
+                (Some((*slot, *record)), record.dirty && !persist_on_flush)
+            }
+            IoCommand::FreeSlots { .. } => (None, true),
+            _ => unreachable!("write batches hold page writes and record frees only"),
+        }
+    }
+
+    /// Builds and writes every page of the batch that is not one whole page
+    /// of a request; whole pages go to `b.whole`, unsorted.
+    fn write_partial_pages(
+        &self,
+        batch: &[Job],
+        b: &mut BatchScratch,
+        page: &mut AlignedBuf,
+        bounce: &mut AlignedBuf,
+    ) {
+        let p = self.page_size_bytes as usize;
         b.whole.clear();
         for (i, job) in batch.iter().enumerate() {
             let IoCommand::WritePage {
                 slot, base, patch, ..
             } = &job.cmd
             else {
-                continue; // a record free: below, with the records
+                continue; // a record free: with the records
             };
             let whole = patch.page_offset_bytes == 0 && patch.len_bytes as usize == p;
             if whole && matches!(patch.src, Source::Request { .. }) {
@@ -1198,40 +1343,42 @@ impl Shared {
                 Err((e, side)) => b.results[i] = Err(self.io_fail(&e, side.unwrap_or(true))),
             }
         }
-        let slot_of = |i: u32| match &batch[i as usize].cmd {
-            IoCommand::WritePage { slot, .. } => slot.0,
-            _ => unreachable!("only page writes have data"),
-        };
-        b.whole.sort_unstable_by_key(|&i| slot_of(i));
+    }
+
+    /// Sorts the whole pages by slot and computes their checksums (with a
+    /// store), before any of them is written.
+    fn sort_whole_pages(&self, batch: &[Job], b: &mut BatchScratch) {
+        b.whole.sort_unstable_by_key(|&i| batch_slot(batch, i));
+        if self.store.is_none() {
+            return;
+        }
+        for &i in &b.whole {
+            // SAFETY: the request is in flight (module header).
+            let data = unsafe { whole_page(&batch[i as usize], self.page_size_bytes) };
+            b.crcs[i as usize] = crc32c::crc32c(data);
+        }
+    }
+
+    /// Writes the whole pages of `b.whole` (sorted), one write per run of
+    /// consecutive slots.
+    fn write_whole_pages(&self, batch: &[Job], b: &mut BatchScratch, bounce: &mut AlignedBuf) {
+        let p = self.page_size_bytes as usize;
+        let cache = &self.cache;
         let mut bufs: Vec<&[u8]> = Vec::with_capacity(b.whole.len());
         let mut k = 0;
         while k < b.whole.len() {
             let mut end = k + 1;
-            while end < b.whole.len() && slot_of(b.whole[end]) == slot_of(b.whole[end - 1]) + 1 {
+            while end < b.whole.len()
+                && batch_slot(batch, b.whole[end]) == batch_slot(batch, b.whole[end - 1]) + 1
+            {
                 end += 1;
             }
             bufs.clear();
             for &i in &b.whole[k..end] {
-                let job = &batch[i as usize];
-                let IoCommand::WritePage {
-                    patch:
-                        wcache_core::Patch {
-                            src: Source::Request { offset_bytes, .. },
-                            ..
-                        },
-                    ..
-                } = &job.cmd
-                else {
-                    unreachable!("whole pages come from a request");
-                };
                 // SAFETY: the request is in flight (module header).
-                let data = unsafe { job.buf.slice(*offset_bytes, p) };
-                if self.store.is_some() {
-                    b.crcs[i as usize] = crc32c::crc32c(data);
-                }
-                bufs.push(data);
+                bufs.push(unsafe { whole_page(&batch[i as usize], p as u64) });
             }
-            let offset = self.slot_offset_bytes(SlotIndex(slot_of(b.whole[k])));
+            let offset = self.slot_offset_bytes(SlotIndex(batch_slot(batch, b.whole[k])));
             let a = cache.dev.alignment_bytes();
             let result = if a > 1
                 && bufs
@@ -1256,63 +1403,187 @@ impl Shared {
             }
             k = end;
         }
-        drop(bufs);
-        // What a job needs: its record written (page writes), and the barrier
-        // (dirty page writes unless persist-on-flush, and record frees: an
-        // old version is overwritten only once its newer one is durable).
-        let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
-        let needs = |i: usize| match &batch[i].cmd {
-            IoCommand::WritePage { slot, record, .. } => {
-                (Some((*slot, *record)), record.dirty && !persist_on_flush)
-            }
-            IoCommand::FreeSlots { .. } => (None, true),
-            _ => unreachable!("write batches hold page writes and record frees only"),
+    }
+
+    /// Data before records: the records of the pages written, then the
+    /// frees (persist-on-flush: after a flush that makes the newer versions
+    /// of the freed pages durable, since they completed without one).
+    fn write_batch_records(&self, batch: &[Job], b: &mut BatchScratch) {
+        let Some(store) = &self.store else {
+            return;
         };
-        if let Some(store) = &self.store {
-            b.records.clear();
-            b.record_jobs.clear();
-            for i in 0..batch.len() {
-                if let (true, (Some((slot, record)), _)) = (b.results[i].is_ok(), needs(i)) {
-                    b.records.push((slot, record, b.crcs[i]));
-                    b.record_jobs.push(i as u32);
-                }
-            }
-            let (results, record_jobs) = (&mut b.results, &b.record_jobs);
-            store.write_records(&b.records, &mut b.order, &mut |k, e| {
-                results[record_jobs[k] as usize] = Err(self.io_fail(e, true));
-            });
-            let frees = batch
-                .iter()
-                .any(|j| matches!(j.cmd, IoCommand::FreeSlots { .. }));
-            // Persist-on-flush: the newer versions of the pages being freed
-            // completed without a barrier; make them durable before any
-            // zeroed record can reach the device ahead of them.
-            let before = if frees && persist_on_flush {
-                self.make_durable(cache, true)
-                    .map_err(|e| self.io_fail(&e, true))
-            } else {
-                Ok(())
-            };
-            for (i, job) in batch.iter().enumerate() {
-                if let IoCommand::FreeSlots { slots, .. } = &job.cmd {
-                    if let Err(e) = before {
-                        b.results[i] = Err(e);
-                    } else if let Err(e) = store.free_records(slots) {
-                        b.results[i] = Err(self.io_fail(&e, true));
-                    }
+        self.collect_records(batch, b);
+        let (results, record_jobs) = (&mut b.results, &b.record_jobs);
+        store.write_records(&b.records, &mut b.order, &mut |k, e| {
+            results[record_jobs[k] as usize] = Err(self.io_fail(e, true));
+        });
+        let frees = batch
+            .iter()
+            .any(|j| matches!(j.cmd, IoCommand::FreeSlots { .. }));
+        let before = if frees && self.persist_on_flush.load(Ordering::Relaxed) {
+            self.make_durable(&self.cache, true)
+                .map_err(|e| self.io_fail(&e, true))
+        } else {
+            Ok(())
+        };
+        for (i, job) in batch.iter().enumerate() {
+            if let IoCommand::FreeSlots { slots, .. } = &job.cmd {
+                if let Err(e) = before {
+                    b.results[i] = Err(e);
+                } else if let Err(e) = store.free_records(slots) {
+                    b.results[i] = Err(self.io_fail(&e, true));
                 }
             }
         }
-        let needs_barrier = (0..batch.len()).any(|i| b.results[i].is_ok() && needs(i).1);
-        if needs_barrier {
-            if let Err(e) = self.make_durable(cache, true) {
-                let err = self.io_fail(&e, true);
-                for i in 0..batch.len() {
-                    if b.results[i].is_ok() && needs(i).1 {
-                        b.results[i] = Err(err);
+    }
+
+    /// The records of the page writes that have not failed, into
+    /// `b.records` with their jobs in `b.record_jobs`.
+    fn collect_records(&self, batch: &[Job], b: &mut BatchScratch) {
+        b.records.clear();
+        b.record_jobs.clear();
+        for (i, job) in batch.iter().enumerate() {
+            if let (true, (Some((slot, record)), _)) =
+                (b.results[i].is_ok(), self.batch_needs(&job.cmd))
+            {
+                b.records.push((slot, record, b.crcs[i]));
+                b.record_jobs.push(i as u32);
+            }
+        }
+    }
+
+    /// Records and frees staged and handed to the record writer threads,
+    /// then the whole pages written while they write, then a wait for
+    /// both. Every write here is durable on return (`dsync`), so the newer
+    /// versions of freed pages are durable already and no order is needed:
+    /// a record that reaches the device before its data names a checksum
+    /// the slot does not have yet, and recovery ignores it. A page whose
+    /// data write failed has its record zeroed again before it completes,
+    /// so no record is left naming a version that was refused.
+    fn write_batch_overlapped(&self, batch: &[Job], b: &mut BatchScratch, bounce: &mut AlignedBuf) {
+        let store = self.store.as_ref().expect("overlapped writes need a store");
+        self.collect_records(batch, b);
+        b.staged.clear();
+        store.stage_records(&b.records, &mut b.order, &mut b.staged);
+        let record_blocks = b.staged.len();
+        for job in batch {
+            if let IoCommand::FreeSlots { slots, .. } = &job.cmd {
+                store.stage_frees(slots, &mut b.order, &mut b.staged);
+            }
+        }
+        if !self.write_together(batch, b, bounce, store) {
+            store.request_writes(&b.staged);
+            self.write_whole_pages(batch, b, bounce);
+        }
+        let mut failed_blocks: Vec<usize> = Vec::new();
+        store.await_writes(&b.staged, &mut |k, e| {
+            self.note_error(true, e);
+            failed_blocks.push(k);
+        });
+        for k in failed_blocks {
+            let block = b.staged[k].block;
+            let in_block = |slot: SlotIndex| CacheStore::block_of_slot(slot) == block;
+            for (i, job) in batch.iter().enumerate() {
+                let hit = match &job.cmd {
+                    IoCommand::WritePage { slot, .. } => k < record_blocks && in_block(*slot),
+                    IoCommand::FreeSlots { slots, .. } => {
+                        k >= record_blocks && slots.iter().any(|&s| in_block(s))
                     }
+                    _ => false,
+                };
+                if hit && b.results[i].is_ok() {
+                    b.results[i] = Err(IoError::Io);
                 }
             }
+        }
+        self.unstage_failed_pages(batch, b, store);
+    }
+
+    /// When the batch's whole pages are one run of slots (or none): sends
+    /// their data and the staged record blocks no thread is writing now in
+    /// one submission (`write_many`: native AIO, all in flight at once, no
+    /// thread handoff); the other blocks go to the record writer threads.
+    /// False: more than one run, nothing done (the caller uses the record
+    /// writer threads for every block).
+    fn write_together(
+        &self,
+        batch: &[Job],
+        b: &mut BatchScratch,
+        bounce: &mut AlignedBuf,
+        store: &CacheStore,
+    ) -> bool {
+        let p = self.page_size_bytes as usize;
+        let slots: Vec<u32> = b.whole.iter().map(|&i| batch_slot(batch, i)).collect();
+        if slots.windows(2).any(|w| w[1] != w[0] + 1) {
+            return false;
+        }
+        store.take_writes(&b.staged, AIO_WRITES_MAX - 1, &mut b.own);
+        store.request_writes_except(&b.staged, &b.own);
+        let mut writes: Vec<(&[u8], u64)> = Vec::with_capacity(AIO_WRITES_MAX);
+        if let Some(&first) = slots.first() {
+            let offset = self.slot_offset_bytes(SlotIndex(first));
+            // SAFETY: the requests are in flight (module header).
+            let pages: Vec<&[u8]> = b
+                .whole
+                .iter()
+                .map(|&i| unsafe { whole_page(&batch[i as usize], p as u64) })
+                .collect();
+            let a = self.cache.dev.alignment_bytes();
+            let data: &[u8] = if pages.len() == 1
+                && (a <= 1 || is_aligned(pages[0].as_ptr() as usize, 0, p, a))
+            {
+                pages[0]
+            } else {
+                let run = bounce.get(pages.len() * p);
+                for (m, d) in pages.iter().enumerate() {
+                    run[m * p..(m + 1) * p].copy_from_slice(d);
+                }
+                run
+            };
+            writes.push((data, offset));
+        }
+        let data_writes = writes.len();
+        let mut own = std::mem::take(&mut b.own);
+        store.own_writes(&mut own, &mut writes);
+        let mut errors: Vec<Option<DeviceError>> = (0..writes.len()).map(|_| None).collect();
+        self.cache
+            .dev
+            .write_many(&writes, &mut |i, e| errors[i] = Some(e));
+        drop(writes);
+        store.end_writes(&mut own, &mut |k| errors[data_writes + k].take());
+        b.own = own;
+        if let Some(Some(e)) = errors
+            .first_mut()
+            .filter(|_| data_writes == 1)
+            .map(Option::take)
+        {
+            let err = self.io_fail(&e, true);
+            for &i in &b.whole {
+                b.results[i as usize] = Err(err);
+            }
+        }
+        true
+    }
+
+    /// Zeroes (durably, as every write here is) the records staged for
+    /// pages whose data write failed. If that fails too, the record names
+    /// data the slot most likely does not hold: recovery drops it by its
+    /// checksum.
+    fn unstage_failed_pages(&self, batch: &[Job], b: &mut BatchScratch, store: &CacheStore) {
+        let failed: Vec<SlotIndex> = b
+            .record_jobs
+            .iter()
+            .filter(|&&i| b.results[i as usize].is_err())
+            .filter_map(|&i| match &batch[i as usize].cmd {
+                IoCommand::WritePage { slot, .. } => Some(*slot),
+                _ => None,
+            })
+            .collect();
+        if failed.is_empty() {
+            return;
+        }
+        if let Err(e) = store.free_records(&failed) {
+            self.note_error(true, &e);
         }
     }
 
@@ -1664,4 +1935,31 @@ fn is_batched(job: &Job) -> bool {
 
 fn is_aligned(addr: usize, offset_bytes: u64, len_bytes: usize, a: usize) -> bool {
     addr.is_multiple_of(a) && offset_bytes.is_multiple_of(a as u64) && len_bytes.is_multiple_of(a)
+}
+
+/// The slot of a batched page write (`batch[i]`).
+fn batch_slot(batch: &[Job], i: u32) -> u32 {
+    match &batch[i as usize].cmd {
+        IoCommand::WritePage { slot, .. } => slot.0,
+        _ => unreachable!("only page writes have data"),
+    }
+}
+
+/// The request bytes of a whole-page write.
+///
+/// # Safety
+/// The request owning the job's buffer must be in flight.
+unsafe fn whole_page(job: &Job, page_size_bytes: u64) -> &[u8] {
+    let IoCommand::WritePage {
+        patch:
+            wcache_core::Patch {
+                src: Source::Request { offset_bytes, .. },
+                ..
+            },
+        ..
+    } = &job.cmd
+    else {
+        unreachable!("whole pages come from a request");
+    };
+    job.buf.slice(*offset_bytes, page_size_bytes as usize)
 }

@@ -136,6 +136,46 @@ pub struct CacheStore {
     /// Unit of a record write: the sector (512 bytes) or the device's alignment.
     sector_bytes: usize,
     record_writes: AtomicU64,
+    /// Blocks whose write was asked of the record writer threads.
+    writers: WriterQueue,
+}
+
+/// Blocks waiting for a record writer thread (`run_writer`), each once.
+#[derive(Default)]
+struct WriterQueue {
+    state: Mutex<WriterState>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct WriterState {
+    blocks: std::collections::VecDeque<usize>,
+    stopping: bool,
+}
+
+/// A block changed in memory and the generation of the write that will
+/// carry the change: the first write of the block to start after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Staged {
+    pub block: u32,
+    pub target: u64,
+}
+
+/// Record block writes a thread took to send with its own (`take_writes`).
+#[derive(Default)]
+pub struct OwnWrites {
+    snaps: Vec<AlignedBuf>,
+    taken: Vec<(usize, TakenWrite)>,
+}
+
+/// A write of one record block taken by a thread (`take_write`).
+struct TakenWrite {
+    generation: u64,
+    /// The changed bytes it carries (to be carried again if it fails).
+    from: usize,
+    to: usize,
+    /// Device offset and length of the snapshot; `None`: nothing to write.
+    range: Option<(u64, usize)>,
 }
 
 /// A record never crosses one of these (`docs/on-disk-format.md`, torn writes).
@@ -144,7 +184,8 @@ const SECTOR_BYTES: usize = 512;
 /// One 4 KiB block of records in memory, and the group commit of its writes.
 struct RecordBlock {
     state: Mutex<BlockState>,
-    written: Condvar,
+    /// Signalled when a write finishes: index = its generation % 2.
+    written: [Condvar; 2],
 }
 
 struct BlockState {
@@ -157,8 +198,11 @@ struct BlockState {
     finished: u64,
     last_ok: u64,
     running: bool,
-    /// Threads waiting on `written` (a wake-up is a system call: only then).
-    waiters: u32,
+    /// Threads waiting on `written[generation % 2]` for that generation
+    /// (a wake-up is a system call: only then).
+    waiters: [u32; 2],
+    /// In the record writers' queue (`request_writes`), not yet taken.
+    queued: bool,
     last_error: String,
 }
 
@@ -282,10 +326,11 @@ impl CacheStore {
                         finished: 0,
                         last_ok: 0,
                         running: false,
-                        waiters: 0,
+                        waiters: [0; 2],
+                        queued: false,
                         last_error: String::new(),
                     }),
-                    written: Condvar::new(),
+                    written: [Condvar::new(), Condvar::new()],
                 }
             })
             .collect();
@@ -301,6 +346,7 @@ impl CacheStore {
             superblock: Mutex::new(sb),
             blocks,
             record_writes: AtomicU64::new(0),
+            writers: WriterQueue::default(),
         }
     }
 
@@ -340,10 +386,21 @@ impl CacheStore {
     fn commit_block<'a>(
         &'a self,
         block: usize,
+        st: MutexGuard<'a, BlockState>,
+    ) -> Result<(), DeviceError> {
+        let target = st.started + 1;
+        self.commit_to(block, st, target)
+    }
+
+    /// As `commit_block`, for a change made earlier whose carrying write
+    /// is generation `target` (`Staged::target`).
+    fn commit_to<'a>(
+        &'a self,
+        block: usize,
         mut st: MutexGuard<'a, BlockState>,
+        target: u64,
     ) -> Result<(), DeviceError> {
         let rb = &self.blocks[block];
-        let target = st.started + 1;
         loop {
             if st.last_ok >= target {
                 return Ok(());
@@ -359,52 +416,102 @@ impl CacheStore {
                 });
             }
             if !st.running {
-                st.running = true;
-                st.started += 1;
-                let generation = st.started;
-                let (from, to) = (st.from, st.to);
-                st.from = usize::MAX;
-                st.to = 0;
-                let result = if from < to {
-                    let sector = self.sector_bytes;
-                    let start = from / sector * sector;
-                    let end = to.next_multiple_of(sector).min(RECORD_BLOCK_BYTES as usize);
-                    SNAPSHOT.with(|snap| {
-                        let mut snap = snap.borrow_mut();
-                        let copy = snap.get(end - start);
-                        copy.copy_from_slice(
-                            &st.bytes.get(RECORD_BLOCK_BYTES as usize)[start..end],
-                        );
-                        drop(st);
-                        let offset =
-                            self.layout.record_offset_bytes + block as u64 * RECORD_BLOCK_BYTES;
-                        self.record_writes.fetch_add(1, Ordering::Relaxed);
-                        self.dev.write_at(copy, offset + start as u64)
-                    })
-                } else {
+                let taken = SNAPSHOT.with(|snap| {
+                    let mut snap = snap.borrow_mut();
+                    let taken = self.take_write(block, &mut st, &mut snap);
                     drop(st);
-                    Ok(())
-                };
+                    let result = match &taken.range {
+                        Some((offset, len)) => self.dev.write_at(&snap.get(*len)[..], *offset),
+                        None => Ok(()),
+                    };
+                    (taken, result)
+                });
                 st = self.lock_block(block);
-                st.running = false;
-                st.finished = generation;
-                match result {
-                    Ok(()) => st.last_ok = generation,
-                    Err(e) => {
-                        st.last_error = e.to_string();
-                        // Not on the device: the next write carries them.
-                        st.changed(from, to);
-                    }
-                }
-                if st.waiters > 0 {
-                    rb.written.notify_all();
-                }
+                let generation = taken.0.generation;
+                self.end_write(block, &mut st, taken.0, taken.1);
+                self.wake_after(block, &st, generation);
                 continue;
             }
-            st.waiters += 1;
-            st = rb.written.wait(st).unwrap_or_else(|p| p.into_inner());
-            st.waiters -= 1;
+            // Wait for generation `target` (the one running, or the next).
+            let parity = (target % 2) as usize;
+            st.waiters[parity] += 1;
+            st = rb.written[parity]
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
+            st.waiters[parity] -= 1;
         }
+    }
+
+    /// Makes the caller the writer of `block` (which no thread is writing:
+    /// `st.running` is false): the next generation, with the sectors of
+    /// every change so far copied into `snap`. `range`: where those bytes
+    /// go on the device, `None` when nothing changed.
+    fn take_write(&self, block: usize, st: &mut BlockState, snap: &mut AlignedBuf) -> TakenWrite {
+        debug_assert!(!st.running, "a block has one writer at a time");
+        st.running = true;
+        st.started += 1;
+        let (from, to) = (st.from, st.to);
+        st.from = usize::MAX;
+        st.to = 0;
+        let range = (from < to).then(|| {
+            let sector = self.sector_bytes;
+            let start = from / sector * sector;
+            let end = to.next_multiple_of(sector).min(RECORD_BLOCK_BYTES as usize);
+            let copy = snap.get(end - start);
+            copy.copy_from_slice(&st.bytes.get(RECORD_BLOCK_BYTES as usize)[start..end]);
+            self.record_writes.fetch_add(1, Ordering::Relaxed);
+            let offset = self.layout.record_offset_bytes + block as u64 * RECORD_BLOCK_BYTES;
+            (offset + start as u64, end - start)
+        });
+        TakenWrite {
+            generation: st.started,
+            from,
+            to,
+            range,
+        }
+    }
+
+    /// Ends a write taken with `take_write`: records its outcome (a failed
+    /// write leaves its changes to the next one) and wakes its waiters.
+    fn end_write(
+        &self,
+        block: usize,
+        st: &mut BlockState,
+        taken: TakenWrite,
+        result: Result<(), DeviceError>,
+    ) {
+        st.running = false;
+        st.finished = taken.generation;
+        match result {
+            Ok(()) => st.last_ok = taken.generation,
+            Err(e) => {
+                st.last_error = e.to_string();
+                st.changed(taken.from, taken.to);
+            }
+        }
+        self.wake_after(block, st, taken.generation);
+    }
+
+    /// After write `generation` of `block` finished: wakes every thread
+    /// waiting for it, and one of those waiting for the next generation
+    /// when changes wait to be written (it writes them). Waiters for the
+    /// next generation sleep on the other condition variable, so a write
+    /// wakes only the threads it concerns.
+    fn wake_after(&self, block: usize, st: &BlockState, generation: u64) {
+        let rb = &self.blocks[block];
+        let done = (generation % 2) as usize;
+        if st.waiters[done] > 0 {
+            rb.written[done].notify_all();
+        }
+        let next = 1 - done;
+        if st.from < st.to && st.waiters[next] > 0 {
+            rb.written[next].notify_one();
+        }
+    }
+
+    /// The record block holding `slot`'s record (`Staged::block`).
+    pub fn block_of_slot(slot: SlotIndex) -> u32 {
+        CacheStore::block_of(slot.0).0 as u32
     }
 
     fn block_of(slot: u32) -> (usize, usize) {
@@ -448,13 +555,34 @@ impl CacheStore {
         order: &mut Vec<u32>,
         failed: &mut dyn FnMut(usize, &DeviceError),
     ) {
+        let mut staged = Vec::new();
+        self.stage_records(items, order, &mut staged);
+        self.await_writes(&staged, &mut |k, e| {
+            let block = staged[k].block;
+            for &i in order.iter() {
+                if CacheStore::block_of(items[i as usize].0 .0).0 == block as usize {
+                    failed(i as usize, e);
+                }
+            }
+        });
+    }
+
+    /// Changes the records of a batch of page writes in memory, `(slot,
+    /// record, data crc32c)`, and appends the blocks touched (in slot
+    /// order, each once) to `staged`; nothing is written yet
+    /// (`request_writes`, `await_writes`).
+    pub fn stage_records(
+        &self,
+        items: &[(SlotIndex, SlotRecord, u32)],
+        order: &mut Vec<u32>,
+        staged: &mut Vec<Staged>,
+    ) {
         order.clear();
         order.extend(0..items.len() as u32);
         order.sort_unstable_by_key(|&i| items[i as usize].0 .0);
         let mut i = 0;
         while i < order.len() {
             let (block, _) = CacheStore::block_of(items[order[i] as usize].0 .0);
-            let first = i;
             let mut st = self.lock_block(block);
             let bytes = st.bytes.get(RECORD_BLOCK_BYTES as usize);
             let (mut from, mut to) = (usize::MAX, 0);
@@ -479,18 +607,23 @@ impl CacheStore {
                 i += 1;
             }
             st.changed(from, to);
-            if let Err(e) = self.commit_block(block, st) {
-                for &k in &order[first..i] {
-                    failed(k as usize, &e);
-                }
-            }
+            staged.push(Staged {
+                block: block as u32,
+                target: st.started + 1,
+            });
         }
     }
 
-    /// Zeroes the records of `slots` (free), one write per block touched
-    /// (not yet durable: the caller flushes).
-    pub fn free_records(&self, slots: &[SlotIndex]) -> Result<(), DeviceError> {
-        let mut sorted: Vec<u32> = slots.iter().map(|s| s.0).collect();
+    /// Zeroes the records of `slots` (free) in memory and appends the
+    /// blocks touched to `staged`, as `stage_records`.
+    pub fn stage_frees(
+        &self,
+        slots: &[SlotIndex],
+        sorted: &mut Vec<u32>,
+        staged: &mut Vec<Staged>,
+    ) {
+        sorted.clear();
+        sorted.extend(slots.iter().map(|s| s.0));
         sorted.sort_unstable();
         let mut i = 0;
         while i < sorted.len() {
@@ -510,9 +643,264 @@ impl CacheStore {
                 i += 1;
             }
             st.changed(from, to);
-            self.commit_block(block, st)?;
+            staged.push(Staged {
+                block: block as u32,
+                target: st.started + 1,
+            });
         }
-        Ok(())
+    }
+
+    /// Takes the writes of the staged blocks that no thread is writing
+    /// now (at most `max` blocks), their snapshots in `own`, so that the
+    /// caller sends them with its own writes (`BlockDevice::write_many`)
+    /// and then calls `end_writes`. Blocks being written are left to
+    /// `request_writes`/`await_writes`.
+    pub fn take_writes(&self, staged: &[Staged], max: usize, own: &mut OwnWrites) {
+        own.taken.clear();
+        for s in staged {
+            let block = s.block as usize;
+            if own.taken.len() >= max || own.taken.iter().any(|(b, _)| *b == block) {
+                continue;
+            }
+            let mut st = self.lock_block(block);
+            if st.running || st.from >= st.to {
+                continue;
+            }
+            let k = own.taken.len();
+            if own.snaps.len() <= k {
+                own.snaps.push(AlignedBuf::new());
+            }
+            let taken = self.take_write(block, &mut st, &mut own.snaps[k]);
+            own.taken.push((block, taken));
+        }
+    }
+
+    /// The writes `take_writes` took: bytes and device offset, in order.
+    pub fn own_writes<'a>(&self, own: &'a mut OwnWrites, out: &mut Vec<(&'a [u8], u64)>) {
+        let OwnWrites { snaps, taken } = own;
+        for (snap, (_, t)) in snaps.iter_mut().zip(taken.iter()) {
+            if let Some((offset, len)) = t.range {
+                out.push((&snap.get(len)[..], offset));
+            }
+        }
+    }
+
+    /// Ends the writes `take_writes` took; `failed(k)` is the error of
+    /// the `k`-th of `own_writes`, if it failed.
+    pub fn end_writes(
+        &self,
+        own: &mut OwnWrites,
+        failed: &mut dyn FnMut(usize) -> Option<DeviceError>,
+    ) {
+        let mut k = 0;
+        for (block, taken) in own.taken.drain(..) {
+            let result = match taken.range {
+                Some(_) => {
+                    k += 1;
+                    failed(k - 1).map_or(Ok(()), Err)
+                }
+                None => Ok(()),
+            };
+            let mut st = self.lock_block(block);
+            self.end_write(block, &mut st, taken, result);
+        }
+    }
+
+    /// Asks the record writer threads (`run_writer`) to write these blocks
+    /// now, so that they are written while the caller writes page data.
+    /// A block already queued is not queued again.
+    pub fn request_writes(&self, staged: &[Staged]) {
+        self.request_writes_except(staged, &OwnWrites::default());
+    }
+
+    /// As `request_writes`, leaving out the blocks the caller took (`own`).
+    pub fn request_writes_except(&self, staged: &[Staged], own: &OwnWrites) {
+        let mut added = 0;
+        let mut q = self.writers.state.lock().unwrap_or_else(|p| p.into_inner());
+        for s in staged {
+            if own.taken.iter().any(|(b, _)| *b == s.block as usize) {
+                continue;
+            }
+            let mut st = self.lock_block(s.block as usize);
+            if !st.queued && st.last_ok < s.target && !q.stopping {
+                st.queued = true;
+                q.blocks.push_back(s.block as usize);
+                added += 1;
+            }
+        }
+        drop(q);
+        match added {
+            0 => {}
+            1 => self.writers.ready.notify_one(),
+            _ => self.writers.ready.notify_all(),
+        }
+    }
+
+    /// Returns once every staged change is on the device (a write of its
+    /// block that started after it succeeded), writing the blocks no
+    /// thread is writing yet itself. A block whose write failed is reported
+    /// by its index in `staged` through `failed`. Not yet durable unless the
+    /// device's writes are: the caller flushes.
+    pub fn await_writes(&self, staged: &[Staged], failed: &mut dyn FnMut(usize, &DeviceError)) {
+        for (k, s) in staged.iter().enumerate() {
+            let st = self.lock_block(s.block as usize);
+            if let Err(e) = self.commit_to(s.block as usize, st, s.target) {
+                failed(k, &e);
+            }
+        }
+    }
+
+    /// Writes the blocks of `staged` in runs of consecutive blocks, one
+    /// device write per run of at most `run_blocks_max` blocks (the blocks
+    /// between two staged ones within `gap_blocks_max` are written too, as
+    /// they are in memory), then returns as `await_writes`. For many
+    /// scattered changes at once (a batch of record frees): a few large
+    /// writes instead of one small write per block. Each block of a run
+    /// takes part in its group commit as a write of its own would.
+    pub fn write_merged(
+        &self,
+        staged: &[Staged],
+        gap_blocks_max: u32,
+        run_blocks_max: u32,
+        failed: &mut dyn FnMut(usize, &DeviceError),
+    ) {
+        let mut blocks: Vec<u32> = staged.iter().map(|s| s.block).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        let mut buf = AlignedBuf::new();
+        let mut generations = Vec::with_capacity(run_blocks_max as usize);
+        let mut k = 0;
+        while k < blocks.len() {
+            let first = blocks[k];
+            let mut last = first;
+            k += 1;
+            while k < blocks.len()
+                && blocks[k] - last <= gap_blocks_max + 1
+                && blocks[k] - first < run_blocks_max
+            {
+                last = blocks[k];
+                k += 1;
+            }
+            self.write_run(first, last, &mut buf, &mut generations);
+        }
+        self.await_writes(staged, failed);
+    }
+
+    /// Writes record blocks `first..=last` from memory, each block taken
+    /// as its writer, in as few device writes as possible: a block being
+    /// written already, or queued for a record writer thread (a block that
+    /// page writes use now), is left out and splits the run; `await_writes`
+    /// then commits it as usual.
+    fn write_run(&self, first: u32, last: u32, buf: &mut AlignedBuf, generations: &mut Vec<u64>) {
+        let block_bytes = RECORD_BLOCK_BYTES as usize;
+        let run = buf.get((last - first + 1) as usize * block_bytes);
+        generations.clear();
+        let mut run_first = first;
+        for block in first..=last {
+            let mut st = self.lock_block(block as usize);
+            if st.running || st.queued {
+                drop(st);
+                let at = (run_first - first) as usize * block_bytes;
+                self.finish_run(run_first, &run[at..], generations);
+                run_first = block + 1;
+                continue;
+            }
+            st.running = true;
+            st.started += 1;
+            generations.push(st.started);
+            st.from = usize::MAX;
+            st.to = 0;
+            let n = (block - first) as usize;
+            run[n * block_bytes..(n + 1) * block_bytes].copy_from_slice(st.bytes.get(block_bytes));
+        }
+        let at = (run_first - first) as usize * block_bytes;
+        self.finish_run(run_first, &run[at..], generations);
+    }
+
+    /// Writes the `generations.len()` blocks taken from `run_first` on, whose
+    /// bytes start `run`, ends their writes and wakes their waiters.
+    fn finish_run(&self, run_first: u32, run: &[u8], generations: &mut Vec<u64>) {
+        if generations.is_empty() {
+            return;
+        }
+        let block_bytes = RECORD_BLOCK_BYTES as usize;
+        let count = generations.len();
+        let offset = self.layout.record_offset_bytes + run_first as u64 * RECORD_BLOCK_BYTES;
+        self.record_writes.fetch_add(1, Ordering::Relaxed);
+        let result = self.dev.write_at(&run[..count * block_bytes], offset);
+        for (n, &generation) in generations.iter().enumerate() {
+            let block = run_first as usize + n;
+            let mut st = self.lock_block(block);
+            st.running = false;
+            st.finished = generation;
+            match &result {
+                Ok(()) => st.last_ok = generation,
+                Err(e) => {
+                    st.last_error = e.to_string();
+                    st.changed(0, block_bytes);
+                }
+            }
+            self.wake_after(block, &st, generation);
+        }
+        generations.clear();
+    }
+
+    /// A record writer thread: writes the blocks `request_writes` queued,
+    /// until `stop_writers`. A failed write is reported to the threads
+    /// waiting for it (`await_writes`), not here.
+    pub fn run_writer(&self) {
+        loop {
+            let block = {
+                let mut q = self.writers.state.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    if q.stopping {
+                        return;
+                    }
+                    if let Some(b) = q.blocks.pop_front() {
+                        break b;
+                    }
+                    q = self
+                        .writers
+                        .ready
+                        .wait(q)
+                        .unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            // Keep writing the block while changes arrive (`queued` stays
+            // set meanwhile: no other writer thread is woken for it).
+            loop {
+                let mut st = self.lock_block(block);
+                if st.from >= st.to {
+                    st.queued = false;
+                    break;
+                }
+                let _ = self.commit_block(block, st);
+            }
+        }
+    }
+
+    /// Ends every `run_writer` loop (queued blocks are left to the threads
+    /// awaiting them, which write them themselves).
+    pub fn stop_writers(&self) {
+        let mut q = self.writers.state.lock().unwrap_or_else(|p| p.into_inner());
+        q.stopping = true;
+        q.blocks.clear();
+        drop(q);
+        self.writers.ready.notify_all();
+    }
+
+    /// Zeroes the records of `slots` (free), one write per block touched
+    /// (not yet durable: the caller flushes).
+    pub fn free_records(&self, slots: &[SlotIndex]) -> Result<(), DeviceError> {
+        let (mut sorted, mut staged) = (Vec::new(), Vec::new());
+        self.stage_frees(slots, &mut sorted, &mut staged);
+        let mut first = Ok(());
+        self.await_writes(&staged, &mut |_, e| {
+            if first.is_ok() {
+                first = Err(clone_device_error(e));
+            }
+        });
+        first
     }
 
     /// Frees the records of `slots` durably (scrub after recovery, offline tools).
@@ -792,4 +1180,34 @@ pub fn show_volumes(volumes: &[VolumeEntry]) -> String {
         .map(|v| format!("{}={} ({} bytes)", v.name, v.identity, v.size_bytes))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A copy of a device error for a second caller (`io::Error` is not
+/// `Clone`): same device, operation, range and OS error number.
+fn clone_device_error(e: &DeviceError) -> DeviceError {
+    match e {
+        DeviceError::Io {
+            device,
+            op,
+            offset_bytes,
+            len_bytes,
+            source,
+        } => DeviceError::Io {
+            device: device.clone(),
+            op,
+            offset_bytes: *offset_bytes,
+            len_bytes: *len_bytes,
+            source: match source.raw_os_error() {
+                Some(errno) => std::io::Error::from_raw_os_error(errno),
+                None => std::io::Error::new(source.kind(), source.to_string()),
+            },
+        },
+        other => DeviceError::Io {
+            device: String::new(),
+            op: "record write",
+            offset_bytes: 0,
+            len_bytes: 0,
+            source: std::io::Error::other(other.to_string()),
+        },
+    }
 }

@@ -258,6 +258,8 @@ pub struct Engine {
     /// Failed write-through requests held until a slot's record is zeroed
     /// (see the `Fill` error path).
     free_waiters: HashMap<u32, Vec<u32>>,
+    /// How long gathered frees may wait (`set_free_delay_ns`).
+    free_delay_ns: u64,
     /// Version number for the next page version (`SlotRecord::seq`).
     next_seq: u64,
 
@@ -326,6 +328,7 @@ impl Engine {
             old_versions: HashMap::default(),
             to_free: Vec::new(),
             free_waiters: HashMap::default(),
+            free_delay_ns: FREE_DELAY_NS,
             next_seq: 1,
             ios: Vec::new(),
             io_gens: Vec::new(),
@@ -482,6 +485,18 @@ impl Engine {
     }
     pub fn destages_in_flight(&self) -> u32 {
         self.destages_in_flight
+    }
+    /// How long slot frees are gathered before a `FreeSlots` goes out
+    /// (default 1 ms, or `FREE_BATCH_SLOTS` of them). A driver that
+    /// gathers frees itself sets 0: each completion's frees go out at once,
+    /// and no timer is armed for them.
+    pub fn set_free_delay_ns(&mut self, delay_ns: u64) {
+        self.free_delay_ns = delay_ns;
+    }
+    /// Writes wait for room, or a drain runs: slot frees in flight hold
+    /// them up (a driver that delays frees to batch them stops delaying).
+    pub fn frees_urgent(&self) -> bool {
+        !self.stalled.is_empty() || self.draining
     }
     /// Nothing in flight and nothing to hand out.
     pub fn is_idle(&self) -> bool {

@@ -71,7 +71,7 @@ impl Engine {
     }
 
     /// Emit the gathered frees as one command once there are enough of them,
-    /// once the oldest has waited `FREE_DELAY_NS`, or at once when room or a
+    /// once the oldest has waited `free_delay_ns` (1 ms unless set), or at once when room or a
     /// drain waits for them (`now` = `Nanos::MAX` forces it). Freeing later is
     /// always safe: a slot only stays out of the pool longer.
     pub(super) fn emit_frees(&mut self, now: Nanos) {
@@ -79,12 +79,14 @@ impl Engine {
             self.timers.set(Timer::Frees, None);
             return;
         }
+        let delay_ns = self.free_delay_ns;
         let due = self
             .timers
             .get(Timer::Frees)
-            .unwrap_or(Nanos(now.0.saturating_add(FREE_DELAY_NS)));
+            .unwrap_or(Nanos(now.0.saturating_add(delay_ns)));
         self.timers.set(Timer::Frees, Some(due));
         let urgent = self.to_free.len() >= FREE_BATCH_SLOTS
+            || delay_ns == 0
             || now >= due
             || !self.stalled.is_empty()
             || self.draining;

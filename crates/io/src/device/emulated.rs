@@ -206,6 +206,10 @@ impl BlockDevice for EmulatedDevice {
         self.store.alignment_bytes()
     }
 
+    fn writes_wait_for_medium(&self) -> bool {
+        self.store.writes_wait_for_medium()
+    }
+
     fn name(&self) -> String {
         format!("emulated-{}({})", self.model_name, self.store.name())
     }

@@ -131,6 +131,10 @@ impl BlockDevice for FaultyDevice {
         self.inner.alignment_bytes()
     }
 
+    fn writes_wait_for_medium(&self) -> bool {
+        self.inner.writes_wait_for_medium()
+    }
+
     fn name(&self) -> String {
         format!("faulty({})", self.inner.name())
     }

@@ -10,6 +10,7 @@
 use std::alloc::{self, Layout};
 use std::io;
 
+pub mod aio;
 pub mod emulated;
 pub mod faulty;
 pub mod file;
@@ -93,6 +94,18 @@ pub trait BlockDevice: Send + Sync {
         }
         Ok(())
     }
+    /// Writes every `(data, offset_bytes)` (ranges that do not overlap),
+    /// in flight together where the device can, and returns once all are
+    /// done; a write that failed is reported through `failed` with its
+    /// index. Same contract as `write_at` for each. Default: one `write_at`
+    /// after another.
+    fn write_many(&self, writes: &[(&[u8], u64)], failed: &mut dyn FnMut(usize, DeviceError)) {
+        for (i, (data, offset_bytes)) in writes.iter().enumerate() {
+            if let Err(e) = self.write_at(data, *offset_bytes) {
+                failed(i, e);
+            }
+        }
+    }
     /// Make every write that returned before this call durable.
     fn flush(&self) -> Result<(), DeviceError>;
     /// Advise that a range is unused. Content afterwards is unspecified
@@ -103,6 +116,13 @@ pub trait BlockDevice: Send + Sync {
     }
     /// True when a write is durable as soon as it returns (flush not needed).
     fn writes_durable(&self) -> bool {
+        false
+    }
+    /// True when each write returns only once it is durable on a medium
+    /// that takes time for it (`RWF_DSYNC` on a disk): a caller gains by
+    /// running independent writes at once rather than one after another.
+    /// Implies `writes_durable()`. Default false.
+    fn writes_wait_for_medium(&self) -> bool {
         false
     }
     /// Alignment that offsets, lengths and buffers must have (1: none).
