@@ -14,6 +14,7 @@ command -v fio >/dev/null || need_apt+=(fio)
 command -v nbdkit >/dev/null || need_apt+=(nbdkit)
 command -v nbdinfo >/dev/null || need_apt+=(libnbd-bin)
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
+command -v tmux >/dev/null || need_apt+=(tmux)
 command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need_apt+=(e2fsprogs)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then

@@ -10,6 +10,7 @@ mod ops;
 mod serve;
 mod serve_config;
 mod tools;
+mod top;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -64,6 +65,9 @@ enum Command {
     /// Change a policy of a running server: write-policy, admission,
     /// destage-order, destage-rate (leaving write-back drains first).
     Set(ops::SetArgs),
+    /// A live view of a running server: throughput, latency, occupancy,
+    /// dirty pages, destage rate, with sparklines (q quits).
+    Top(top::TopArgs),
 }
 
 #[derive(Args)]
@@ -263,6 +267,7 @@ fn main() -> ExitCode {
         Command::Status(args) => ops::status(args),
         Command::Stats(args) => ops::stats(args),
         Command::Set(args) => ops::set(args),
+        Command::Top(args) => top::top(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,7 +1,8 @@
 //! The control socket against a real cache: every command answered; online
 //! policy changes seen by `status`; leaving write-back drains first; an
-//! online flush streams progress while requests are served; the reserved
-//! commands say they are not supported; malformed input (bad JSON, wrong
+//! online flush streams progress while requests are served, and a second
+//! one meanwhile is refused; the reserved commands say they are not
+//! supported; malformed input (bad JSON, wrong
 //! types, unknown commands, lines over 64 KiB, connections cut mid-line,
 //! random bytes for a few seconds) gets an error line and never brings the
 //! server down; the socket is owner-only and another uid is refused.
@@ -203,13 +204,29 @@ fn online_flush_streams_progress_while_requests_are_served() {
         }
         reads
     });
-    let mut client = ControlClient::connect(server.path()).expect("connect");
-    let mut lines = Vec::new();
-    let mut flush = cmd("flush");
-    flush.export = Some("disk".into());
-    let done = client
-        .call(&flush, &mut |p| lines.push(p.clone()))
-        .expect("flush");
+    let path = server.path().to_path_buf();
+    let flusher = std::thread::spawn(move || {
+        let mut client = ControlClient::connect(&path).expect("connect");
+        let mut lines = Vec::new();
+        let mut flush = cmd("flush");
+        flush.export = Some("disk".into());
+        let done = client
+            .call(&flush, &mut |p| lines.push(p.clone()))
+            .expect("flush");
+        (done, lines)
+    });
+    // A second flush while the first runs is refused.
+    let start = Instant::now();
+    while call(server.path(), &cmd("status")).expect("status")["state"] != "flushing" {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the flush never showed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let second = call(server.path(), &cmd("flush")).expect_err("a second flush");
+    assert!(second.to_string().contains("already running"), "{second}");
+    let (done, lines) = flusher.join().expect("flusher");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let reads = reader.join().expect("reader");
     assert!(reads > 0, "requests were served during the flush");

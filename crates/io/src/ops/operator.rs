@@ -244,11 +244,12 @@ impl Operator {
         stall_timeout: Duration,
         progress: &mut dyn FnMut(&FlushProgress) -> bool,
     ) -> Result<FlushProgress, OpError> {
-        let _one = self
-            .inner
-            .flush
-            .try_lock()
-            .map_err(|_| OpError::FlushRunning)?;
+        let _one = match self.inner.flush.try_lock() {
+            Ok(guard) => guard,
+            // A drain that panicked left nothing to protect: the engine has its own lock.
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Err(OpError::FlushRunning),
+        };
         self.inner.flushing.store(true, Ordering::Relaxed);
         let result = self.drain_once(stall_timeout, progress);
         self.inner.flushing.store(false, Ordering::Relaxed);

@@ -14,9 +14,9 @@ use crate::ops::latency::{KindHistogram, RequestClass};
 
 /// Upper bounds of the response-time buckets reported, in seconds
 /// (Prometheus `le`; the last bucket, `+Inf`, is the count).
-pub const LATENCY_BUCKETS_S: [f64; 17] = [
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0,
+pub const LATENCY_BUCKETS_S: [f64; 19] = [
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// One engine counter or gauge.
