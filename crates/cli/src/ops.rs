@@ -132,6 +132,11 @@ pub fn status(args: StatusArgs) -> Result<(), AnyError> {
         s.clean_pages
     );
     println!(
+        "staleness: the backing lags the acknowledged writes by at most {:.1} s ({} MiB dirty)",
+        s.dirty_age_ms as f64 / 1000.0,
+        mib(s.dirty_pages)
+    );
+    println!(
         "in flight: {} requests, {} destages",
         s.requests_in_flight, s.destages_in_flight
     );

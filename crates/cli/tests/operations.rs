@@ -56,6 +56,13 @@ fn status_stats_set_and_online_flush_through_the_control_socket() {
         "{out}"
     );
     assert!(out.contains("export disk:"), "{out}");
+    assert!(out.contains("staleness: the backing lags"), "{out}");
+    let (ok, out, _) = wcache(&["status", "--control", control_s, "--json"]);
+    let status: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert!(ok && status["dirty_pages"].as_u64() > Some(0), "{out}");
+    // Dirty pages have an age (one age period coarse: under 10 s here).
+    let age = status["dirty_age_ms"].as_u64().expect("dirty_age_ms");
+    assert!(age <= 10_000, "{out}");
 
     let (ok, out, err) = wcache(&["stats", "--control", control_s, "--json"]);
     assert!(ok, "stats --json: {out}{err}");

@@ -79,6 +79,10 @@ pub struct Status {
     pub page_size_bytes: u64,
     pub capacity_pages: u64,
     pub dirty_pages: u64,
+    /// Staleness: an upper bound on the age of the oldest dirty page, i.e.
+    /// how far the backing lags the acknowledged writes (0: nothing dirty).
+    #[serde(default)]
+    pub dirty_age_ms: u64,
     pub clean_pages: u64,
     /// Slots holding a page version (dirty, clean, or old and not yet freed), of all.
     pub occupancy_ratio: f64,
@@ -209,6 +213,7 @@ impl Operator {
             page_size_bytes: inner.driver.page_size_bytes(),
             capacity_pages: capacity,
             dirty_pages: get("dirty_pages"),
+            dirty_age_ms: get("dirty_age_ms"),
             clean_pages: get("clean_pages"),
             occupancy_ratio: ratio(capacity.saturating_sub(get("free_slots"))),
             dirty_ratio: ratio(get("dirty_pages")),
