@@ -115,6 +115,27 @@ impl CrashCase {
         }
     }
 
+    /// Seed `seed`'s crash point with exactly the fault plan `faults` (no
+    /// random faults of its own): the consistency grid's cases.
+    pub fn with_faults(
+        policy: WritePolicyKind,
+        seed: u64,
+        requests: u64,
+        faults: &str,
+    ) -> CrashCase {
+        let h = mix(seed);
+        CrashCase {
+            policy,
+            seed,
+            faults: faults.to_string(),
+            crash_at: 1 + (h >> 16) % (requests * write_share(policy) / 3),
+            requests,
+            sequential_cutoff_bytes: 0,
+            max_dirty_age_ms: 0,
+            idle_destages: 0,
+        }
+    }
+
     /// The `wcache sim` command that runs this case.
     pub fn command_line(&self) -> String {
         format!(

@@ -46,6 +46,9 @@ pub struct FaultPlan {
     /// At a crash that loses the cache, check that the backing alone is
     /// point-in-time consistent (always on under write-back-ordered).
     pub pit: bool,
+    /// Promise every acknowledged write even when the cache device is lost
+    /// (write-back does not; this shows which policies lose them).
+    pub strict: bool,
     /// A failed write lands whole before its error is reported (the error
     /// came from the flush after it). Without it a failed operation changes
     /// nothing.
@@ -70,6 +73,7 @@ impl Default for FaultPlan {
             torn: false,
             lose_cache: false,
             pit: false,
+            strict: false,
             eio_lands: false,
             crashes: 1,
             lie_writes: 0,
@@ -91,7 +95,7 @@ impl FaultPlan {
     /// The syntax, for error messages and `--help`.
     pub const SYNTAX: &'static str = "comma-separated items: \
         {cache|backing}-{read|write}-eio=P (probability 0..1) or =@K (the K-th such operation); \
-        eio-lands (a failed write lands before its error); torn; lose-cache; pit (check the backing alone is point-in-time consistent at a crash that loses the cache); lie=N (the cache device loses its last N acknowledged writes at a crash); \
+        eio-lands (a failed write lands before its error); torn; lose-cache; pit (check the backing alone is point-in-time consistent at a crash that loses the cache); strict (promise every acknowledged write even when the cache is lost); lie=N (the cache device loses its last N acknowledged writes at a crash); \
         spike=P:MS (with probability P an operation completes MS milliseconds late); \
         crashes=M (with --crash-at K: crash at writes K, 2K, ... M times); seed=N";
 
@@ -127,6 +131,10 @@ impl FaultPlan {
                 "pit" => {
                     no_value(value)?;
                     plan.pit = true;
+                }
+                "strict" => {
+                    no_value(value)?;
+                    plan.strict = true;
                 }
                 "lie" => {
                     plan.lie_writes = need()?

@@ -2,6 +2,7 @@
 //! engine in virtual time against device models and workloads.
 
 pub mod checker;
+pub mod consistency_grid;
 pub mod crash_case;
 pub mod experiment;
 pub mod faults;

@@ -520,7 +520,7 @@ impl Simulation {
         let cache_only_copy = matches!(
             self.config.write_policy,
             WritePolicyKind::WriteBack | WritePolicyKind::OrderedWriteBack
-        );
+        ) && !faults.plan.strict;
         let (found, lost) = data.crash(lose_cache, cache_only_copy);
         faults.counts.lost_writes += lost as u64;
         self.dev_ops.clear();
