@@ -147,6 +147,9 @@ pub fn status(args: StatusArgs) -> Result<(), AnyError> {
             e.backing,
             e.size_bytes >> 20
         );
+        if let Some(health) = &e.backing_health {
+            println!("  backing: {health}");
+        }
     }
     Ok(())
 }

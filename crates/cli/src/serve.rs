@@ -105,6 +105,11 @@ pub struct ServeArgs {
     /// How backing file writes become durable: fdatasync, dsync, nvram.
     #[arg(long, default_value = "fdatasync")]
     pub(crate) backing_sync: String,
+    /// An NBD backing that is away (broken connection, restarting server)
+    /// is reconnected with backoff; a request that needs it waits this long
+    /// before it fails with EIO (cached reads and writes with room go on).
+    #[arg(long, default_value = "30s")]
+    pub(crate) backing_timeout: String,
     /// write-back (default with a cache file or device: acknowledged once
     /// data and record are durable on the cache; recovered after a crash),
     /// write-through (default with --cache mem), or write-around.
@@ -538,6 +543,10 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
         block_size_bytes: args.block_size,
         force: args.force,
         volatile_write_back: args.volatile_write_back_for_benchmarks,
+        backing_timeout: Some(Duration::from_nanos(duration_ns_arg(
+            "backing-timeout",
+            &args.backing_timeout,
+        )?)),
     })
 }
 

@@ -75,6 +75,7 @@ struct ServeFile {
     exports: Option<Spanned<Vec<String>>>,
     backing_size: Option<Spanned<Size>>,
     backing_sync: Option<Spanned<String>>,
+    backing_timeout: Option<Spanned<String>>,
     write_policy: Option<Spanned<String>>,
     force: Option<Spanned<bool>>,
     order: Option<Spanned<String>>,
@@ -204,6 +205,7 @@ pub fn apply(
         exports: val, exports;
         backing_size: val, size("backing-size");
         backing_sync: val, sync("backing-sync");
+        backing_timeout: val, duration("backing-timeout");
         write_policy: opt, registered(&WRITE_POLICIES);
         force: val, no_check as Check<bool>;
         order: val, registered(&DESTAGE_ORDERS);

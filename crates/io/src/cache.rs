@@ -29,7 +29,7 @@ use wcache_core::{ConfigError, EngineConfig, RequestFlags, RequestKind, Stats, W
 use crate::device::emulated::EmulatedDevice;
 use crate::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMode};
 use crate::device::mem::MemDevice;
-use crate::device::nbd::NbdDevice;
+use crate::device::nbd::{NbdDevice, NbdOptions};
 use crate::device::{parse_size_bytes, BlockDevice, DeviceError};
 use crate::driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
 use crate::format::{EngineRecord, FormatError, Layout, Superblock, VolumeEntry};
@@ -186,6 +186,9 @@ pub struct CacheConfig {
     /// BENCHMARKS ONLY: allow write-back on a cache in process memory, which
     /// loses acknowledged writes on any exit or crash.
     pub volatile_write_back: bool,
+    /// How long a request to an NBD backing that is away waits for it to
+    /// come back before it fails with EIO (None: `NbdOptions`' default).
+    pub backing_timeout: Option<Duration>,
 }
 
 impl CacheConfig {
@@ -462,7 +465,7 @@ impl Cache {
         }
         let backings = open_backings(
             &config.volumes,
-            config.backing_sync,
+            (config.backing_sync, config.backing_timeout),
             config.backing_create_size_bytes,
             Some(config.block_size_bytes),
         )?;
@@ -522,7 +525,7 @@ impl Cache {
         check_volume_names(&config.volumes)?;
         let dev = open_existing_cache_device(&config.cache_path, SyncMode::Fdatasync)?;
         let sb = CacheStore::read_superblock(dev.as_ref())?;
-        let backings = open_backings(&config.volumes, config.backing_sync, None, None)?;
+        let backings = open_backings(&config.volumes, (config.backing_sync, None), None, None)?;
         let given = volume_entries(&config.volumes, &backings)?;
         if given != sb.volumes {
             return Err(CacheError::Mismatch {
@@ -612,6 +615,7 @@ impl Cache {
                 name: v.name.clone(),
                 backing: v.backing_name.clone(),
                 size_bytes: v.size_bytes,
+                backing_health: None,
             })
             .collect();
         let latency = self.volumes.iter().map(|v| v.latency.clone()).collect();
@@ -906,13 +910,13 @@ pub fn open_existing_cache_device(
 /// backing under one block is refused.
 fn open_backings(
     volumes: &[VolumeSpec],
-    sync: SyncMode,
+    (sync, timeout): (SyncMode, Option<Duration>),
     create_size_bytes: Option<u64>,
     block_size_bytes: Option<u32>,
 ) -> Result<Vec<Arc<dyn BlockDevice>>, CacheError> {
     let mut backings = Vec::with_capacity(volumes.len());
     for v in volumes {
-        let backing = open_backing(&v.backing, sync, create_size_bytes)?;
+        let backing = open_backing(&v.backing, sync, create_size_bytes, timeout)?;
         if let Some(block) = block_size_bytes {
             if backing.len_bytes() < block as u64 {
                 return Err(CacheError::BackingTooSmall {
@@ -934,12 +938,16 @@ pub fn open_backing(
     spec: &str,
     sync: SyncMode,
     create_size_bytes: Option<u64>,
+    nbd_timeout: Option<Duration>,
 ) -> Result<Arc<dyn BlockDevice>, CacheError> {
     if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") {
-        return Ok(Arc::new(NbdDevice::connect(
-            spec,
-            NBD_BACKING_CONNECTIONS_MAX,
-        )?));
+        let defaults = NbdOptions::default();
+        let options = NbdOptions {
+            connections_max: NBD_BACKING_CONNECTIONS_MAX,
+            unavailable_timeout: nbd_timeout.unwrap_or(defaults.unavailable_timeout),
+            ..defaults
+        };
+        return Ok(Arc::new(NbdDevice::connect_with(spec, options)?));
     }
     if let Some(size) = spec.strip_prefix("mem:") {
         let size_bytes = parse_size_bytes(size).ok_or_else(|| CacheError::BadBackingSize {
@@ -959,7 +967,7 @@ pub fn open_backing(
                 model: model.to_string(),
             });
         }
-        let store = open_backing(inner, sync, create_size_bytes)?;
+        let store = open_backing(inner, sync, create_size_bytes, nbd_timeout)?;
         return Ok(Arc::new(EmulatedDevice::with_model_name(model, store)?));
     }
     let options = FileOptions {

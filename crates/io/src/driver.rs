@@ -790,6 +790,15 @@ impl Driver {
         self.shared.lock_core().engine.visit_metrics(now, v);
     }
 
+    /// Each volume's backing health (`BlockDevice::health`), in volume order.
+    pub fn backing_health(&self) -> Vec<Option<String>> {
+        self.shared
+            .backings
+            .iter()
+            .map(|b| b.dev.health())
+            .collect()
+    }
+
     /// The names of the policies in force (`Engine::policy_names`).
     pub fn policy_names(&self) -> [&'static str; 4] {
         self.shared.lock_core().engine.policy_names()

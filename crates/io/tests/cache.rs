@@ -53,6 +53,7 @@ fn config(cache: &Path, volumes: Vec<VolumeSpec>) -> CacheConfig {
         block_size_bytes: 512,
         force: false,
         volatile_write_back: false,
+        backing_timeout: None,
     }
 }
 

@@ -48,6 +48,7 @@ fn open(dir: &Path, backing: &str) -> Cache {
         block_size_bytes: 512,
         force: false,
         volatile_write_back: false,
+        backing_timeout: None,
     };
     Cache::open(&config).expect("open cache")
 }

@@ -131,6 +131,11 @@ pub trait BlockDevice: Send + Sync {
     }
     /// Short description for errors and reports.
     fn name(&self) -> String;
+    /// How the device is doing, for live status, where that can change (a
+    /// networked backing's connections); None: nothing to say.
+    fn health(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Checks `offset_bytes + len_bytes <= size_bytes` without overflow.

@@ -1157,6 +1157,25 @@ impl BlockDevice for NbdDevice {
         self.shared.size_bytes
     }
 
+    fn health(&self) -> Option<String> {
+        let s = self.status();
+        let mut text = format!(
+            "{} for {:.0} s, {}/{} connections, {} lost, {} reconnects, {} requests retried, {} writes replayed",
+            s.state.name(),
+            s.since.elapsed().as_secs_f64(),
+            s.connections,
+            s.connections_wanted,
+            s.connections_lost,
+            s.reconnects,
+            s.requests_retried,
+            s.writes_replayed
+        );
+        if let Some(e) = &s.last_error {
+            text.push_str(&format!("; last error: {e}"));
+        }
+        Some(text)
+    }
+
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DeviceError> {
         check_range(
             &|| self.name(),

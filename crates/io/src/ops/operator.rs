@@ -66,6 +66,10 @@ pub struct ExportStatus {
     pub name: String,
     pub backing: String,
     pub size_bytes: u64,
+    /// How the backing is doing, where that can change (an NBD backing's
+    /// connections: connected or reconnecting, since when, losses).
+    #[serde(default)]
+    pub backing_health: Option<String>,
 }
 
 /// The state of a running cache (`wcache status`).
@@ -223,7 +227,15 @@ impl Operator {
             admission: admission.to_string(),
             destage_order: order.to_string(),
             destage_rate: rate.to_string(),
-            exports: inner.exports.clone(),
+            exports: inner
+                .exports
+                .iter()
+                .zip(inner.driver.backing_health())
+                .map(|(e, health)| ExportStatus {
+                    backing_health: health,
+                    ..e.clone()
+                })
+                .collect(),
         }
     }
 
