@@ -130,3 +130,87 @@ fn a_backing_that_goes_away_fails_uncached_reads_after_the_timeout_and_heals() {
     let (ok, log) = served.stop();
     assert!(ok, "{log}");
 }
+
+/// Twenty restarts of the backing server under load: every cycle writes
+/// new data (write-back, destaged within a second by the maximum dirty
+/// age, so destages meet the outages), restarts nbdkit, and reads back
+/// everything written so far through the server. At the end an offline
+/// `wcache flush` drains the cache into the backing, whose file must then
+/// hold every last write.
+#[test]
+fn twenty_backing_restarts_lose_nothing() {
+    if !have("nbdkit", "nbdkit") {
+        return;
+    }
+    const CYCLES: u64 = 20;
+    const PAGES_PER_CYCLE: u64 = 16;
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let (kit_socket, file) = (dir.path().join("kit.sock"), dir.path().join("backing.img"));
+    std::fs::write(&file, vec![0u8; 8 << 20]).expect("backing file");
+    let mut kit = Nbdkit::start(&kit_socket, &file);
+    let socket = dir.path().join("w.sock");
+    let backing = format!("nbd+unix:///?socket={}", kit_socket.display());
+    let cache = dir.path().join("cache.img");
+    let cache_s = cache.to_str().expect("utf8");
+    let served = Served::start(
+        &[
+            "--cache",
+            cache_s,
+            "--cache-size",
+            "4M",
+            "--backing",
+            &backing,
+            "--backing-timeout",
+            "10s",
+            "--max-dirty-age",
+            "1s",
+        ],
+        &socket,
+    );
+    let mut nbd = Nbd::connect(&socket, "disk").expect("connect");
+    // page -> the cycle that last wrote it
+    let mut last: std::collections::BTreeMap<u64, u64> = Default::default();
+    let image = |page: u64, cycle: u64| vec![(page * 7 + cycle * 13 + 1) as u8; PAGE];
+    for cycle in 0..CYCLES {
+        for i in 0..PAGES_PER_CYCLE {
+            let page = (cycle * 5 + i * 97) % 2000;
+            nbd.write(page * PAGE as u64, &image(page, cycle), false)
+                .expect("write");
+            last.insert(page, cycle);
+        }
+        drop(kit);
+        std::thread::sleep(Duration::from_millis(300));
+        kit = Nbdkit::start(&kit_socket, &file);
+        let mut buf = vec![0u8; PAGE];
+        for (&page, &c) in &last {
+            nbd.read(page * PAGE as u64, &mut buf).expect("read");
+            assert!(
+                buf == image(page, c),
+                "cycle {cycle}: page {page} is not cycle {c}'s"
+            );
+        }
+    }
+    drop(nbd);
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+    // The restarts were met: the backing reconnected, several times.
+    let reconnects = log.matches("reconnecting -> connected").count();
+    assert!(reconnects >= 3, "only {reconnects} reconnects: {log}");
+    let (ok, out, err) = wcache(&[
+        "flush",
+        "--cache",
+        cache_s,
+        "--export",
+        &format!("disk={backing}"),
+    ]);
+    assert!(ok, "offline flush: {out}{err}");
+    drop(kit);
+    let bytes = std::fs::read(&file).expect("backing");
+    for (&page, &c) in &last {
+        let at = page as usize * PAGE;
+        assert!(
+            bytes[at..at + PAGE] == image(page, c)[..],
+            "backing page {page} is not cycle {c}'s"
+        );
+    }
+}
