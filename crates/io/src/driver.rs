@@ -471,6 +471,10 @@ impl Driver {
         // Records written beside the page data, by threads of their own.
         let persistent = store.is_some();
         let overlapped = persistent && cache.writes_wait_for_medium();
+        // Record frees in rounds of the free thread where each costs a
+        // flush or a write that waits for the medium; on memory-like
+        // devices (`nvram`) a free is a copy, cheaper done where it arises.
+        let gather_frees = persistent && (!cache.writes_durable() || overlapped);
         assert!(
             !overlapped || cache.writes_durable(),
             "a device whose writes wait for the medium has durable writes"
@@ -502,8 +506,10 @@ impl Driver {
         let engine = if store.is_some() {
             let sizes: Vec<u64> = backings.iter().map(|b| b.len_bytes()).collect();
             let mut engine = Engine::recover(engine_config.clone(), &sizes, found)?;
-            // The free thread gathers frees (`frees.rs`): no engine timer for them.
-            engine.set_free_delay_ns(0);
+            if gather_frees {
+                // The free thread gathers frees (`frees.rs`): no engine timer for them.
+                engine.set_free_delay_ns(0);
+            }
             engine
         } else {
             let mut engine = Engine::new(engine_config.clone())?;
@@ -548,11 +554,11 @@ impl Driver {
             last_error: Mutex::new(None),
             persist_on_flush: std::sync::atomic::AtomicBool::new(config.persist_on_flush),
             abandoned: std::sync::atomic::AtomicBool::new(false),
-            frees: frees::FreeQueue::new(persistent),
+            frees: frees::FreeQueue::new(gather_frees),
             frees_urgent: std::sync::atomic::AtomicBool::new(false),
             flusher: flusher::FlusherStop::default(),
         });
-        let threads = spawn_threads(&shared, &config, overlapped)?;
+        let threads = spawn_threads(&shared, &config, overlapped, gather_frees)?;
         // Recovery's first commands (FreeSlots of the versions not kept).
         let mut jobs = VecDeque::new();
         {
@@ -898,12 +904,13 @@ fn io_error_of_spawn(_: std::io::Error) -> IoError {
 }
 
 /// Starts the driver's threads: the I/O pool, the timer, and for a
-/// persistent cache the free thread, the persist-on-flush flusher (with an
-/// interval) and the record writers (`overlapped`).
+/// persistent cache the persist-on-flush flusher (with an interval), the
+/// free thread (`gather_frees`) and the record writers (`overlapped`).
 fn spawn_threads(
     shared: &Arc<Shared>,
     config: &DriverConfig,
     overlapped: bool,
+    gather_frees: bool,
 ) -> Result<Vec<JoinHandle<()>>, DriverError> {
     let mut threads = Vec::new();
     let mut spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(), DriverError> {
@@ -926,8 +933,10 @@ fn spawn_threads(
                 Box::new(move || s.flusher_thread(interval)),
             )?;
         }
-        let s = shared.clone();
-        spawn("wcache-frees".into(), Box::new(move || s.free_thread()))?;
+        if gather_frees {
+            let s = shared.clone();
+            spawn("wcache-frees".into(), Box::new(move || s.free_thread()))?;
+        }
         for i in (0..RECORD_WRITERS).filter(|_| overlapped) {
             let store = store.clone();
             spawn(
