@@ -329,6 +329,14 @@ fn bad_serve_settings_touch_no_file() {
         (["--export", "bad"], "expected NAME=BACKING"),
         (["--cache-sync", "sometimes"], "\"sometimes\""),
         (["--block-size", "3"], "\"3\" is not a power of two"),
+        (
+            ["--flush-interval", "7200"],
+            "\"7200\" is not a number of seconds",
+        ),
+        (
+            ["--flush-interval", "soon"],
+            "\"soon\" is not a number of seconds",
+        ),
     ] {
         let mut args = vec![
             "serve",

@@ -47,7 +47,6 @@ use wcache_core::{
     RecoveryError, Request, RequestFlags, RequestKind, SlotRecord, Source, Stats, SubmitError,
 };
 
-use crate::device::aio::AIO_WRITES_MAX;
 use crate::device::{AlignedBuf, BlockDevice, DeviceError};
 use crate::store::CacheStore;
 use wcache_core::types::{RequestId, SlotIndex, VolumeId};
@@ -472,6 +471,10 @@ impl Driver {
         // Records written beside the page data, by threads of their own.
         let persistent = store.is_some();
         let overlapped = persistent && cache.writes_wait_for_medium();
+        // Record frees in rounds of the free thread where each costs a
+        // flush or a write that waits for the medium; on memory-like
+        // devices (`nvram`) a free is a copy, cheaper done where it arises.
+        let gather_frees = persistent && (!cache.writes_durable() || overlapped);
         assert!(
             !overlapped || cache.writes_durable(),
             "a device whose writes wait for the medium has durable writes"
@@ -503,8 +506,10 @@ impl Driver {
         let engine = if store.is_some() {
             let sizes: Vec<u64> = backings.iter().map(|b| b.len_bytes()).collect();
             let mut engine = Engine::recover(engine_config.clone(), &sizes, found)?;
-            // The free thread gathers frees (`frees.rs`): no engine timer for them.
-            engine.set_free_delay_ns(0);
+            if gather_frees {
+                // The free thread gathers frees (`frees.rs`): no engine timer for them.
+                engine.set_free_delay_ns(0);
+            }
             engine
         } else {
             let mut engine = Engine::new(engine_config.clone())?;
@@ -549,11 +554,11 @@ impl Driver {
             last_error: Mutex::new(None),
             persist_on_flush: std::sync::atomic::AtomicBool::new(config.persist_on_flush),
             abandoned: std::sync::atomic::AtomicBool::new(false),
-            frees: frees::FreeQueue::new(persistent),
+            frees: frees::FreeQueue::new(gather_frees),
             frees_urgent: std::sync::atomic::AtomicBool::new(false),
             flusher: flusher::FlusherStop::default(),
         });
-        let threads = spawn_threads(&shared, &config, overlapped)?;
+        let threads = spawn_threads(&shared, &config, overlapped, gather_frees)?;
         // Recovery's first commands (FreeSlots of the versions not kept).
         let mut jobs = VecDeque::new();
         {
@@ -941,12 +946,13 @@ fn io_error_of_spawn(_: std::io::Error) -> IoError {
 }
 
 /// Starts the driver's threads: the I/O pool, the timer, and for a
-/// persistent cache the free thread, the persist-on-flush flusher (with an
-/// interval) and the record writers (`overlapped`).
+/// persistent cache the persist-on-flush flusher (with an interval), the
+/// free thread (`gather_frees`) and the record writers (`overlapped`).
 fn spawn_threads(
     shared: &Arc<Shared>,
     config: &DriverConfig,
     overlapped: bool,
+    gather_frees: bool,
 ) -> Result<Vec<JoinHandle<()>>, DriverError> {
     let mut threads = Vec::new();
     let mut spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(), DriverError> {
@@ -969,8 +975,10 @@ fn spawn_threads(
                 Box::new(move || s.flusher_thread(interval)),
             )?;
         }
-        let s = shared.clone();
-        spawn("wcache-frees".into(), Box::new(move || s.free_thread()))?;
+        if gather_frees {
+            let s = shared.clone();
+            spawn("wcache-frees".into(), Box::new(move || s.free_thread()))?;
+        }
         for i in (0..RECORD_WRITERS).filter(|_| overlapped) {
             let store = store.clone();
             spawn(
@@ -1480,10 +1488,7 @@ impl Shared {
                 store.stage_frees(slots, &mut b.order, &mut b.staged);
             }
         }
-        if !self.write_together(batch, b, bounce, store) {
-            store.request_writes(&b.staged);
-            self.write_whole_pages(batch, b, bounce);
-        }
+        self.write_together(batch, b, bounce, store);
         let mut failed_blocks: Vec<usize> = Vec::new();
         store.await_writes(&b.staged, &mut |k, e| {
             self.note_error(true, e);
@@ -1508,48 +1513,58 @@ impl Shared {
         self.unstage_failed_pages(batch, b, store);
     }
 
-    /// When the batch's whole pages are one run of slots (or none): sends
-    /// their data and the staged record blocks no thread is writing now in
-    /// one submission (`write_many`: native AIO, all in flight at once, no
-    /// thread handoff); the other blocks go to the record writer threads.
-    /// False: more than one run, nothing done (the caller uses the record
-    /// writer threads for every block).
+    /// Sends the batch's page data (one write per run of consecutive
+    /// slots) and the staged record blocks no thread is writing now in one
+    /// go (`write_many`: native AIO, all in flight at once up to
+    /// `aio::AIO_WRITES_MAX`, no thread handoff); the other blocks go to the
+    /// record writer threads. Pages are copied into one aligned buffer
+    /// unless each run is a single page already aligned (O_DIRECT).
     fn write_together(
         &self,
         batch: &[Job],
         b: &mut BatchScratch,
         bounce: &mut AlignedBuf,
         store: &CacheStore,
-    ) -> bool {
+    ) {
         let p = self.page_size_bytes as usize;
-        let slots: Vec<u32> = b.whole.iter().map(|&i| batch_slot(batch, i)).collect();
-        if slots.windows(2).any(|w| w[1] != w[0] + 1) {
-            return false;
-        }
-        store.take_writes(&b.staged, AIO_WRITES_MAX - 1, &mut b.own);
+        store.take_writes(&b.staged, usize::MAX, &mut b.own);
         store.request_writes_except(&b.staged, &b.own);
-        let mut writes: Vec<(&[u8], u64)> = Vec::with_capacity(AIO_WRITES_MAX);
-        if let Some(&first) = slots.first() {
-            let offset = self.slot_offset_bytes(SlotIndex(first));
-            // SAFETY: the requests are in flight (module header).
-            let pages: Vec<&[u8]> = b
-                .whole
-                .iter()
-                .map(|&i| unsafe { whole_page(&batch[i as usize], p as u64) })
-                .collect();
-            let a = self.cache.dev.alignment_bytes();
-            let data: &[u8] = if pages.len() == 1
-                && (a <= 1 || is_aligned(pages[0].as_ptr() as usize, 0, p, a))
-            {
-                pages[0]
-            } else {
-                let run = bounce.get(pages.len() * p);
-                for (m, d) in pages.iter().enumerate() {
-                    run[m * p..(m + 1) * p].copy_from_slice(d);
+        // Runs of consecutive slots: (first index in b.whole, page count).
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for (k, &i) in b.whole.iter().enumerate() {
+            match runs.last_mut() {
+                Some((first, n))
+                    if batch_slot(batch, b.whole[*first + *n - 1]) + 1 == batch_slot(batch, i) =>
+                {
+                    *n += 1
                 }
-                run
+                _ => runs.push((k, 1)),
+            }
+        }
+        // SAFETY: the requests are in flight (module header).
+        let page_of = |k: usize| unsafe { whole_page(&batch[b.whole[k] as usize], p as u64) };
+        let a = self.cache.dev.alignment_bytes();
+        let direct = runs.iter().all(|&(first, n)| {
+            n == 1 && (a <= 1 || is_aligned(page_of(first).as_ptr() as usize, 0, p, a))
+        });
+        let mut writes: Vec<(&[u8], u64)> = Vec::with_capacity(runs.len() + b.staged.len());
+        let copied: &[u8] = if direct || b.whole.is_empty() {
+            &[]
+        } else {
+            let all = bounce.get(b.whole.len() * p);
+            for k in 0..b.whole.len() {
+                all[k * p..(k + 1) * p].copy_from_slice(page_of(k));
+            }
+            all
+        };
+        for &(first, n) in &runs {
+            let data = if direct {
+                page_of(first)
+            } else {
+                &copied[first * p..(first + n) * p]
             };
-            writes.push((data, offset));
+            let slot = SlotIndex(batch_slot(batch, b.whole[first]));
+            writes.push((data, self.slot_offset_bytes(slot)));
         }
         let data_writes = writes.len();
         let mut own = std::mem::take(&mut b.own);
@@ -1561,17 +1576,14 @@ impl Shared {
         drop(writes);
         store.end_writes(&mut own, &mut |k| errors[data_writes + k].take());
         b.own = own;
-        if let Some(Some(e)) = errors
-            .first_mut()
-            .filter(|_| data_writes == 1)
-            .map(Option::take)
-        {
-            let err = self.io_fail(&e, true);
-            for &i in &b.whole {
-                b.results[i as usize] = Err(err);
+        for (&(first, n), error) in runs.iter().zip(errors.iter_mut()) {
+            if let Some(e) = error.take() {
+                let err = self.io_fail(&e, true);
+                for &i in &b.whole[first..first + n] {
+                    b.results[i as usize] = Err(err);
+                }
             }
         }
-        true
     }
 
     /// Zeroes (durably, as every write here is) the records staged for

@@ -45,7 +45,7 @@ compile_error!("the iocb layout here is the little-endian one");
 const IOCB_CMD_PWRITE: u16 = 1;
 
 /// Writes one thread may have in flight at once (more are sent in turns).
-pub const AIO_WRITES_MAX: usize = 16;
+pub const AIO_WRITES_MAX: usize = 64;
 
 /// One thread's AIO context, created on first use and destroyed with the thread.
 struct Context {
@@ -113,7 +113,7 @@ fn submit_and_wait(
     results: &mut Vec<io::Result<usize>>,
 ) -> io::Result<()> {
     let base = results.len();
-    let mut iocbs: [Iocb; AIO_WRITES_MAX] = Default::default();
+    let mut iocbs: [Iocb; AIO_WRITES_MAX] = std::array::from_fn(|_| Iocb::default());
     let mut ptrs: [*mut Iocb; AIO_WRITES_MAX] = [std::ptr::null_mut(); AIO_WRITES_MAX];
     for (i, (data, offset)) in writes.iter().enumerate() {
         let offset =

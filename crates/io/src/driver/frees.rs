@@ -1,7 +1,9 @@
 //! Record frees delayed and gathered by one thread of the `Driver`, so that
 //! freeing the old versions of overwritten pages costs a few large record
 //! writes and one barrier per round instead of a small write per record
-//! block (and, in `fdatasync` mode, a flush) per request.
+//! block (and, in `fdatasync` mode, a flush) per request. Used where a
+//! free costs a flush or a write that waits for the medium (`fdatasync`,
+//! `dsync`), not on memory-like devices (`nvram`).
 //!
 //! Delaying a free is always safe: the engine reuses a slot only after its
 //! `FreeSlots` completed, and frees a page's old versions oldest first, one
@@ -25,6 +27,9 @@ const FREE_DELAY: Duration = Duration::from_millis(100);
 
 /// A round starts at once when this many slots wait to be freed.
 const FREE_SLOTS_MAX: usize = 8192;
+
+/// Frees completed under one hold of the engine lock.
+const COMPLETIONS_PER_LOCK: usize = 64;
 
 /// Record blocks merged into one write: staged blocks at most this many
 /// blocks apart are written with the blocks between them, up to
@@ -190,20 +195,26 @@ impl Shared {
                 }
             }
         }
+        // Completed in chunks, so that requests are not held off the
+        // engine lock for a whole round.
         let mut released = VecDeque::new();
+        for (jobs, results) in jobs
+            .chunks(COMPLETIONS_PER_LOCK)
+            .zip(results.chunks(COMPLETIONS_PER_LOCK))
         {
             let mut core = self.lock_core();
             let now = self.now();
             for (job, result) in jobs.iter().zip(results) {
                 core.engine
-                    .handle_completion(now, job.cmd.io(), result)
+                    .handle_completion(now, job.cmd.io(), *result)
                     .expect("completion of a command the engine issued");
             }
             self.pump(&mut core, &mut released);
             if core.changed_waiters > 0 {
                 self.changed.notify_all();
             }
+            drop(core);
+            self.to_pool(released.drain(..));
         }
-        self.to_pool(released.into_iter());
     }
 }
