@@ -397,6 +397,7 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
         None => args,
     };
     let signals = block_stop_signals();
+    return_large_buffers_to_the_system();
     // Every setting is checked before any file is touched.
     let config = cache_config(&args)?;
     config.check()?;
@@ -779,6 +780,21 @@ impl Listeners {
             })?;
         }
         Ok(())
+    }
+}
+
+/// Request buffers of 256 KiB and more are mapped and unmapped by the
+/// allocator rather than kept in its per-thread arenas. Each NBD connection
+/// has its own reader thread; with glibc's default (a threshold that rises
+/// to 32 MiB after the first large free) every arena kept the largest
+/// buffers it ever held: RSS rose from 11 to 272 MiB over 2,000 connections
+/// of 20 I/Os of 4 KiB–4 MiB, and stays at about 25 MiB with this
+/// (`scripts/rss-soak.sh`, `docs/benchmarks.md`).
+fn return_large_buffers_to_the_system() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes a tuning parameter of the allocator.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
     }
 }
 
