@@ -38,6 +38,16 @@ impl Nbdkit {
     }
 }
 
+impl Nbdkit {
+    /// A graceful stop: SIGTERM (nbdkit finishes what it has and closes
+    /// its connections), then wait for it.
+    fn stop(mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for Nbdkit {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -131,9 +141,12 @@ fn a_backing_that_goes_away_fails_uncached_reads_after_the_timeout_and_heals() {
     assert!(ok, "{log}");
 }
 
-/// Twenty restarts of the backing server under load: every cycle writes
-/// new data (write-back, destaged within a second by the maximum dirty
-/// age, so destages meet the outages), restarts nbdkit, and reads back
+/// Twenty restarts of the backing server under load, every other one
+/// graceful (SIGTERM) and the rest `kill -9`: every cycle writes new data
+/// (write-back, destaged within a second by the maximum dirty age, so
+/// destages meet the outages), restarts nbdkit, reads a page nothing has
+/// written (so from the backing: it must succeed within 2 s of the
+/// backing's return, a deadline, not a speed check), and reads back
 /// everything written so far through the server. At the end an offline
 /// `wcache flush` drains the cache into the backing, whose file must then
 /// hold every last write.
@@ -178,10 +191,23 @@ fn twenty_backing_restarts_lose_nothing() {
                 .expect("write");
             last.insert(page, cycle);
         }
-        drop(kit);
+        if cycle % 2 == 0 {
+            kit.stop();
+        } else {
+            drop(kit); // kill -9
+        }
         std::thread::sleep(Duration::from_millis(300));
         kit = Nbdkit::start(&kit_socket, &file);
         let mut buf = vec![0u8; PAGE];
+        let back = Instant::now();
+        nbd.read((2010 + cycle) * PAGE as u64, &mut buf)
+            .expect("uncached read after the backing's return");
+        assert!(
+            back.elapsed() < Duration::from_secs(2),
+            "cycle {cycle}: an uncached read took {:?} after the backing came back",
+            back.elapsed()
+        );
+        assert_eq!(buf, vec![0u8; PAGE]);
         for (&page, &c) in &last {
             nbd.read(page * PAGE as u64, &mut buf).expect("read");
             assert!(
