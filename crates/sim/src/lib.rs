@@ -5,6 +5,7 @@ pub mod checker;
 pub mod crash_case;
 pub mod experiment;
 pub mod faults;
+pub mod latency;
 pub mod order_check;
 pub mod run;
 pub mod workload;
