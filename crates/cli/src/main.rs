@@ -184,6 +184,10 @@ struct OneRun {
     /// untagged). For request-oriented admission (cp, sync).
     #[arg(long, default_value_t = 0)]
     issuers: u32,
+    /// Volumes (by number) whose writes the volume admission policy admits,
+    /// comma-separated (e.g. 0).
+    #[arg(long, value_delimiter = ',')]
+    critical_volumes: Vec<u16>,
     /// Issuers 1..=K are hinted critical (random, with --issuers).
     #[arg(long, default_value_t = 0)]
     critical_issuers: u32,
@@ -459,7 +463,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         },
         replacement: o.replacement.clone(),
         admission: o.admission.clone(),
-        critical_volumes: Vec::new(),
+        critical_volumes: o.critical_volumes.clone(),
         sequential_cutoff_bytes: o.sequential_cutoff,
         staleness: StalenessConfig {
             max_dirty_age_ns: o.max_dirty_age,

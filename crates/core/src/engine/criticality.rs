@@ -24,6 +24,8 @@ pub enum CriticalityError {
     TooManyIssuers { issuer: u32 },
     #[error("issuer {0} has no inherited criticality to end")]
     NotInherited(u32),
+    #[error("issuer {0} already inherits criticality from {max} causes", max = u32::MAX)]
+    TooManyCauses(u32),
     #[error("unknown volume {volume} (the engine has {volumes} volumes)")]
     UnknownVolume { volume: u16, volumes: usize },
 }
@@ -73,7 +75,10 @@ impl Issuers {
 
     fn inherit(&mut self, issuer: u32) -> Result<u32, CriticalityError> {
         let state = self.entry(issuer)?;
-        state.inherited = state.inherited.checked_add(1).expect("u32 causes");
+        state.inherited = state
+            .inherited
+            .checked_add(1)
+            .ok_or(CriticalityError::TooManyCauses(issuer))?;
         Ok(state.inherited)
     }
 
@@ -289,5 +294,8 @@ mod tests {
         assert!(e.to_string().starts_with(&format!("issuer {full}:")), "{e}");
         // An issuer already in the table is still served.
         assert_eq!(t.inherit(1), Ok(1));
+        t.table.get_mut(&1).expect("in the table").inherited = u32::MAX;
+        assert_eq!(t.inherit(1), Err(CriticalityError::TooManyCauses(1)));
+        assert_eq!(t.end_inherit(1), Ok(u32::MAX - 1));
     }
 }
