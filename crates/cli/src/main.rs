@@ -28,10 +28,10 @@ use wcache_models::{build_device, build_device_with, HddParams};
 use wcache_sim::experiment::{self, wow};
 use wcache_sim::faults::FaultPlan;
 use wcache_sim::workload::{
-    HrrwModel, Loop, RandomConfig, Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec,
-    OUTSTANDING_MAX_DEFAULT,
+    HrrwModel, IssuerMix, Loop, RandomConfig, Replay, Spc1Config, TraceConfig, TraceFormat,
+    WorkloadSpec, OUTSTANDING_MAX_DEFAULT,
 };
-use wcache_sim::{RunLimits, Simulation, TimelineSample};
+use wcache_sim::{RunLimits, SimReport, Simulation, TimelineSample};
 
 #[derive(Parser)]
 #[command(
@@ -137,7 +137,8 @@ struct OneRun {
     /// Clean-page replacement: lru, clock, arc.
     #[arg(long, default_value = "lru")]
     replacement: String,
-    /// Admission: all (every write enters the cache).
+    /// Admission: all (every write), sync (sync writes), volume/wal (writes
+    /// to critical volumes), cp (sync writes of critical issuers), cp-pi.
     #[arg(long, default_value = "all")]
     admission: String,
     /// Writes continuing a sequential stream of this many bytes bypass the
@@ -179,6 +180,20 @@ struct OneRun {
     /// Fraction of reads (random).
     #[arg(long, default_value_t = 0.0)]
     read_fraction: f64,
+    /// Requests come from this many issuers, 1..=N, uniformly (random; 0:
+    /// untagged). For request-oriented admission (cp, sync).
+    #[arg(long, default_value_t = 0)]
+    issuers: u32,
+    /// Volumes (by number) whose writes the volume admission policy admits,
+    /// comma-separated (e.g. 0).
+    #[arg(long, value_delimiter = ',')]
+    critical_volumes: Vec<u16>,
+    /// Issuers 1..=K are hinted critical (random, with --issuers).
+    #[arg(long, default_value_t = 0)]
+    critical_issuers: u32,
+    /// Fraction of writes tagged sync (random, with --issuers).
+    #[arg(long, default_value_t = 0.0)]
+    sync_fraction: f64,
     /// HRRW model of the spc1 workload: generator (the public SPC-1
     /// generator's walk), reference (the reference doc's description),
     /// shared-grid.
@@ -379,6 +394,37 @@ fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
     Ok(())
 }
 
+/// The issuers and sync tags of `--issuers`, `--critical-issuers`, `--sync-fraction`.
+fn issuer_mix(o: &OneRun) -> IssuerMix {
+    IssuerMix {
+        issuers: o.issuers,
+        critical_issuers: o.critical_issuers,
+        sync_fraction: o.sync_fraction,
+    }
+}
+
+/// Admission's effect: writes cached, and critical writes' response times
+/// beside the others' (printed when requests carry issuers).
+fn print_admission(o: &OneRun, r: &SimReport) {
+    if o.issuers == 0 {
+        return;
+    }
+    let s = &r.stats;
+    println!(
+        "admission           {}: {} of {} writes cached ({} bypassed)",
+        o.admission,
+        s.writes - s.write_bypasses,
+        s.writes,
+        s.write_bypasses
+    );
+    for (name, c) in [("critical", &r.critical_writes), ("other", &r.other_writes)] {
+        println!(
+            "{name:<8} writes      {} (ms: mean {:.3}, p50 {:.3}, p99 {:.3}, p99.9 {:.3})",
+            c.writes, c.mean_ms, c.p50_ms, c.p99_ms, c.p999_ms
+        );
+    }
+}
+
 fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     let o = &args.one;
     let hrrw = HrrwModel::from_name(&o.hrrw).ok_or_else(|| {
@@ -417,6 +463,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         },
         replacement: o.replacement.clone(),
         admission: o.admission.clone(),
+        critical_volumes: o.critical_volumes.clone(),
         sequential_cutoff_bytes: o.sequential_cutoff,
         staleness: StalenessConfig {
             max_dirty_age_ns: o.max_dirty_age,
@@ -441,12 +488,20 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         },
         None => Loop::Closed { outstanding },
     };
+    if o.workload != "random" && issuer_mix(o) != IssuerMix::default() {
+        return Err(format!(
+            "--issuers, --critical-issuers, --sync-fraction apply to --workload random only, not {}",
+            o.workload
+        )
+        .into());
+    }
     let mut workload_label = o.workload.clone();
     let spec = match o.workload.as_str() {
         "random" => {
             let mut c = RandomConfig::writes_closed(footprint, outstanding);
             c.arrivals = arrivals;
             c.read_fraction = o.read_fraction;
+            c.issuers = issuer_mix(o);
             WorkloadSpec::Random(c)
         }
         "spc1" => {
@@ -485,6 +540,9 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     };
     let workload = spec.build(o.seed)?;
     let mut sim = Simulation::new(engine, cache, backing, workload, args.check)?;
+    for issuer in issuer_mix(o).critical() {
+        sim.set_critical_issuer(issuer)?;
+    }
     if args.faults.is_some() || args.crash_at.is_some() {
         sim = sim.with_faults(faults, o.seed, args.crash_at)?;
     }
@@ -544,6 +602,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     );
     println!("stalls              {}", r.stats.stalls);
     println!("bypasses            {}", r.stats.write_bypasses);
+    print_admission(o, &r);
     if r.order_checks > 0 {
         println!(
             "point-in-time       the backing alone was consistent at all {} crashes checked (every crash under write-back-ordered; with pit, those that lost the cache)",

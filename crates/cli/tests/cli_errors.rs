@@ -580,3 +580,48 @@ fn ordered_write_back_reports_the_point_in_time_check() {
         "{out}"
     );
 }
+
+#[test]
+fn admission_options_name_what_is_wrong() {
+    let sim = [
+        "sim",
+        "--backend",
+        "hdd",
+        "--footprint",
+        "16M",
+        "--requests",
+        "200",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> {
+        sim.iter().chain(extra).copied().collect()
+    };
+    // An unknown policy lists the registry's names.
+    fails_naming(&with(&["--admission", "cpx"]), "cp-pi");
+    fails_naming(
+        &with(&["--issuers", "2", "--critical-issuers", "3"]),
+        "critical issuers (3) exceed the issuers (2)",
+    );
+    fails_naming(&with(&["--sync-fraction", "0.5"]), "needs issuers");
+    fails_naming(
+        &with(&["--workload", "spc1", "--issuers", "4"]),
+        "--workload random only, not spc1",
+    );
+    // A valid run prints the admission lines: cp caches only critical sync writes.
+    let out = succeeds(&with(&[
+        "--admission",
+        "cp",
+        "--issuers",
+        "4",
+        "--critical-issuers",
+        "1",
+        "--sync-fraction",
+        "1",
+        "--warmup",
+        "0",
+    ]));
+    assert!(out.contains("admission           cp: "), "{out}");
+    assert!(out.contains("critical writes"), "{out}");
+    // The volume policy admits the writes of volumes named critical.
+    let out = succeeds(&with(&["--admission", "volume", "--critical-volumes", "0"]));
+    assert!(out.contains("bypasses            0"), "{out}");
+}

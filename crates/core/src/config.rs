@@ -24,6 +24,9 @@ pub struct EngineConfig {
     pub write_policy: WritePolicyKind,
     /// Admission policy by name (`policy::admission::ADMISSIONS`).
     pub admission: String,
+    /// Volumes (by id, in `add_volume` order) whose writes the VOLUME
+    /// admission policy admits; `Engine::set_critical_volume` changes them online.
+    pub critical_volumes: Vec<u16>,
     /// Writes continuing a sequential stream of at least this many bytes
     /// bypass the cache (0: no cutoff).
     pub sequential_cutoff_bytes: u64,
@@ -56,6 +59,7 @@ impl Default for EngineConfig {
             cache_slots: 65536,
             write_policy: WritePolicyKind::WriteBack,
             admission: "all".into(),
+            critical_volumes: Vec::new(),
             sequential_cutoff_bytes: 0,
             destage_order: "wow".into(),
             destage_rate: "adaptive".into(),

@@ -15,4 +15,6 @@ pub mod types;
 
 pub use command::*;
 pub use config::{ConfigError, EngineConfig, WritePolicyKind};
-pub use engine::{ChangeError, Engine, EngineError, RecoveredSlot, RecoveryError, Stats};
+pub use engine::{
+    ChangeError, CriticalityError, Engine, EngineError, RecoveredSlot, RecoveryError, Stats,
+};

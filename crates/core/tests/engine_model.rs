@@ -127,7 +127,7 @@ impl Harness {
         }
     }
 
-    fn submit(&mut self, vol: usize, kind: RequestKind, off: usize, len: usize, fua: bool) {
+    fn submit(&mut self, vol: usize, kind: RequestKind, off: usize, len: usize, tags: u8) {
         let id = self.next_id;
         self.next_id += 1;
         self.ticks += 1;
@@ -138,10 +138,7 @@ impl Harness {
             kind,
             offset_bytes: off as u64,
             len_bytes: len as u64,
-            flags: RequestFlags {
-                fua,
-                ..Default::default()
-            },
+            flags: flags_of(tags),
         };
         match kind {
             RequestKind::Write | RequestKind::WriteZeroes => {
@@ -322,6 +319,23 @@ impl Harness {
     /// engine restarts from the slot records recovery trusts, and bytes of
     /// requests in flight may hold the old or the new value — but must then
     /// stay put.
+    /// Change an issuer's criticality: set or clear its hint, or start
+    /// (even issuers) or end (odd ones, when one is in force) an inheritance.
+    fn critical(&mut self, issuer: u32, on: Option<bool>) {
+        let e = &mut self.engine;
+        match on {
+            Some(on) => {
+                e.set_critical_issuer(issuer, on).unwrap();
+            }
+            None if e.issuer_criticality(issuer).1 && issuer % 2 == 1 => {
+                e.end_inherited_criticality(issuer).unwrap();
+            }
+            None => {
+                e.inherit_criticality(issuer).unwrap();
+            }
+        }
+    }
+
     fn crash(&mut self) {
         if !self.config.persistent {
             return;
@@ -397,7 +411,8 @@ impl Harness {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write(usize, usize, usize, bool),
+    /// Volume, offset, length, tags (`flags_of`).
+    Write(usize, usize, usize, u8),
     Zero(usize, usize, usize),
     Read(usize, usize, usize),
     Trim(usize, usize, usize),
@@ -405,13 +420,27 @@ enum Op {
     CompleteMany(usize),
     Tick,
     Crash,
+    /// Set (true) or clear an issuer's criticality hint, or (None) start
+    /// or end one inheritance of it.
+    Critical(u32, Option<bool>),
+}
+
+/// Request tags from one random byte: FUA, sync, critical, and an issuer
+/// of 0..4 (0: untagged), for the request-oriented admission policies.
+fn flags_of(tags: u8) -> RequestFlags {
+    RequestFlags {
+        fua: tags & 1 != 0,
+        sync: tags & 2 != 0,
+        critical: tags & 0x30 == 0x30,
+        issuer: ((tags >> 2) & 3) as u32,
+    }
 }
 
 fn op(vol_size: usize) -> impl Strategy<Value = Op> {
     let range = (0..2usize, 0..vol_size, 1..9000usize)
         .prop_map(move |(v, o, l)| (v, o, l.min(vol_size - o)));
     prop_oneof![
-        6 => (range.clone(), any::<bool>()).prop_map(|((v, o, l), f)| Op::Write(v, o, l, f)),
+        6 => (range.clone(), any::<u8>()).prop_map(|((v, o, l), f)| Op::Write(v, o, l, f)),
         1 => range.clone().prop_map(|(v, o, l)| Op::Zero(v, o, l)),
         4 => range.clone().prop_map(|(v, o, l)| Op::Read(v, o, l)),
         1 => range.prop_map(|(v, o, l)| Op::Trim(v, o, l)),
@@ -419,6 +448,8 @@ fn op(vol_size: usize) -> impl Strategy<Value = Op> {
         2 => (1..20usize).prop_map(Op::CompleteMany),
         1 => Just(Op::Tick),
         1 => Just(Op::Crash),
+        1 => (1..4u32, prop_oneof![Just(Some(true)), Just(Some(false)), Just(None)])
+            .prop_map(|(i, on)| Op::Critical(i, on)),
     ]
 }
 
@@ -441,7 +472,19 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
         any::<bool>(),
         // Sequential cutoff in pages (0: none): bypassed writes must never
         // let an older cached version come back over them.
-        prop_oneof![3 => Just(0u64), 1 => Just(1u64), 1 => Just(3u64), 1 => Just(8u64)],
+        // Admission (request-oriented policies bypass by tags, issuers and
+        // volumes) and whether volume 1 is critical, with the cutoff.
+        (
+            prop_oneof![3 => Just(0u64), 1 => Just(1u64), 1 => Just(3u64), 1 => Just(8u64)],
+            prop_oneof![
+                3 => Just("all"),
+                1 => Just("sync"),
+                1 => Just("volume"),
+                1 => Just("cp"),
+                1 => Just("cp-pi")
+            ],
+            any::<bool>(),
+        ),
         // Staleness bounds (maximum dirty age, idle destages): groups
         // destaged out of the order's turn must keep every rule above.
         prop_oneof![
@@ -463,12 +506,13 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                 read_insert,
                 rate,
                 persistent,
-                cutoff_pages,
+                (cutoff_pages, admission, volume_1_critical),
                 (max_dirty_age_ns, idle_destages),
             )| {
                 // Ordered write-back admits every write (its config says why).
                 let ordered = wp == WritePolicyKind::OrderedWriteBack;
                 let cutoff_pages = if ordered { 0 } else { cutoff_pages };
+                let admission = if ordered { "all" } else { admission };
                 EngineConfig {
                     staleness: StalenessConfig {
                         max_dirty_age_ns,
@@ -476,6 +520,8 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                         idle_destages,
                     },
                     sequential_cutoff_bytes: cutoff_pages * page,
+                    admission: admission.into(),
+                    critical_volumes: if volume_1_critical { vec![1] } else { vec![] },
                     persistent,
                     page_size_bytes: page,
                     group_size_bytes: page * group_pages,
@@ -504,28 +550,29 @@ fn run_counting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u6
     let slot_bytes = (config.cache_slots * config.page_size_bytes) as usize;
     for op in ops {
         match op {
-            Op::Write(v, o, l, fua) => {
+            Op::Write(v, o, l, tags) => {
                 let o = o.min(sizes[v] - 1);
                 let l = l.min(sizes[v] - o).min(slot_bytes / 2);
-                h.submit(v, RequestKind::Write, o, l, fua)
+                h.submit(v, RequestKind::Write, o, l, tags)
             }
             Op::Zero(v, o, l) => {
                 let o = o.min(sizes[v] - 1);
                 let l = l.min(sizes[v] - o).min(slot_bytes / 2);
-                h.submit(v, RequestKind::WriteZeroes, o, l, false)
+                h.submit(v, RequestKind::WriteZeroes, o, l, 0)
             }
             Op::Read(v, o, l) => {
                 let o = o.min(sizes[v] - 1);
-                h.submit(v, RequestKind::Read, o, l.min(sizes[v] - o), false)
+                h.submit(v, RequestKind::Read, o, l.min(sizes[v] - o), 0)
             }
             Op::Trim(v, o, l) => {
                 let o = o.min(sizes[v] - 1);
-                h.submit(v, RequestKind::Trim, o, l.min(sizes[v] - o), false)
+                h.submit(v, RequestKind::Trim, o, l.min(sizes[v] - o), 0)
             }
             Op::Complete(k) => h.complete(k),
             Op::CompleteMany(n) => (0..n).for_each(|k| h.complete(k * 7919)),
             Op::Tick => h.tick(),
             Op::Crash => h.crash(),
+            Op::Critical(issuer, on) => h.critical(issuer, on),
         }
     }
     if fail_every == 0 {
@@ -590,7 +637,7 @@ fn scripted_ops(
 fn a_long_mixed_run_checks_many_bytes() {
     // A fixed, long sequence so that a run that checks nothing cannot pass.
     let ops = scripted_ops(0x1234_5678, 3000, 10, |r, (v, o, l), next| match r {
-        0..=3 => Op::Write(v, o, l, false),
+        0..=3 => Op::Write(v, o, l, 0),
         4..=6 => Op::Read(v, o, l),
         7 => Op::Trim(v, o, l),
         _ => Op::CompleteMany(1 + (next() % 8) as usize),
@@ -608,7 +655,7 @@ fn a_long_mixed_run_checks_many_bytes() {
 #[test]
 fn a_long_run_with_crashes_loses_no_acknowledged_write() {
     let ops = scripted_ops(0x0bad_cafe, 4000, 40, |r, (v, o, l), next| match r {
-        0..=14 => Op::Write(v, o, l, false),
+        0..=14 => Op::Write(v, o, l, 0),
         15..=24 => Op::Read(v, o, l),
         25 => Op::Trim(v, o, l),
         26 => Op::Crash,
@@ -653,13 +700,13 @@ fn write_around_bypass_is_not_undone_by_an_unfreed_older_record() {
         ..EngineConfig::default()
     };
     let mut h = Harness::new(config, &[1 << 20], 0);
-    h.submit(0, RequestKind::Read, 0, 4096, false);
+    h.submit(0, RequestKind::Read, 0, 4096, 0);
     h.complete(0); // the backing read: the insert into the cache starts
-    h.submit(0, RequestKind::Write, 0, 4096, false); // through the cache
+    h.submit(0, RequestKind::Write, 0, 4096, 0); // through the cache
     while !h.pending.is_empty() {
         h.complete(0);
     }
-    h.submit(0, RequestKind::Write, 0, 4096, false); // bypasses the cache
+    h.submit(0, RequestKind::Write, 0, 4096, 0); // bypasses the cache
     while !h.pending.is_empty() {
         h.complete(0);
     }
@@ -668,7 +715,7 @@ fn write_around_bypass_is_not_undone_by_an_unfreed_older_record() {
         "the through-the-cache version's record is still on the device"
     );
     h.crash();
-    h.submit(0, RequestKind::Read, 0, 4096, false);
+    h.submit(0, RequestKind::Read, 0, 4096, 0);
     h.settle();
     assert!(h.checked_bytes >= 4096, "the read was checked");
 }

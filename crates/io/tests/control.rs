@@ -1,8 +1,9 @@
 //! The control socket against a real cache: every command answered; online
 //! policy changes seen by `status`; leaving write-back drains first; an
 //! online flush streams progress while requests are served, and a second
-//! one meanwhile is refused; the reserved commands say they are not
-//! supported; malformed input (bad JSON, wrong
+//! one meanwhile is refused; the reserved command says it is not
+//! supported; `critical-issuer` sets and clears an issuer's hint in the
+//! engine and refuses bad issuers by name; malformed input (bad JSON, wrong
 //! types, unknown commands, lines over 64 KiB, connections cut mid-line,
 //! random bytes for a few seconds) gets an error line and never brings the
 //! server down; the socket is owner-only and another uid is refused.
@@ -171,12 +172,10 @@ fn every_command_is_answered_and_policies_change_online() {
     let mut flush = cmd("flush");
     flush.export = Some("nope".into());
     assert_eq!(code_of(call(&path, &flush).expect_err("export")), "refused");
-    for reserved in ["consistency-point", "critical-issuer"] {
-        assert_eq!(
-            code_of(call(&path, &cmd(reserved)).expect_err(reserved)),
-            "not-supported"
-        );
-    }
+    assert_eq!(
+        code_of(call(&path, &cmd("consistency-point")).expect_err("reserved")),
+        "not-supported"
+    );
     server.stop();
     assert!(!path.exists(), "the socket is removed at stop");
     cache.close().expect("close");
@@ -404,6 +403,70 @@ fn the_socket_is_owner_only_and_other_users_are_refused() {
         assert!(answer.contains("permission-denied"), "{answer}");
         assert!(!answer.contains("\"ok\":true"), "{answer}");
     }
+    server.stop();
+    cache.close().expect("close");
+}
+
+fn critical_issuer(issuer: Option<u32>, critical: Option<bool>) -> Request {
+    let mut r = Request::new("critical-issuer");
+    r.issuer = issuer;
+    r.critical = critical;
+    r
+}
+
+fn critical_issuers_gauge(path: &Path) -> u64 {
+    let stats = call(path, &cmd("stats")).expect("stats");
+    let engine = stats["engine"].as_array().expect("engine metrics");
+    let m = engine.iter().find(|m| m["name"] == "critical_issuers");
+    m.expect("critical_issuers reported")["value"]
+        .as_u64()
+        .expect("a count")
+}
+
+#[test]
+fn critical_issuer_sets_and_clears_the_hint_in_the_engine() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backing = dir.path().join("backing.img").display().to_string();
+    let cache = open(dir.path(), &backing);
+    let server = control(dir.path(), &cache);
+    let path = server.path().to_path_buf();
+    call(&path, &set("admission", "cp")).expect("set admission");
+    assert_eq!(critical_issuers_gauge(&path), 0);
+
+    let on = call(&path, &critical_issuer(Some(7), Some(true))).expect("set");
+    assert_eq!(on["issuer"], 7);
+    assert_eq!(on["critical"], true);
+    assert_eq!(on["was"], false);
+    assert_eq!(on["admission"], "cp");
+    assert_eq!(critical_issuers_gauge(&path), 1);
+    let again = call(&path, &critical_issuer(Some(7), Some(true))).expect("again");
+    assert_eq!(again["was"], true);
+    let off = call(&path, &critical_issuer(Some(7), Some(false))).expect("clear");
+    assert_eq!(off["was"], true);
+    assert_eq!(critical_issuers_gauge(&path), 0);
+
+    // Bad input: each error names what is wrong.
+    let err = call(&path, &critical_issuer(Some(0), Some(true))).expect_err("issuer 0");
+    match err {
+        ClientError::Remote { code, message } => {
+            assert_eq!(code, "refused");
+            assert!(message.contains("issuer 0"), "{message}");
+        }
+        other => panic!("expected an error answer, got {other}"),
+    }
+    for (request, field) in [
+        (critical_issuer(None, Some(true)), "issuer"),
+        (critical_issuer(Some(3), None), "critical"),
+    ] {
+        match call(&path, &request).expect_err(field) {
+            ClientError::Remote { code, message } => {
+                assert_eq!(code, "bad-request");
+                assert!(message.contains(field), "{message}");
+            }
+            other => panic!("expected an error answer, got {other}"),
+        }
+    }
+    assert_eq!(critical_issuers_gauge(&path), 0);
     server.stop();
     cache.close().expect("close");
 }

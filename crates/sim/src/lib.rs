@@ -6,6 +6,7 @@ pub mod consistency_grid;
 pub mod crash_case;
 pub mod experiment;
 pub mod faults;
+pub mod latency;
 pub mod order_check;
 pub mod run;
 pub mod workload;

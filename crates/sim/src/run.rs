@@ -4,6 +4,7 @@
 
 use crate::checker::{DataModel, IntegrityError, SECTOR_BYTES};
 use crate::faults::{FaultCounts, FaultPlan, Faults, OpClass, OpFate};
+use crate::latency::{ClassLatency, WriteClasses};
 use crate::order_check::OrderError;
 use crate::workload::{IoRequest, ReqKind, Workload, WorkloadError, WorkloadStats};
 use rustc_hash::FxHashMap as HashMap;
@@ -136,6 +137,10 @@ pub struct SimReport {
     /// Crashes whose backing passed the point-in-time check (`--faults pit`,
     /// always under write-back-ordered).
     pub order_checks: u64,
+    /// Writes a request waits on (sync writes of critical issuers) and the
+    /// other writes, apart (`latency`).
+    pub critical_writes: ClassLatency,
+    pub other_writes: ClassLatency,
 }
 
 #[derive(Clone, Copy)]
@@ -172,7 +177,10 @@ pub struct Simulation {
     commands: HashMap<u64, (IoCommand, Pending)>,
     dev_ops: HashMap<u64, (u64, OpFate)>, // device op id -> (engine io id, fate)
     next_op: u64,
-    arrivals: HashMap<u64, (Nanos, bool)>,
+    /// Arrival time and class of each request in flight.
+    arrivals: HashMap<u64, (Nanos, Class)>,
+    /// Issuers hinted critical (`set_critical_issuer`), hinted again after a crash.
+    critical_issuers: Vec<u32>,
     backlog: Vec<Request>,
     first_rejection: Option<String>,
     data: Option<DataModel>,
@@ -240,6 +248,7 @@ impl Simulation {
             dev_ops: HashMap::default(),
             next_op: 0,
             arrivals: HashMap::default(),
+            critical_issuers: Vec::new(),
             backlog: Vec::new(),
             first_rejection: None,
             data: check_data.then(|| DataModel::new(page_bytes, cache_slots, &volume_sizes_bytes)),
@@ -250,6 +259,25 @@ impl Simulation {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Hint `issuer` critical for the whole run (kept across crashes).
+    pub fn set_critical_issuer(&mut self, issuer: u32) -> Result<(), CriticalityError> {
+        self.engine.set_critical_issuer(issuer, true)?;
+        if !self.critical_issuers.contains(&issuer) {
+            self.critical_issuers.push(issuer);
+        }
+        Ok(())
+    }
+
+    /// How a request is measured: a read, or a write (critical or not).
+    fn class_of(&self, r: &IoRequest) -> Class {
+        match r.kind {
+            ReqKind::Read => Class::Read,
+            ReqKind::Write => Class::Write {
+                critical: r.sync && self.engine.issuer_criticality(r.issuer).0,
+            },
+        }
     }
 
     /// Inject the faults of `plan` (draws seeded by `plan.seed`, else
@@ -526,6 +554,11 @@ impl Simulation {
         self.dev_ops.clear();
         self.delayed.clear();
         self.engine = Engine::recover(self.config.clone(), &self.volume_sizes_bytes, found)?;
+        for &issuer in &self.critical_issuers {
+            self.engine
+                .set_critical_issuer(issuer, true)
+                .expect("accepted before the crash");
+        }
         if self.draining {
             self.engine.start_drain();
         }
@@ -576,11 +609,11 @@ impl Simulation {
                 if let Some(d) = &mut self.data {
                     d.respond(r.id.0, r.result.is_ok())?;
                 }
-                if let Some((arrived, is_read)) = self.arrivals.remove(&r.id.0) {
+                if let Some((arrived, class)) = self.arrivals.remove(&r.id.0) {
                     measure.completed(
                         self.now,
                         self.now - arrived,
-                        is_read,
+                        class,
                         self.engine.dirty_pages(),
                         self.engine.dirty_age_ns(self.now),
                     );
@@ -621,8 +654,8 @@ impl Simulation {
                         break;
                     };
                     let req = self.to_request(&r);
-                    self.arrivals
-                        .insert(r.id, (self.now, r.kind == ReqKind::Read));
+                    let class = self.class_of(&r);
+                    self.arrivals.insert(r.id, (self.now, class));
                     if !self.submit(req)? && self.backlog.last().map(|b| b.id) != Some(req.id) {
                         rejected += 1;
                         self.arrivals.remove(&r.id);
@@ -748,12 +781,22 @@ impl Simulation {
             faults: self.faults.as_ref().map(|f| f.counts).unwrap_or_default(),
             backing_sectors_checked,
             order_checks: self.data.as_ref().map_or(0, DataModel::order_checks),
+            critical_writes: m.classes.report().0,
+            other_writes: m.classes.report().1,
         })
     }
 }
 
+/// What a completed request was, for the measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    Read,
+    Write { critical: bool },
+}
+
 /// Counts completions, first through the warm-up, then in the window.
 struct Measure {
+    classes: WriteClasses,
     warmup_requests: u64,
     warmup_ns: u64,
     warm_count: u64,
@@ -770,6 +813,7 @@ struct Measure {
 impl Measure {
     fn new(warmup_requests: u64, warmup_ns: u64) -> Measure {
         Measure {
+            classes: WriteClasses::new(),
             warmup_requests,
             warmup_ns,
             warm_count: 0,
@@ -790,7 +834,7 @@ impl Measure {
         &mut self,
         now: Nanos,
         latency: Nanos,
-        is_read: bool,
+        class: Class,
         dirty_pages: u64,
         dirty_age_ns: u64,
     ) {
@@ -808,9 +852,12 @@ impl Measure {
         self.all_ns += latency.0 as u128;
         self.occupancy_sum += dirty_pages as u128;
         self.dirty_age_ns_max = self.dirty_age_ns_max.max(dirty_age_ns);
-        if is_read {
-            self.reads += 1;
-            self.read_ns += latency.0 as u128;
+        match class {
+            Class::Read => {
+                self.reads += 1;
+                self.read_ns += latency.0 as u128;
+            }
+            Class::Write { critical } => self.classes.record(critical, latency),
         }
     }
     fn stop(&mut self, now: Nanos) {

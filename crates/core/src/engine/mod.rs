@@ -23,6 +23,7 @@ mod stats;
 mod timers;
 
 pub use change::ChangeError;
+pub use criticality::{CriticalityError, ISSUERS_MAX, ISSUER_UNTAGGED};
 pub use stats::Stats;
 
 use crate::command::*;
@@ -63,6 +64,7 @@ macro_rules! view {
 // After `view!`, which they use.
 mod change;
 mod completion;
+mod criticality;
 mod destage;
 mod ordered;
 mod read;
@@ -133,6 +135,8 @@ pub enum EngineError {
 
 struct Volume {
     size_bytes: u64,
+    /// The VOLUME admission policy admits its writes.
+    critical: bool,
 }
 
 /// A request in flight.
@@ -234,6 +238,8 @@ pub struct Engine {
     /// Groups in the destage order's candidate set (flag `E_CANDIDATE`).
     candidates: usize,
     admission: Box<dyn Admission>,
+    /// Critical issuers (hinted, inherited) for the admission policies.
+    issuers: criticality::Issuers,
     write_policy: Box<dyn WritePolicy>,
     order: Box<dyn DestageOrder>,
     rate: Box<dyn DestageRate>,
@@ -316,6 +322,7 @@ impl Engine {
             geometry,
             volumes: Vec::new(),
             admission,
+            issuers: criticality::Issuers::default(),
             write_policy,
             order,
             rate,
@@ -453,8 +460,13 @@ impl Engine {
         if self.volumes.len() >= VOLUMES_MAX {
             return Err(EngineError::TooManyVolumes);
         }
-        self.volumes.push(Volume { size_bytes });
-        Ok(VolumeId((self.volumes.len() - 1) as u16))
+        let id = VolumeId(self.volumes.len() as u16);
+        let critical = self.config.critical_volumes.contains(&id.0);
+        self.volumes.push(Volume {
+            size_bytes,
+            critical,
+        });
+        Ok(id)
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -584,6 +596,11 @@ impl Engine {
                 self.dirty_age_ns(now) / 1_000_000,
             ),
             (
+                "critical_issuers",
+                "Issuers critical by a hint or an inheritance.",
+                self.issuers.len() as u64,
+            ),
+            (
                 "metadata_bytes",
                 "Heap bytes of engine metadata.",
                 self.metadata_bytes() as u64,
@@ -604,6 +621,7 @@ impl Engine {
             + self.order.metadata_bytes()
             + self.replacement.metadata_bytes()
             + self.admission.metadata_bytes()
+            + self.issuers.metadata_bytes()
             + self.write_filter.capacity() * 8
             + (self.backing_writes_in_flight.capacity() + self.bypasses_in_flight.capacity()) * 4
             + self.reqs.capacity() * std::mem::size_of::<Option<Req>>()

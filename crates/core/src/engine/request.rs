@@ -41,12 +41,7 @@ impl Engine {
         match req.kind {
             RequestKind::Read => self.admit_read(ri),
             RequestKind::Write | RequestKind::WriteZeroes => {
-                let write = WriteInfo {
-                    volume: req.volume,
-                    offset_bytes: req.offset_bytes,
-                    len_bytes: req.len_bytes,
-                    flags: req.flags,
-                };
+                let write = self.write_info(&req);
                 self.req_mut(ri).bypass = self.admission.admit_write(&write) == Admit::Bypass;
                 let route = if self.stalled.is_empty() {
                     self.route_if_room(ri)

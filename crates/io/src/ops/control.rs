@@ -309,7 +309,15 @@ fn answer(command: Command, operator: &Operator, stop: &AtomicBool, w: &mut Unix
         Command::ConsistencyPoint => {
             Response::from(&ProtocolError::NotSupported("consistency-point"))
         }
-        Command::CriticalIssuer => Response::from(&ProtocolError::NotSupported("critical-issuer")),
+        Command::CriticalIssuer { issuer, critical } => {
+            match operator.set_critical_issuer(issuer, critical) {
+                Ok(done) => {
+                    tracing::info!("critical-issuer {issuer}: {} -> {critical}", done.was);
+                    Response::ok(done)
+                }
+                Err(e) => op_error(&e),
+            }
+        }
     };
     !gone && send(w, &response)
 }

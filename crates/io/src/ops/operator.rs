@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use wcache_core::policy::admission::ADMISSIONS;
 use wcache_core::policy::destage_order::DESTAGE_ORDERS;
 use wcache_core::policy::destage_rate::DESTAGE_RATES;
-use wcache_core::{ChangeError, WritePolicyKind};
+use wcache_core::{ChangeError, CriticalityError, WritePolicyKind};
 
 use crate::cache::{drain_driver, CacheError};
 use crate::driver::Driver;
@@ -58,6 +58,8 @@ pub enum OpError {
     },
     #[error(transparent)]
     Cache(#[from] CacheError),
+    #[error(transparent)]
+    Criticality(#[from] CriticalityError),
 }
 
 /// One volume as the operator sees it.
@@ -125,6 +127,17 @@ pub struct SetDone {
     pub key: String,
     pub old: String,
     pub new: String,
+}
+
+/// What `critical-issuer` changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CriticalIssuerDone {
+    pub issuer: u32,
+    pub critical: bool,
+    /// Its hint before.
+    pub was: bool,
+    /// The admission policy in force (only `cp` and `cp-pi` read the hint).
+    pub admission: String,
 }
 
 /// A handle on a running cache for operations; cheap to clone.
@@ -324,6 +337,23 @@ impl Operator {
                 key: key.to_string(),
             }),
         }
+    }
+
+    /// Sets or clears the criticality hint of `issuer` (the paper's hint;
+    /// it lasts until cleared or the server stops).
+    pub fn set_critical_issuer(
+        &self,
+        issuer: u32,
+        critical: bool,
+    ) -> Result<CriticalIssuerDone, OpError> {
+        let driver = &self.inner.driver;
+        let was = driver.change_engine(|e| e.set_critical_issuer(issuer, critical))?;
+        Ok(CriticalIssuerDone {
+            issuer,
+            critical,
+            was,
+            admission: driver.policy_names()[1].to_string(),
+        })
     }
 
     fn set_write_policy(

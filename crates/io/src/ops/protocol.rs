@@ -26,6 +26,12 @@ pub struct Request {
     /// `flush`: give up after this many seconds without progress (default 60).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_timeout_s: Option<u64>,
+    /// `critical-issuer`: the issuer (the `issuer` tag of its requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<u32>,
+    /// `critical-issuer`: set (true) or clear (false) its criticality hint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub critical: Option<bool>,
 }
 
 impl Request {
@@ -60,8 +66,11 @@ pub enum Command {
     },
     /// Reserved for the write-policy issue (application consistency points).
     ConsistencyPoint,
-    /// Reserved for the admission issue (critical issuers).
-    CriticalIssuer,
+    /// Set or clear the criticality hint of an issuer (request-oriented admission).
+    CriticalIssuer {
+        issuer: u32,
+        critical: bool,
+    },
 }
 
 /// Every command name, for error messages.
@@ -130,7 +139,16 @@ pub fn parse_request(line: &[u8]) -> Result<Command, ProtocolError> {
             value: need(request.value, "set", "value")?,
         },
         "consistency-point" => Command::ConsistencyPoint,
-        "critical-issuer" => Command::CriticalIssuer,
+        "critical-issuer" => Command::CriticalIssuer {
+            issuer: request.issuer.ok_or(ProtocolError::Missing {
+                cmd: "critical-issuer",
+                field: "issuer",
+            })?,
+            critical: request.critical.ok_or(ProtocolError::Missing {
+                cmd: "critical-issuer",
+                field: "critical",
+            })?,
+        },
         other => return Err(ProtocolError::UnknownCommand(other.to_string())),
     })
 }
@@ -228,7 +246,14 @@ mod tests {
                 value: "lrw".into()
             })
         );
-        let cases: [(&[u8], &str); 7] = [
+        assert_eq!(
+            parse_request(br#"{"v":1,"cmd":"critical-issuer","issuer":7,"critical":true}"#),
+            Ok(Command::CriticalIssuer {
+                issuer: 7,
+                critical: true
+            })
+        );
+        let cases: [(&[u8], &str); 9] = [
             (b"", "bad-request"),
             (b"{", "bad-request"),
             (br#"{"v":"1","cmd":"status"}"#, "bad-request"),
@@ -236,6 +261,14 @@ mod tests {
             (br#"{"v":2,"cmd":"status"}"#, "unsupported-version"),
             (br#"{"v":1,"cmd":"reboot"}"#, "unknown-command"),
             (br#"{"v":1,"cmd":"set","key":"order"}"#, "bad-request"),
+            (
+                br#"{"v":1,"cmd":"critical-issuer","issuer":-1,"critical":true}"#,
+                "bad-request",
+            ),
+            (
+                br#"{"v":1,"cmd":"critical-issuer","critical":true}"#,
+                "bad-request",
+            ),
         ];
         for (line, code) in cases {
             let e = parse_request(line).expect_err("refused");

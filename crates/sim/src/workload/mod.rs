@@ -8,12 +8,14 @@
 use wcache_core::time::Nanos;
 
 mod gate;
+pub mod issuers;
 pub mod random;
 pub mod spc1;
 pub mod spec;
 pub mod trace;
 
 pub use gate::OUTSTANDING_MAX_DEFAULT;
+pub use issuers::IssuerMix;
 pub use random::{RandomConfig, RandomWorkload};
 pub use spc1::{HrrwModel, Spc1Config, Spc1Layout, Spc1Stream, Spc1Workload};
 pub use spec::{WorkloadSpec, WORKLOAD_NAMES};

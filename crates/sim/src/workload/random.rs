@@ -11,7 +11,7 @@ use wcache_core::time::Nanos;
 
 use super::gate::{Gate, Pacing};
 use super::{
-    IoRequest, Loop, ReqKind, Stop, Workload, WorkloadError, WorkloadStats, BLOCK_BYTES,
+    IoRequest, IssuerMix, Loop, ReqKind, Stop, Workload, WorkloadError, WorkloadStats, BLOCK_BYTES,
     OUTSTANDING_MAX_DEFAULT,
 };
 
@@ -25,6 +25,8 @@ pub struct RandomConfig {
     pub stop: Stop,
     /// Mark writes `sync` (the generator itself carries no criticality).
     pub sync_writes: bool,
+    /// Issuers and sync tags (none by default: issuer 0, `sync_writes`).
+    pub issuers: IssuerMix,
 }
 
 impl RandomConfig {
@@ -36,6 +38,7 @@ impl RandomConfig {
             arrivals: Loop::Closed { outstanding },
             stop: Stop::default(),
             sync_writes: false,
+            issuers: IssuerMix::default(),
         }
     }
 
@@ -50,6 +53,7 @@ impl RandomConfig {
             },
             stop: Stop::default(),
             sync_writes: false,
+            issuers: IssuerMix::default(),
         }
     }
 }
@@ -138,6 +142,7 @@ impl RandomWorkload {
                 config.read_fraction
             )));
         }
+        config.issuers.validate()?;
         let (pacing, exp) = loop_pacing(config.arrivals)?;
         let mut rng = SmallRng::seed_from_u64(seed);
         let clock = exp.map(|exp| PoissonClock::start(exp, &mut rng));
@@ -178,6 +183,12 @@ impl Workload for RandomWorkload {
         if let Some(clock) = &mut self.clock {
             clock.advance(&mut self.rng);
         }
+        let is_write = kind == ReqKind::Write;
+        let (issuer, sync) = self
+            .config
+            .issuers
+            .draw(&mut self.rng, is_write)
+            .unwrap_or((0, self.config.sync_writes && is_write));
         let id = self.next_id;
         self.next_id += 1;
         Some(IoRequest {
@@ -186,8 +197,8 @@ impl Workload for RandomWorkload {
             kind,
             offset_bytes: block * BLOCK_BYTES,
             len_bytes: BLOCK_BYTES,
-            sync: self.config.sync_writes && kind == ReqKind::Write,
-            issuer: 0,
+            sync,
+            issuer,
         })
     }
 

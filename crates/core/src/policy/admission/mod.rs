@@ -12,10 +12,18 @@
 //! of them (`build_admission`).
 
 mod all;
+mod cp;
+mod cp_pi;
 mod sequential_cutoff;
+mod sync;
+mod volume;
 
 pub use all::All;
+pub use cp::Cp;
+pub use cp_pi::CpPi;
 pub use sequential_cutoff::SequentialCutoff;
+pub use sync::Sync;
+pub use volume::Volume;
 
 pub use super::registry::UnknownPolicy;
 use super::registry::{Entry, Registry};
@@ -30,6 +38,19 @@ pub struct WriteInfo {
     pub offset_bytes: u64,
     pub len_bytes: u64,
     pub flags: RequestFlags,
+    /// The volume is marked critical (config `critical_volumes`, or online).
+    pub volume_critical: bool,
+    /// The issuer is critical by a hint (`Engine::set_critical_issuer`).
+    pub issuer_hinted: bool,
+    /// The issuer is critical by inheritance (a cause still in force).
+    pub issuer_inherited: bool,
+}
+
+impl WriteInfo {
+    /// The application waits for this write: sync, or force unit access.
+    pub fn is_sync(&self) -> bool {
+        self.flags.sync || self.flags.fua
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,12 +76,38 @@ pub trait Admission: Send {
 /// The admission policies; a new one adds its file and its line here.
 pub static ADMISSIONS: Registry<dyn Admission, ()> = Registry {
     family: "admission policy",
-    entries: &[Entry {
-        name: "all",
-        aliases: &[],
-        help: "admit every write",
-        build: |()| Box::new(All),
-    }],
+    entries: &[
+        Entry {
+            name: "all",
+            aliases: &[],
+            help: "admit every write",
+            build: |()| Box::new(All),
+        },
+        Entry {
+            name: "sync",
+            aliases: &[],
+            help: "admit sync and FUA writes, bypass the others",
+            build: |()| Box::new(Sync),
+        },
+        Entry {
+            name: "volume",
+            aliases: &["wal"],
+            help: "admit writes to volumes marked critical (the paper's WAL policy)",
+            build: |()| Box::new(Volume),
+        },
+        Entry {
+            name: "cp",
+            aliases: &[],
+            help: "admit sync writes of critical issuers (hinted)",
+            build: |()| Box::new(Cp),
+        },
+        Entry {
+            name: "cp-pi",
+            aliases: &["cp+pi"],
+            help: "cp, with issuers also critical while they inherit criticality",
+            build: |()| Box::new(CpPi),
+        },
+    ],
 };
 
 /// The admission policy called `name`, behind a sequential cutoff of
@@ -75,4 +122,79 @@ pub fn build_admission(
     } else {
         Box::new(SequentialCutoff::new(inner, sequential_cutoff_bytes))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(sync: bool, fua: bool, critical: bool) -> WriteInfo {
+        WriteInfo {
+            volume: VolumeId(0),
+            offset_bytes: 0,
+            len_bytes: 4096,
+            flags: RequestFlags {
+                fua,
+                sync,
+                critical,
+                issuer: 1,
+            },
+            volume_critical: false,
+            issuer_hinted: false,
+            issuer_inherited: false,
+        }
+    }
+
+    fn decide(name: &str, w: WriteInfo) -> Admit {
+        ADMISSIONS.build(name, ()).unwrap().admit_write(&w)
+    }
+
+    #[test]
+    fn sync_admits_sync_and_fua_writes_only() {
+        use Admit::*;
+        assert_eq!(decide("sync", write(true, false, false)), Cache);
+        assert_eq!(decide("sync", write(false, true, false)), Cache);
+        assert_eq!(decide("sync", write(false, false, true)), Bypass);
+    }
+
+    #[test]
+    fn volume_admits_writes_to_critical_volumes_only() {
+        let mut w = write(true, true, true);
+        assert_eq!(decide("volume", w), Admit::Bypass);
+        w.volume_critical = true;
+        w.flags = RequestFlags::default();
+        assert_eq!(decide("wal", w), Admit::Cache);
+    }
+
+    #[test]
+    fn cp_admits_sync_writes_of_critical_issuers_and_cp_pi_counts_inheritance() {
+        use Admit::*;
+        let mut w = write(true, false, false);
+        assert_eq!(decide("cp", w), Bypass, "sync, but not critical");
+        w.issuer_inherited = true;
+        assert_eq!(decide("cp", w), Bypass, "cp ignores inheritance");
+        assert_eq!(decide("cp-pi", w), Cache);
+        w.issuer_inherited = false;
+        w.issuer_hinted = true;
+        assert_eq!(decide("cp", w), Cache);
+        assert_eq!(decide("cp+pi", w), Cache);
+        w.flags.sync = false;
+        assert_eq!(decide("cp", w), Bypass, "critical, but not sync");
+        assert_eq!(
+            decide("cp", write(false, true, true)),
+            Cache,
+            "FUA of a write marked critical"
+        );
+    }
+
+    #[test]
+    fn an_unknown_name_lists_the_valid_ones() {
+        let e = build_admission("cpx", 0)
+            .err()
+            .expect("unknown")
+            .to_string();
+        for name in ["all", "sync", "volume", "cp", "cp-pi"] {
+            assert!(e.contains(name), "{e}");
+        }
+    }
 }

@@ -118,6 +118,9 @@ mod tests {
             offset_bytes,
             len_bytes,
             flags: RequestFlags::default(),
+            volume_critical: false,
+            issuer_hinted: false,
+            issuer_inherited: false,
         }
     }
 
