@@ -175,13 +175,15 @@ impl EngineConfig {
     }
 }
 
+/// Why ordered write-back admits every write (configuration and online changes).
+pub(crate) const ORDERED_ADMITS_ALL: &str =
+    "every write must enter the cache (admission all, no sequential cutoff): a write around it would reach the backing out of order";
+
 impl EngineConfig {
     /// What ordered write-back cannot be combined with (yet).
     fn check_ordered(&self) -> Result<(), ConfigError> {
         if self.sequential_cutoff_bytes > 0 || self.admission != "all" {
-            return Err(ConfigError::Ordered(
-                "every write must enter the cache (admission all, no sequential cutoff): a write around it would reach the backing out of order",
-            ));
+            return Err(ConfigError::Ordered(ORDERED_ADMITS_ALL));
         }
         Ok(())
     }

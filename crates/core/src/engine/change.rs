@@ -8,9 +8,8 @@
 
 use super::{Engine, GroupView, Ordered};
 
-const ORDERED_ADMITS_ALL: &str =
-    "every write must enter the cache (admission all, no sequential cutoff): a write around it would reach the backing out of order";
 use crate::config::WritePolicyKind;
+use crate::config::ORDERED_ADMITS_ALL;
 use crate::policy::admission::{build_admission, ADMISSIONS};
 use crate::policy::destage_order::{Candidates, DESTAGE_ORDERS};
 use crate::policy::destage_rate::DESTAGE_RATES;

@@ -102,10 +102,12 @@ impl Engine {
     /// the oldest tag (its pages join the next oldest), and with a maximum
     /// age set, the groups of the period three back expire.
     pub(super) fn advance_ages(&mut self, now: Nanos) {
-        let period = now.0 / self.ages.period_ns;
-        if period <= self.ages.period {
+        // Every request and completion comes here: a compare, no division,
+        // until the period has turned.
+        if now.0 < (self.ages.period + 1).saturating_mul(self.ages.period_ns) {
             return;
         }
+        let period = now.0 / self.ages.period_ns;
         if self.dirty.pages() == 0 {
             self.ages.period = period;
             return;
