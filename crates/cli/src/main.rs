@@ -17,7 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use wcache_core::config::StalenessConfig;
+use wcache_core::config::{CheckpointMode, ConsistencyPoints, JournalConfig, StalenessConfig};
 use wcache_core::policy::admission::ADMISSIONS;
 use wcache_core::policy::destage_order::DESTAGE_ORDERS;
 use wcache_core::policy::destage_rate::{RateConfig, DESTAGE_RATES};
@@ -131,9 +131,29 @@ struct OneRun {
     low_threshold_pct: f64,
     #[arg(long, default_value_t = 90.0)]
     high_threshold_pct: f64,
-    /// write-back, write-through, write-back-ordered, write-around.
+    /// write-back, write-through, write-back-ordered, write-back-journaled, write-around.
     #[arg(long, default_value = "write-back")]
     write_policy: String,
+    /// Journaled write-back: page versions the host journal holds before
+    /// writes wait (0: the whole cache).
+    #[arg(long, default_value_t = 0)]
+    journal_pages: u64,
+    /// Journaled write-back: the open transaction commits at this many
+    /// pages (0: an eighth of the journal)...
+    #[arg(long, default_value_t = 0)]
+    commit_pages: u64,
+    /// ...or this long after its first write (virtual time; 0: no age).
+    #[arg(long, default_value = "1s", value_parser = parse_duration_ns)]
+    commit_age: u64,
+    /// Journaled write-back commits by size (and age), or only at
+    /// consistency points: flush (every FLUSH) or hint.
+    #[arg(long, default_value = "size")]
+    consistency_points: String,
+    /// How a transaction reaches the backing atomically: backing-journal
+    /// (a journal region as large as the host journal, after the volumes)
+    /// or nvram (the paper's storage-side NVRAM journal: no extra I/O).
+    #[arg(long, default_value = "backing-journal")]
+    checkpoint: String,
     /// Clean-page replacement: lru, clock, arc.
     #[arg(long, default_value = "lru")]
     replacement: String,
@@ -394,6 +414,38 @@ fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
     Ok(())
 }
 
+/// Journaled write-back's settings from `--journal-pages`, `--commit-pages`,
+/// `--commit-age`, `--consistency-points` and `--checkpoint` (a backing
+/// journal is as large as the host journal).
+fn journal_config(o: &OneRun) -> Result<JournalConfig, String> {
+    let points = ConsistencyPoints::from_name(&o.consistency_points).ok_or_else(|| {
+        format!(
+            "--consistency-points {:?}: valid: {}",
+            o.consistency_points,
+            ConsistencyPoints::NAMES
+        )
+    })?;
+    let mut journal = JournalConfig {
+        journal_pages: o.journal_pages,
+        commit_pages: o.commit_pages,
+        commit_age_ns: o.commit_age,
+        points,
+        checkpoint: CheckpointMode::Nvram,
+    };
+    journal.checkpoint = match o.checkpoint.as_str() {
+        "nvram" => CheckpointMode::Nvram,
+        "backing-journal" => CheckpointMode::BackingJournal {
+            pages: journal.journal_pages(o.cache_pages),
+        },
+        other => {
+            return Err(format!(
+                "--checkpoint {other:?}: valid: backing-journal, nvram"
+            ))
+        }
+    };
+    Ok(journal)
+}
+
 /// The issuers and sync tags of `--issuers`, `--critical-issuers`, `--sync-fraction`.
 fn issuer_mix(o: &OneRun) -> IssuerMix {
     IssuerMix {
@@ -470,6 +522,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
             idle_after_ns: o.idle_after,
             idle_destages: o.idle_destages,
         },
+        journal: journal_config(o)?,
         read_insert: o.read_cache,
         keep_clean: o.read_cache,
         requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,

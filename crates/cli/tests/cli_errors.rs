@@ -92,7 +92,7 @@ fn unknown_policies_and_devices() {
     );
     fails_naming(
         &["sim", "--write-policy", "sometimes"],
-        "unknown write policy \"sometimes\"; valid: write-back, write-through, write-back-ordered, write-around",
+        "unknown write policy \"sometimes\"; valid: write-back, write-through, write-back-ordered, write-back-journaled, write-around",
     );
     fails_naming(
         &["sim", "--admission", "some"],

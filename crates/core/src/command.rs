@@ -56,6 +56,8 @@ pub enum SubmitError {
     },
     #[error("request of {pages} pages is larger than the whole cache ({slots} slots)")]
     LargerThanCache { pages: u64, slots: u64 },
+    #[error("request of {pages} pages is larger than the whole journal ({journal_pages} pages; journaled write-back checkpoints a write whole)")]
+    LargerThanJournal { pages: u64, journal_pages: u64 },
     #[error("too many requests in flight ({0}); retry after a completion")]
     Busy(u32),
 }
@@ -176,6 +178,40 @@ pub enum IoCommand {
         first_page: PageIndex,
         slots: Vec<SlotIndex>,
     },
+    /// Journaled write-back: put the cached pages `slots` (home pages from
+    /// `first_page` on), part of transaction `txn`, aside at the backing,
+    /// not visible in place: in its journal from page `journal_page` on
+    /// (a backing journal), or in its NVRAM (the paper's storage-side
+    /// journal, a simulator model: `journal_page` None). Durable once the
+    /// `Commit` after it is.
+    Stage {
+        io: IoId,
+        volume: VolumeId,
+        txn: u64,
+        first_page: PageIndex,
+        slots: Vec<SlotIndex>,
+        journal_page: Option<u64>,
+    },
+    /// Make every page staged for `txn` on `volume` durable at once.
+    /// `pages[i]` is the home page of journal page `i`. With `apply` (an
+    /// NVRAM journal) the storage also puts them in place, atomically;
+    /// without (a backing journal), a crash from here on finds the
+    /// transaction and replays it, and the host writes the pages in place
+    /// (`Destage`) and then sends `Retire`.
+    Commit {
+        io: IoId,
+        volume: VolumeId,
+        txn: u64,
+        pages: Vec<PageIndex>,
+        apply: bool,
+    },
+    /// Transaction `txn`'s pages are in place on `volume`: its journal
+    /// entry is durably dropped, so the journal may take the next one.
+    Retire {
+        io: IoId,
+        volume: VolumeId,
+        txn: u64,
+    },
 }
 
 impl IoCommand {
@@ -186,6 +222,9 @@ impl IoCommand {
             | IoCommand::ReadBacking { io, .. }
             | IoCommand::WriteBacking { io, .. }
             | IoCommand::Destage { io, .. }
+            | IoCommand::Stage { io, .. }
+            | IoCommand::Commit { io, .. }
+            | IoCommand::Retire { io, .. }
             | IoCommand::FreeSlots { io, .. } => io,
         }
     }

@@ -35,6 +35,8 @@ pub struct EngineConfig {
     pub rate: RateConfig,
     /// Bounds on how long dirty data waits for the backing.
     pub staleness: StalenessConfig,
+    /// Journaled write-back's transactions and checkpoints.
+    pub journal: JournalConfig,
     /// Clean-page replacement.
     pub replacement: String,
     /// Insert read misses into the cache as clean pages.
@@ -65,6 +67,7 @@ impl Default for EngineConfig {
             destage_rate: "adaptive".into(),
             rate: RateConfig::default(),
             staleness: StalenessConfig::default(),
+            journal: JournalConfig::default(),
             replacement: "lru".into(),
             read_insert: true,
             keep_clean: true,
@@ -99,6 +102,104 @@ impl Default for StalenessConfig {
     }
 }
 
+/// Where journaled write-back commits its transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConsistencyPoints {
+    /// By size (`commit_pages`) and age (`commit_age_ns`): the backing
+    /// alone is point-in-time consistent.
+    Size,
+    /// At every FLUSH and every hint (`Engine::consistency_point`): the
+    /// backing alone holds the state at one of them (application-consistent).
+    Flush,
+    /// At every hint only.
+    Hint,
+}
+
+impl ConsistencyPoints {
+    pub const NAMES: &'static str = "size, flush, hint";
+
+    pub fn from_name(name: &str) -> Option<ConsistencyPoints> {
+        match name.to_ascii_lowercase().as_str() {
+            "size" => Some(ConsistencyPoints::Size),
+            "flush" => Some(ConsistencyPoints::Flush),
+            "hint" => Some(ConsistencyPoints::Hint),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ConsistencyPoints::Size => "size",
+            ConsistencyPoints::Flush => "flush",
+            ConsistencyPoints::Hint => "hint",
+        }
+    }
+}
+
+/// How a committed transaction reaches the backing atomically.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointMode {
+    /// A journal region on the backing of this many pages per volume:
+    /// pages staged there, a commit record, then in place, then retired
+    /// (`docs/on-disk-format.md`, "Backing journal").
+    BackingJournal { pages: u64 },
+    /// The paper's storage-side NVRAM journal: staged pages cost their
+    /// in-place writes only (a simulator model; no real backing has one).
+    Nvram,
+}
+
+/// Journaled write-back's knobs (`docs/consistency.md`). Used only under
+/// `write-back-journaled`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JournalConfig {
+    /// The host journal: most page versions not yet checkpointed (dirty,
+    /// current and kept older ones); writes wait beyond it. 0: the whole cache.
+    pub journal_pages: u64,
+    /// The open transaction commits once it holds this many pages
+    /// (0: an eighth of the journal).
+    pub commit_pages: u64,
+    /// ... or this long after its first write (0: no age).
+    pub commit_age_ns: u64,
+    pub points: ConsistencyPoints,
+    pub checkpoint: CheckpointMode,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            journal_pages: 0,
+            commit_pages: 0,
+            commit_age_ns: 1_000_000_000,
+            points: ConsistencyPoints::Size,
+            checkpoint: CheckpointMode::Nvram,
+        }
+    }
+}
+
+impl JournalConfig {
+    /// The journal's size in pages for a cache of `cache_slots`.
+    pub fn journal_pages(&self, cache_slots: u64) -> u64 {
+        match self.journal_pages {
+            0 => cache_slots,
+            n => n.min(cache_slots),
+        }
+    }
+    /// Pages at which the open transaction commits (by size).
+    pub fn commit_pages(&self, cache_slots: u64) -> u64 {
+        let journal = self.journal_pages(cache_slots);
+        let limit = match self.checkpoint {
+            CheckpointMode::BackingJournal { pages } => pages,
+            CheckpointMode::Nvram => u64::MAX,
+        };
+        match self.commit_pages {
+            0 => (journal / 8).max(1),
+            n => n,
+        }
+        .min(journal)
+        .min(limit)
+    }
+}
+
 /// The shortest maximum dirty age (a shorter one would turn the age periods
 /// over faster than the dirty set can be walked).
 pub const MAX_DIRTY_AGE_NS_MIN: u64 = 10_000_000;
@@ -128,6 +229,8 @@ pub enum ConfigError {
     IdleDestages { idle: u32, max: u32 },
     #[error("write policy write-back-ordered: {0}")]
     Ordered(&'static str),
+    #[error("write policy write-back-journaled: {0}")]
+    Journaled(String),
 }
 
 impl EngineConfig {
@@ -161,6 +264,9 @@ impl EngineConfig {
         if self.write_policy == WritePolicyKind::OrderedWriteBack {
             self.check_ordered()?;
         }
+        if self.write_policy == WritePolicyKind::JournaledWriteBack {
+            self.check_journaled()?;
+        }
         let s = &self.staleness;
         if s.max_dirty_age_ns != 0 && s.max_dirty_age_ns < MAX_DIRTY_AGE_NS_MIN {
             return Err(ConfigError::MaxDirtyAgeTooShort(s.max_dirty_age_ns));
@@ -175,11 +281,36 @@ impl EngineConfig {
     }
 }
 
-/// Why ordered write-back admits every write (configuration and online changes).
+/// Why ordered and journaled write-back admit every write (configuration and online changes).
 pub(crate) const ORDERED_ADMITS_ALL: &str =
     "every write must enter the cache (admission all, no sequential cutoff): a write around it would reach the backing out of order";
 
 impl EngineConfig {
+    /// What journaled write-back needs: every write in the cache, and a
+    /// backing journal that holds the whole host journal (recovery
+    /// checkpoints every recovered page as one transaction).
+    fn check_journaled(&self) -> Result<(), ConfigError> {
+        if self.sequential_cutoff_bytes > 0 || self.admission != "all" {
+            return Err(ConfigError::Journaled(ORDERED_ADMITS_ALL.into()));
+        }
+        let j = &self.journal;
+        if let CheckpointMode::BackingJournal { pages } = j.checkpoint {
+            let journal = j.journal_pages(self.cache_slots);
+            if pages < journal {
+                return Err(ConfigError::Journaled(format!(
+                    "the backing journal ({pages} pages) must hold the host journal ({journal} pages): recovery checkpoints every recovered page at once"
+                )));
+            }
+        }
+        if j.commit_age_ns != 0 && j.commit_age_ns < MAX_DIRTY_AGE_NS_MIN {
+            return Err(ConfigError::Journaled(format!(
+                "commit age {} ns: at least {MAX_DIRTY_AGE_NS_MIN} ns (10 ms), or 0 for none",
+                j.commit_age_ns
+            )));
+        }
+        Ok(())
+    }
+
     /// What ordered write-back cannot be combined with (yet).
     fn check_ordered(&self) -> Result<(), ConfigError> {
         if self.sequential_cutoff_bytes > 0 || self.admission != "all" {

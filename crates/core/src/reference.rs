@@ -106,6 +106,14 @@ pub enum Target {
     Records,
     /// A backing volume; offsets within it.
     Backing(VolumeId),
+    /// A volume's backing journal region (journaled write-back); offsets
+    /// within it, as the simulator's cost model lays it out: the commit
+    /// record at 0, journal page `j` at `(j + 1) × page size` (the real
+    /// layout: `docs/on-disk-format.md`, "Backing journal").
+    Journal(VolumeId),
+    /// The storage's NVRAM (the paper's storage-side journal): no device
+    /// time.
+    Nvram,
 }
 
 /// One device access of a command.
@@ -197,6 +205,58 @@ pub fn accesses(cmd: &IoCommand, page_size_bytes: u64) -> (Access, Option<Access
                 )),
             )
         }
+        IoCommand::Stage {
+            volume,
+            first_page,
+            slots,
+            journal_page,
+            ..
+        } => {
+            let n = slots.len() as u64;
+            // NVRAM: the array writes staged pages out in place in the
+            // background; their device time is that of a destage.
+            let write = match journal_page {
+                Some(j) => access(Target::Journal(*volume), true, (j + 1) * p, p * n),
+                None => access(Target::Backing(*volume), true, first_page.0 * p, p * n),
+            };
+            (
+                access(Target::Slots, false, slots[0].0 as u64 * p, p * n),
+                Some(write),
+            )
+        }
+        IoCommand::Commit {
+            volume,
+            pages,
+            apply,
+            ..
+        } => {
+            let access = if *apply {
+                access(Target::Nvram, true, 0, 0)
+            } else {
+                let record = (64 + 16 * pages.len() as u64).div_ceil(512) * 512;
+                access(Target::Journal(*volume), true, 0, record)
+            };
+            (access, None)
+        }
+        IoCommand::Retire { volume, .. } => (access(Target::Journal(*volume), true, 0, 512), None),
+    }
+}
+
+/// A volume's journal as the storage holds it (journaled write-back).
+#[derive(Clone, Debug)]
+struct Journal<T> {
+    /// Staged pages: by journal page (backing journal) or home page (NVRAM).
+    staged: HashMap<u64, (u64, Box<[T]>)>,
+    /// The committed transaction not yet retired: its home pages by journal page.
+    committed: Option<Vec<u64>>,
+}
+
+impl<T> Default for Journal<T> {
+    fn default() -> Self {
+        Journal {
+            staged: HashMap::new(),
+            committed: None,
+        }
     }
 }
 
@@ -213,6 +273,8 @@ pub struct Reference<T: Unit> {
     volatile_max: usize,
     /// The slots' states before each of the last `volatile_max` cache writes.
     volatile: VecDeque<(u32, Slot<T>)>,
+    /// Per volume: its journal (journaled write-back).
+    journals: Vec<Journal<T>>,
 }
 
 fn sum_of<T: Unit>(page: &[T]) -> u64 {
@@ -248,6 +310,7 @@ impl<T: Unit> Reference<T> {
             backing: HashMap::new(),
             volatile_max: 0,
             volatile: VecDeque::new(),
+            journals: vec![Journal::default(); volume_sizes_bytes.len()],
         }
     }
 
@@ -353,7 +416,11 @@ impl<T: Unit> Reference<T> {
             IoCommand::FreeSlots { slots, .. } => slots.len(),
             IoCommand::WritePage { .. } => self.units_per_page,
             IoCommand::WriteBacking { len_bytes, .. } => self.units(*len_bytes),
-            IoCommand::Destage { slots, .. } => slots.len() * self.units_per_page,
+            IoCommand::Destage { slots, .. } | IoCommand::Stage { slots, .. } => {
+                slots.len() * self.units_per_page
+            }
+            // A commit record or a retire lands whole or not at all (its checksum).
+            IoCommand::Commit { .. } | IoCommand::Retire { .. } => 1,
             IoCommand::ReadPage { .. } | IoCommand::ReadBacking { .. } => 0,
         }
     }
@@ -471,7 +538,88 @@ impl<T: Unit> Reference<T> {
                 run.truncate(partial.units);
                 self.write_backing(*volume, first_page.0 * upp as u64, &run);
             }
+            // A torn stage lands whole here: staged pages matter only once
+            // committed, and a commit follows only completed stages (the
+            // next transaction stages after the last one retired).
+            IoCommand::Stage {
+                volume,
+                first_page,
+                slots,
+                journal_page,
+                ..
+            } => {
+                for (i, s) in slots.iter().enumerate() {
+                    let home = first_page.0 + i as u64;
+                    let key = journal_page.map_or(home, |j| j + i as u64);
+                    let page = self.slot_page(*s).into_boxed_slice();
+                    self.journals[volume.0 as usize]
+                        .staged
+                        .insert(key, (home, page));
+                }
+            }
+            IoCommand::Commit {
+                volume,
+                pages,
+                apply,
+                ..
+            } if complete => {
+                if *apply {
+                    self.apply_staged(*volume, None);
+                } else {
+                    let homes = pages.iter().map(|p| p.0).collect();
+                    self.journals[volume.0 as usize].committed = Some(homes);
+                }
+            }
+            IoCommand::Retire { volume, .. } if complete => {
+                let j = &mut self.journals[volume.0 as usize];
+                j.committed = None;
+                j.staged.clear();
+            }
+            IoCommand::Commit { .. } | IoCommand::Retire { .. } => {}
         }
+    }
+
+    /// Put staged pages in place: those of the committed transaction (by
+    /// journal page), or with `None` every staged page (an NVRAM commit).
+    fn apply_staged(&mut self, volume: VolumeId, committed: Option<Vec<u64>>) {
+        let upp = self.units_per_page as u64;
+        let staged = std::mem::take(&mut self.journals[volume.0 as usize].staged);
+        let pages: Vec<(u64, Box<[T]>)> = match committed {
+            None => staged.into_values().collect(),
+            Some(homes) => homes
+                .iter()
+                .enumerate()
+                .map(|(j, &home)| {
+                    let (h, data) = staged
+                        .get(&(j as u64))
+                        .cloned()
+                        .expect("a committed journal page was staged");
+                    assert_eq!(h, home, "journal page {j} is staged for its home page");
+                    (home, data)
+                })
+                .collect(),
+        };
+        for (home, data) in pages {
+            self.write_backing(volume, home * upp, &data);
+        }
+    }
+
+    /// The backing is opened after a crash: each volume's committed,
+    /// unretired transaction is replayed in place and its journal emptied;
+    /// staged pages of uncommitted ones are dropped (an NVRAM journal
+    /// discards an open entry when its host fails). Returns the number of
+    /// transactions replayed.
+    pub fn replay_journals(&mut self) -> usize {
+        let mut replayed = 0;
+        for v in 0..self.journals.len() {
+            let committed = self.journals[v].committed.take();
+            if committed.is_some() {
+                replayed += 1;
+                self.apply_staged(VolumeId(v as u16), committed);
+            }
+            self.journals[v].staged.clear();
+        }
+        replayed
     }
 
     /// Model a cache device that acknowledges writes before they are

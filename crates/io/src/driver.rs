@@ -354,6 +354,16 @@ struct Device {
     gate: FlushGate,
 }
 
+/// A checkpoint command for a backing that keeps no journal (the cache
+/// lifecycle opens one for journaled write-back; the NVRAM journal is a
+/// simulator model).
+fn no_journal(b: &Device) -> DeviceError {
+    DeviceError::Open {
+        device: b.dev.name(),
+        what: "journaled write-back needs a backing journal (--backing-journal)".into(),
+    }
+}
+
 #[derive(Default)]
 struct Counters {
     requests: AtomicU64,
@@ -1071,7 +1081,11 @@ impl Shared {
                     Source::Request { req, .. } => Some(*req),
                     Source::Zero => None,
                 },
-                IoCommand::Destage { .. } | IoCommand::FreeSlots { .. } => None,
+                IoCommand::Destage { .. }
+                | IoCommand::FreeSlots { .. }
+                | IoCommand::Stage { .. }
+                | IoCommand::Commit { .. }
+                | IoCommand::Retire { .. } => None,
             };
             let buf = match req {
                 Some(r) => {
@@ -1698,6 +1712,23 @@ impl Shared {
         })
     }
 
+    /// Read the pages of `slots` into `run`, runs of consecutive slots with one call each.
+    fn read_slots(&self, slots: &[SlotIndex], run: &mut [u8]) -> Result<(), DeviceError> {
+        let p = self.page_size_bytes as usize;
+        let mut i = 0;
+        while i < slots.len() {
+            let mut j = i + 1;
+            while j < slots.len() && slots[j].0 == slots[j - 1].0 + 1 {
+                j += 1;
+            }
+            self.cache
+                .dev
+                .read_at(&mut run[i * p..j * p], self.slot_offset_bytes(slots[i]))?;
+            i = j;
+        }
+        Ok(())
+    }
+
     fn slot_offset_bytes(&self, slot: SlotIndex) -> u64 {
         self.data_offset_bytes + slot.0 as u64 * self.page_size_bytes
     }
@@ -1797,6 +1828,41 @@ impl Shared {
                 // FUA or not: every completed backing write is durable (contract).
                 self.make_durable(b, false).map_err(on_backing)
             }
+            IoCommand::Stage {
+                volume,
+                slots,
+                journal_page,
+                ..
+            } => {
+                let b = self.backing(*volume);
+                let journal = b.dev.journal().ok_or_else(|| on_backing(no_journal(b)))?;
+                let Some(at) = journal_page else {
+                    return Err(on_backing(no_journal(b)));
+                };
+                let run = scratch.page.get(slots.len() * p as usize);
+                self.read_slots(slots, run).map_err(on_cache)?;
+                journal.stage(b.dev.as_ref(), *at, run).map_err(on_backing)
+            }
+            IoCommand::Commit {
+                volume,
+                txn,
+                pages,
+                apply,
+                ..
+            } => {
+                let b = self.backing(*volume);
+                let journal = b.dev.journal().filter(|_| !apply);
+                let journal = journal.ok_or_else(|| on_backing(no_journal(b)))?;
+                let homes: Vec<u64> = pages.iter().map(|p| p.0).collect();
+                journal
+                    .commit(b.dev.as_ref(), *txn, &homes)
+                    .map_err(on_backing)
+            }
+            IoCommand::Retire { volume, txn, .. } => {
+                let b = self.backing(*volume);
+                let journal = b.dev.journal().ok_or_else(|| on_backing(no_journal(b)))?;
+                journal.retire(b.dev.as_ref(), *txn).map_err(on_backing)
+            }
             IoCommand::Destage {
                 volume,
                 first_page,
@@ -1805,20 +1871,7 @@ impl Shared {
             } => {
                 let b = self.backing(*volume);
                 let run = scratch.page.get(slots.len() * p as usize);
-                // Read runs of consecutive slots with one call each.
-                let mut i = 0;
-                while i < slots.len() {
-                    let mut j = i + 1;
-                    while j < slots.len() && slots[j].0 == slots[j - 1].0 + 1 {
-                        j += 1;
-                    }
-                    let dst = &mut run[i * p as usize..j * p as usize];
-                    cache
-                        .dev
-                        .read_at(dst, self.slot_offset_bytes(slots[i]))
-                        .map_err(on_cache)?;
-                    i = j;
-                }
+                self.read_slots(slots, run).map_err(on_cache)?;
                 let start = first_page.0 * p;
                 let len = b
                     .dev

@@ -228,6 +228,12 @@ impl DataModel {
         Ok(())
     }
 
+    /// The backing is opened after a crash: committed journal transactions
+    /// are replayed (journaled write-back).
+    pub fn replay_journals(&mut self) -> usize {
+        self.devices.replay_journals()
+    }
+
     /// Apply the data effect of a command that completed successfully.
     pub fn execute(&mut self, cmd: &IoCommand) {
         self.devices.execute(cmd, &mut self.bufs);

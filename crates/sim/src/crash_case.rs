@@ -7,7 +7,7 @@
 use crate::faults::FaultPlan;
 use crate::run::{RunLimits, SimError, SimReport, Simulation};
 use crate::workload::{RandomConfig, WorkloadSpec, OUTSTANDING_MAX_DEFAULT};
-use wcache_core::config::StalenessConfig;
+use wcache_core::config::{CheckpointMode, JournalConfig, StalenessConfig};
 use wcache_core::policy::destage_rate::RateConfig;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_models::{build_device, build_device_with, HddParams};
@@ -36,6 +36,13 @@ pub struct CrashCase {
     /// idle destages (`--idle-destages`, idle after `IDLE_AFTER_MS`).
     pub max_dirty_age_ms: u64,
     pub idle_destages: u32,
+    /// Journaled write-back: the commit size in pages (`--commit-pages`),
+    /// the commit age in milliseconds (`--commit-age`), and whether
+    /// checkpoints go through a backing journal or the NVRAM model
+    /// (`--checkpoint`).
+    pub commit_pages: u64,
+    pub commit_age_ms: u64,
+    pub nvram: bool,
 }
 
 /// When a case with idle destages counts as idle.
@@ -50,7 +57,9 @@ fn mix(mut x: u64) -> u64 {
 
 fn write_share(policy: WritePolicyKind) -> u64 {
     match policy {
-        WritePolicyKind::WriteBack | WritePolicyKind::OrderedWriteBack => 4,
+        WritePolicyKind::WriteBack
+        | WritePolicyKind::OrderedWriteBack
+        | WritePolicyKind::JournaledWriteBack => 4,
         WritePolicyKind::WriteThrough => 4,
         WritePolicyKind::WriteAround => 2,
     }
@@ -89,8 +98,12 @@ impl CrashCase {
             faults.push(',');
             faults.push_str(extra);
         }
-        // Ordered write-back admits every write (a bypass would reach the backing out of order).
-        let ordered = policy == WritePolicyKind::OrderedWriteBack;
+        // Ordered and journaled write-back admit every write (a bypass would
+        // reach the backing out of order).
+        let ordered = matches!(
+            policy,
+            WritePolicyKind::OrderedWriteBack | WritePolicyKind::JournaledWriteBack
+        );
         let sequential_cutoff_bytes = if (h >> 28).is_multiple_of(5) && !ordered {
             2 * PAGE_BYTES
         } else {
@@ -108,6 +121,11 @@ impl CrashCase {
             sequential_cutoff_bytes,
             max_dirty_age_ms,
             idle_destages,
+            // Transactions of 1 to 8 pages, committed by size or after
+            // 20 ms; every other seed checkpoints through the NVRAM model.
+            commit_pages: 1 + (h >> 36) % 8,
+            commit_age_ms: 20,
+            nvram: (h >> 40).is_multiple_of(2),
             // Within the run's device writes: about two per write under
             // write-back and write-through, one under write-around.
             crash_at,
@@ -133,6 +151,9 @@ impl CrashCase {
             sequential_cutoff_bytes: 0,
             max_dirty_age_ms: 0,
             idle_destages: 0,
+            commit_pages: 4,
+            commit_age_ms: 20,
+            nvram: false,
         }
     }
 
@@ -143,12 +164,16 @@ impl CrashCase {
              --page-size {PAGE_BYTES} --group-size {GROUP_BYTES} --write-policy {} --workload random \
              --footprint {FOOTPRINT_KIB}K --read-fraction {READ_FRACTION} --outstanding {OUTSTANDING} \
              --warmup 0 --requests {} --sequential-cutoff {} --max-dirty-age {}ms --idle-destages {} --idle-after {IDLE_AFTER_MS}ms \
+             --commit-pages {} --commit-age {}ms --checkpoint {} \
              --seed {} --faults {} --crash-at {} --check",
             self.policy.name(),
             self.requests,
             self.sequential_cutoff_bytes,
             self.max_dirty_age_ms,
             self.idle_destages,
+            self.commit_pages,
+            self.commit_age_ms,
+            if self.nvram { "nvram" } else { "backing-journal" },
             self.seed,
             self.faults,
             self.crash_at
@@ -177,6 +202,16 @@ impl CrashCase {
                 max_dirty_age_ns: self.max_dirty_age_ms * 1_000_000,
                 idle_after_ns: IDLE_AFTER_MS * 1_000_000,
                 idle_destages: self.idle_destages,
+            },
+            journal: JournalConfig {
+                commit_pages: self.commit_pages,
+                commit_age_ns: self.commit_age_ms * 1_000_000,
+                checkpoint: if self.nvram {
+                    CheckpointMode::Nvram
+                } else {
+                    CheckpointMode::BackingJournal { pages: CACHE_PAGES }
+                },
+                ..JournalConfig::default()
             },
             read_insert: false,
             keep_clean: false,

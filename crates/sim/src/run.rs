@@ -9,6 +9,7 @@ use crate::order_check::OrderError;
 use crate::workload::{IoRequest, ReqKind, Workload, WorkloadError, WorkloadStats};
 use rustc_hash::FxHashMap as HashMap;
 use thiserror::Error;
+use wcache_core::config::CheckpointMode;
 use wcache_core::reference::{accesses, Access, Partial, Target};
 use wcache_core::time::Nanos;
 use wcache_core::types::{IoId, RequestId, VolumeId};
@@ -174,6 +175,8 @@ pub struct Simulation {
     workload: Box<dyn Workload>,
     page_bytes: u64,
     volume_base_bytes: Vec<u64>,
+    /// Where each volume's backing journal starts on the backing device.
+    journal_base_bytes: Vec<u64>,
     commands: HashMap<u64, (IoCommand, Pending)>,
     dev_ops: HashMap<u64, (u64, OpFate)>, // device op id -> (engine io id, fate)
     next_op: u64,
@@ -186,6 +189,15 @@ pub struct Simulation {
     data: Option<DataModel>,
     done: Vec<DevCompletion>,
     now: Nanos,
+}
+
+/// Whether the write policy keeps the backing alone consistent at every
+/// moment (checked at every crash).
+fn keeps_backing_consistent(policy: WritePolicyKind) -> bool {
+    matches!(
+        policy,
+        WritePolicyKind::OrderedWriteBack | WritePolicyKind::JournaledWriteBack
+    )
 }
 
 fn align_down(x: u64) -> u64 {
@@ -222,6 +234,19 @@ impl Simulation {
             volume_sizes_bytes.push(size);
             base += size;
         }
+        // Backing journals (journaled write-back) follow the volumes.
+        let journal_bytes = match config.journal.checkpoint {
+            CheckpointMode::BackingJournal { pages } => (pages + 1) * page_bytes,
+            CheckpointMode::Nvram => 0,
+        };
+        let journal_base_bytes = volume_sizes_bytes
+            .iter()
+            .enumerate()
+            .map(|(i, _)| base + i as u64 * journal_bytes)
+            .collect::<Vec<u64>>();
+        if config.write_policy == WritePolicyKind::JournaledWriteBack {
+            base += journal_bytes * volume_sizes_bytes.len() as u64;
+        }
         if base > backing.capacity_bytes() {
             return Err(SimError::BackingTooSmall {
                 device: backing.name(),
@@ -244,6 +269,7 @@ impl Simulation {
             workload,
             page_bytes,
             volume_base_bytes,
+            journal_base_bytes,
             commands: HashMap::default(),
             dev_ops: HashMap::default(),
             next_op: 0,
@@ -291,7 +317,7 @@ impl Simulation {
         run_seed: u64,
         crash_at: Option<u64>,
     ) -> Result<Simulation, SimError> {
-        let ordered = self.config.write_policy == WritePolicyKind::OrderedWriteBack;
+        let ordered = keeps_backing_consistent(self.config.write_policy);
         if crash_at.is_some() && !self.config.persistent {
             return Err(SimError::CrashNeedsPersistent);
         }
@@ -422,6 +448,19 @@ impl Simulation {
                 self.backing_addr(volume, a.offset_bytes),
                 a.len_bytes,
             ),
+            Target::Journal(volume) => (
+                false,
+                self.journal_base_bytes[volume.0 as usize] + a.offset_bytes,
+                a.len_bytes,
+            ),
+            Target::Nvram => {
+                // No device time: done at once.
+                let id = self.next_op;
+                self.next_op += 1;
+                self.dev_ops.insert(id, (io.0, OpFate::default()));
+                self.delayed.push(DevCompletion { id, time: self.now });
+                return;
+            }
         };
         self.device_op(io, to_cache, kind, align_down(addr), len.max(SECTOR_BYTES));
     }
@@ -537,17 +576,22 @@ impl Simulation {
                 );
             }
         }
-        // The backing alone must be consistent at any moment under ordered
-        // write-back (as if the cache were lost now), and with `pit`
-        // whenever the cache is lost.
-        let ordered = self.config.write_policy == WritePolicyKind::OrderedWriteBack;
+        // Whoever opens the backing next replays its committed journal
+        // transaction (journaled write-back). The backing alone must then be
+        // consistent at any moment under ordered and journaled write-back
+        // (as if the cache were lost now), and with `pit` whenever the
+        // cache is lost.
+        let ordered = keeps_backing_consistent(self.config.write_policy);
+        data.replay_journals();
         let lose_cache = faults.plan.lose_cache;
         if lose_cache || ordered {
             data.check_order()?;
         }
         let cache_only_copy = matches!(
             self.config.write_policy,
-            WritePolicyKind::WriteBack | WritePolicyKind::OrderedWriteBack
+            WritePolicyKind::WriteBack
+                | WritePolicyKind::OrderedWriteBack
+                | WritePolicyKind::JournaledWriteBack
         ) && !faults.plan.strict;
         let (found, lost) = data.crash(lose_cache, cache_only_copy);
         faults.counts.lost_writes += lost as u64;
@@ -718,6 +762,21 @@ impl Simulation {
                 if self.engine.is_idle() && !draining {
                     m.stop(self.now);
                     break;
+                }
+                if std::env::var_os("WCACHE_DEBUG_STUCK").is_some() {
+                    struct Print;
+                    impl wcache_core::metrics::MetricsVisitor for Print {
+                        fn metric(
+                            &mut self,
+                            _: wcache_core::metrics::MetricKind,
+                            name: &str,
+                            _: &str,
+                            value: u64,
+                        ) {
+                            eprintln!("{name} {value}");
+                        }
+                    }
+                    self.engine.visit_metrics(self.now, &mut Print);
                 }
                 return Err(SimError::Stuck { now: self.now });
             };

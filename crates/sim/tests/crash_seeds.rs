@@ -68,9 +68,12 @@ fn every_seed_keeps_acknowledged_writes(policy: WritePolicyKind) {
         checked > count * 1000,
         "{policy:?}: only {checked} sectors checked"
     );
-    if policy == WritePolicyKind::OrderedWriteBack {
-        // Every crash loses the cache and checks the backing alone;
-        // ordered write-back admits every write (no cutoff).
+    if matches!(
+        policy,
+        WritePolicyKind::OrderedWriteBack | WritePolicyKind::JournaledWriteBack
+    ) {
+        // Every crash checks the backing alone; ordered and journaled
+        // write-back admit every write (no cutoff).
         assert_eq!(
             pit, crashes,
             "{policy:?}: {pit} of {crashes} crashes checked"
@@ -99,6 +102,14 @@ fn write_through_seeds_keep_acknowledged_writes() {
 #[test]
 fn ordered_write_back_seeds_keep_the_backing_consistent() {
     every_seed_keeps_acknowledged_writes(WritePolicyKind::OrderedWriteBack);
+}
+
+/// Journaled write-back: the backing alone (its committed journal
+/// transaction replayed) must be point-in-time consistent at every crash,
+/// with checkpoints through a backing journal or the NVRAM model.
+#[test]
+fn journaled_write_back_seeds_keep_the_backing_consistent() {
+    every_seed_keeps_acknowledged_writes(WritePolicyKind::JournaledWriteBack);
 }
 
 /// The point-in-time check can fail: plain write-back destages out of
@@ -158,8 +169,9 @@ fn every_crash_point_of_one_script_keeps_acknowledged_writes() {
         WritePolicyKind::WriteBack,
         WritePolicyKind::WriteThrough,
         WritePolicyKind::WriteAround,
-        // Its backing alone is checked point-in-time consistent at each crash too.
+        // Their backing alone is checked point-in-time consistent at each crash too.
         WritePolicyKind::OrderedWriteBack,
+        WritePolicyKind::JournaledWriteBack,
     ] {
         let mut case = CrashCase::for_seed(policy, 11, 400, "");
         case.faults = "torn".into();

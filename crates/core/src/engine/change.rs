@@ -42,6 +42,14 @@ pub enum ChangeError {
     },
     #[error("write policy write-back-ordered: {0}")]
     Ordered(&'static str),
+    #[error(
+        "{from} -> {to}: write-back-journaled is chosen when the cache starts (its backing \
+         journal is reserved then), not changed online"
+    )]
+    Journaled {
+        from: &'static str,
+        to: &'static str,
+    },
 }
 
 impl Engine {
@@ -91,7 +99,8 @@ impl Engine {
 
     /// Admit writes by `name` from now on (the sequential cutoff stays).
     pub fn set_admission(&mut self, name: &str) -> Result<&'static str, ChangeError> {
-        if self.ordered.is_some() && ADMISSIONS.find(name)?.name != "all" {
+        let keeps_order = self.ordered.is_some() || self.journal.is_some();
+        if keeps_order && ADMISSIONS.find(name)?.name != "all" {
             return Err(ChangeError::Ordered(ORDERED_ADMITS_ALL));
         }
         let admission = build_admission(name, self.config.sequential_cutoff_bytes)?;
@@ -111,6 +120,12 @@ impl Engine {
     ) -> Result<WritePolicyKind, ChangeError> {
         let old = self.config.write_policy;
         let new = kind.build();
+        if kind != old && (new.journaled() || self.write_policy.journaled()) {
+            return Err(ChangeError::Journaled {
+                from: old.name(),
+                to: kind.name(),
+            });
+        }
         let ordered_changes = new.ordered() != self.write_policy.ordered();
         let leaves_dirty = self.write_policy.keeps_dirty() && kind != old;
         let drained = self.dirty_pages() == 0 && self.destages_in_flight == 0;

@@ -69,6 +69,10 @@ impl Engine {
                 self.complete_free_slots(slots, result);
                 None
             }
+            IoCtx::Checkpoint => {
+                self.checkpoint_io_done(now, result);
+                None
+            }
         };
         if let Some(ri) = done_req {
             debug_assert!(

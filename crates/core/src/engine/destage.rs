@@ -47,6 +47,9 @@ impl Engine {
         if self.ordered.is_some() {
             return self.start_ordered();
         }
+        if self.journal.is_some() {
+            return self.start_journaled();
+        }
         self.destage_expired();
         let mut fruitless = 0usize;
         loop {
@@ -98,9 +101,11 @@ impl Engine {
     /// Dirty versions: the dirty pages, and under ordered write-back their
     /// older versions not yet on the backing.
     pub(super) fn dirty_versions(&self) -> u64 {
-        self.ordered
-            .as_ref()
-            .map_or(self.dirty.pages() as u64, Ordered::versions)
+        match (&self.ordered, &self.journal) {
+            (Some(o), _) => o.versions(),
+            (None, Some(j)) => self.dirty.pages() as u64 + j.kept(),
+            (None, None) => self.dirty.pages() as u64,
+        }
     }
 
     /// Ordered write-back: as many ready versions as the rate allows (a

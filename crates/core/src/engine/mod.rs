@@ -38,6 +38,7 @@ use crate::policy::write_policy::{WriteAround, WritePolicy, WriteRoute};
 use crate::time::Nanos;
 use crate::types::*;
 use dirty::{DirtySet, E_CANDIDATE, E_RECENT, E_SEQUENTIAL};
+use journal::Journal;
 use ordered::Ordered;
 use rustc_hash::FxHashMap as HashMap;
 use slots::{
@@ -66,6 +67,7 @@ mod change;
 mod completion;
 mod criticality;
 mod destage;
+mod journal;
 mod ordered;
 mod read;
 mod request;
@@ -122,6 +124,11 @@ pub enum RecoveryError {
         size_bytes: u64,
     },
 }
+
+/// A consistency point asked of a cache whose write policy has none.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("consistency points need write policy write-back-journaled; this cache runs {0}")]
+pub struct NotJournaled(pub &'static str);
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum EngineError {
@@ -226,6 +233,8 @@ enum IoCtx {
     Destage {
         slots: Vec<SlotIndex>,
     },
+    /// A command of journaled write-back's checkpoint in flight.
+    Checkpoint,
 }
 
 pub struct Engine {
@@ -298,6 +307,8 @@ pub struct Engine {
     ages: Ages,
     /// Ordered write-back's dependency order (None under other policies).
     ordered: Option<Ordered>,
+    /// Journaled write-back's transactions (None under other policies).
+    journal: Option<Journal>,
     last_request_at: Nanos,
     /// The cache went idle with dirty pages: destage at the idle rate.
     idle_draining: bool,
@@ -314,6 +325,7 @@ impl Engine {
         let admission = build_admission(&config.admission, config.sequential_cutoff_bytes)?;
         let write_policy = config.write_policy.build();
         let ordered = write_policy.ordered().then(|| Ordered::new(slots as usize));
+        let journal = write_policy.journaled().then(|| Journal::new(&config));
         let requests_max = config.requests_max as usize;
         Ok(Engine {
             dirty: DirtySet::new(geometry.group_pages()),
@@ -356,6 +368,7 @@ impl Engine {
             timers: Timers::default(),
             ages: Ages::new(slots as usize, config.staleness.max_dirty_age_ns),
             ordered,
+            journal,
             last_request_at: Nanos::ZERO,
             idle_draining: false,
             stats: Stats::default(),
@@ -441,6 +454,9 @@ impl Engine {
         engine.emit_frees(Nanos::MAX);
         if ordered {
             engine.recover_order(kept);
+        } else if engine.journal.is_some() {
+            engine.journal_recovered(kept);
+            engine.start_destages();
         }
         if engine.must_drain_dirty() {
             // The write policy keeps no dirty data: its promise holds once these are destaged.
@@ -535,6 +551,19 @@ impl Engine {
         self.draining = false;
     }
 
+    /// An application's consistency point (journaled write-back): the open
+    /// transaction commits here, so the backing alone will pass through
+    /// the state of every write answered before now.
+    pub fn consistency_point(&mut self, now: Nanos) -> Result<(), NotJournaled> {
+        if self.journal.is_none() {
+            return Err(NotJournaled(self.write_policy.name()));
+        }
+        self.advance_ages(now);
+        self.journal_point();
+        self.start_destages();
+        Ok(())
+    }
+
     /// Report every counter and gauge of the engine and its policies, as of `now`.
     pub fn visit_metrics(&self, now: Nanos, v: &mut dyn MetricsVisitor) {
         self.stats.visit(v);
@@ -610,6 +639,9 @@ impl Engine {
             v.metric(MetricKind::Gauge, name, help, value);
         }
         self.admission.report(v);
+        if let Some(j) = &self.journal {
+            j.report(v);
+        }
     }
 
     /// Heap bytes of all engine metadata (directory, groups, policies, queues).
@@ -618,6 +650,7 @@ impl Engine {
             + self.dirty.heap_bytes()
             + self.ages.heap_bytes()
             + self.ordered.as_ref().map_or(0, Ordered::heap_bytes)
+            + self.journal.as_ref().map_or(0, Journal::heap_bytes)
             + self.order.metadata_bytes()
             + self.replacement.metadata_bytes()
             + self.admission.metadata_bytes()
@@ -648,6 +681,10 @@ impl Engine {
         let mut destage = self.ages.has_expired();
         if self.timers.due(Timer::DestageRetry, now) {
             self.timers.set(Timer::DestageRetry, None);
+            destage = true;
+        }
+        if self.timers.due(Timer::Commit, now) {
+            self.journal_commit_due();
             destage = true;
         }
         if self.idle_deadline().is_some_and(|at| now >= at) {

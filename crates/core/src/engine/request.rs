@@ -2,6 +2,7 @@
 //! pieces behind an in-flight page version, and the stall queue.
 
 use super::*;
+use crate::config::ConsistencyPoints;
 
 impl Engine {
     pub fn handle_request(&mut self, now: Nanos, req: Request) -> Result<(), SubmitError> {
@@ -27,6 +28,14 @@ impl Engine {
                     pages,
                     slots: self.slots.len() as u64,
                 });
+            }
+            if let Some(j) = &self.journal {
+                if pages > j.limit() {
+                    return Err(SubmitError::LargerThanJournal {
+                        pages,
+                        journal_pages: j.limit(),
+                    });
+                }
             }
         }
         if self.reqs_live >= self.config.requests_max {
@@ -58,8 +67,14 @@ impl Engine {
             }
             RequestKind::Trim => self.admit_trim(ri),
             RequestKind::Flush => {
-                // Every acknowledged write is durable already (see IoCommand's contract).
+                // Every acknowledged write is durable already (see IoCommand's
+                // contract); under journaled write-back with consistency
+                // points at FLUSH, the open transaction commits here.
                 self.stats.flushes += 1;
+                if self.config.journal.points == ConsistencyPoints::Flush && self.journal.is_some()
+                {
+                    self.journal_point();
+                }
             }
         }
         self.maybe_finish(ri);

@@ -11,10 +11,12 @@ pub(super) enum Timer {
     DestageRetry,
     /// Batched slot frees (persistent caches) go out.
     Frees,
+    /// Journaled write-back's open transaction reaches its commit age.
+    Commit,
 }
 
 #[derive(Default)]
-pub(super) struct Timers([Option<Nanos>; 2]);
+pub(super) struct Timers([Option<Nanos>; 3]);
 
 impl Timers {
     pub fn get(&self, t: Timer) -> Option<Nanos> {

@@ -135,11 +135,15 @@ impl Engine {
 
     /// Retire `old` in favour of a new version in `new` (an overwrite).
     /// Under ordered write-back a dirty version not being destaged stays,
-    /// as an older dirty version, until it is destaged in its turn.
+    /// as an older dirty version, until it is destaged in its turn; under
+    /// journaled write-back, one of a committed transaction does.
     pub(super) fn supersede(&mut self, old: SlotIndex, new: SlotIndex) {
-        let keep = self.ordered.is_some()
-            && self.slots.state(old) == SlotState::Dirty
-            && !self.slots.has(old, FLAG_DESTAGING);
+        let owed =
+            self.slots.state(old) == SlotState::Dirty && !self.slots.has(old, FLAG_DESTAGING);
+        let keep = owed && (self.ordered.is_some() || self.journal_keeps(old));
+        if owed && self.journal.is_some() {
+            self.journal_superseded(keep);
+        }
         if keep {
             self.slots.set_state(old, SlotState::OldDirty);
             self.push_old(old);

@@ -27,7 +27,7 @@ impl Engine {
             return None;
         }
         let need = self.pages_of(r.offset_bytes, r.len_bytes);
-        if self.slots.free_count() + self.slots.evictable() < need {
+        if self.slots.free_count() + self.slots.evictable() < need || !self.journal_has_room(need) {
             return None;
         }
         // Two backing writes of one page must not race, so a write that
@@ -279,7 +279,16 @@ impl Engine {
             .pop()
             .expect("slot reserved at admission");
         let base = self.page_base(vol, piece, cur);
+        let coalesces = self.journal.is_some()
+            && cur.is_some_and(|c| {
+                self.slots.state(c) == SlotState::Dirty
+                    && !self.slots.has(c, FLAG_DESTAGING)
+                    && !self.journal_keeps(c)
+            });
         let old = self.install_version(key, slot, cur, clean, dirty_before);
+        if self.journal.is_some() {
+            self.journal_version(slot, coalesces);
+        }
         let node = self.req(ri).node;
         if node != NO_NODE {
             self.ordered_version(node, slot);
@@ -394,6 +403,9 @@ impl Engine {
             self.replacement.insert(slot, self.slots.key(slot));
         } else {
             self.slots.set_state(slot, SlotState::Dirty);
+            if self.journal.is_some() {
+                self.journal_fill_done(slot);
+            }
         }
         self.release_waiters(slot);
     }
@@ -449,10 +461,21 @@ impl Engine {
         // Ordered write-back destages older versions while a newer one
         // fills: one already on the backing comes back clean (counting it
         // dirty again would destage it twice).
-        let on_backing = self.ordered.is_some()
-            && restored.is_some_and(|(o, _)| {
-                self.slots.state(o) == SlotState::Stale && !self.slots.has(o, FLAG_DESTAGING)
-            });
+        // Journaled write-back likewise, unless the previous version was
+        // replaced inside the same transaction (then it is not on the backing).
+        let journal = self.journal.as_ref();
+        let on_backing = restored.is_some_and(|(o, _)| {
+            let done =
+                self.slots.state(o) == SlotState::Stale && !self.slots.has(o, FLAG_DESTAGING);
+            done && (self.ordered.is_some()
+                || journal.is_some_and(|_| self.journal_keeps_as(o, slot)))
+        });
+        if in_dirty_set && self.journal.is_some() {
+            self.journal_fill_done(slot);
+            if restored.is_some_and(|(o, _)| self.slots.state(o) == SlotState::OldDirty) {
+                self.journal_unkeep();
+            }
+        }
         if let Some((o, state)) = restored {
             // The previous version becomes current again.
             self.remove_old(o);
@@ -504,9 +527,10 @@ impl Engine {
             };
             match self.slots.state(slot) {
                 SlotState::Filling => continue, // advisory: leave in-flight versions alone
-                // Ordered write-back destages every version in order: a
-                // dropped one would leave the backing at no consistent point.
-                SlotState::Dirty if self.ordered.is_some() => continue,
+                // Ordered and journaled write-back destage every version
+                // of a transaction: a dropped one would leave the backing
+                // at no consistent point.
+                SlotState::Dirty if self.ordered.is_some() || self.journal.is_some() => continue,
                 SlotState::Dirty => {
                     self.remove_dirty(key);
                     self.retire(slot);

@@ -14,6 +14,7 @@ pub mod aio;
 pub mod emulated;
 pub mod faulty;
 pub mod file;
+pub mod journaled;
 pub mod mem;
 pub mod nbd;
 
@@ -134,6 +135,11 @@ pub trait BlockDevice: Send + Sync {
     /// How the device is doing, for live status, where that can change (a
     /// networked backing's connections); None: nothing to say.
     fn health(&self) -> Option<String> {
+        None
+    }
+    /// The journal region a backing keeps for journaled write-back's
+    /// atomic checkpoints (`journaled::JournaledDevice`); None: it has none.
+    fn journal(&self) -> Option<&journaled::BackingJournal> {
         None
     }
 }

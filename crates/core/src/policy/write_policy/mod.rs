@@ -8,11 +8,13 @@
 //! Each policy lives in its own file and is built by name from
 //! [`WRITE_POLICIES`]; `docs/consistency.md` states what each one promises.
 
+mod journaled_write_back;
 mod ordered_write_back;
 mod write_around;
 mod write_back;
 mod write_through;
 
+pub use journaled_write_back::JournaledWriteBack;
 pub use ordered_write_back::OrderedWriteBack;
 pub use write_around::WriteAround;
 pub use write_back::WriteBack;
@@ -62,6 +64,12 @@ pub trait WritePolicy: Send {
     fn ordered(&self) -> bool {
         false
     }
+    /// Whether writes are grouped into transactions checkpointed to the
+    /// backing atomically (journaled write-back): an overwrite coalesces
+    /// inside the open transaction and keeps the version of a committed one.
+    fn journaled(&self) -> bool {
+        false
+    }
 }
 
 /// The write policies; a new one adds its file and its line here.
@@ -87,6 +95,12 @@ pub static WRITE_POLICIES: Registry<dyn WritePolicy, ()> = Registry {
             build: |()| Box::new(OrderedWriteBack),
         },
         Entry {
+            name: "write-back-journaled",
+            aliases: &["wb-j"],
+            help: "write-back in transactions checkpointed atomically through a journal: the backing alone is always consistent, overwrites coalesce",
+            build: |()| Box::new(JournaledWriteBack),
+        },
+        Entry {
             name: "write-around",
             aliases: &["wa"],
             help: "written to the backing only, dropping cached copies",
@@ -102,14 +116,16 @@ pub enum WritePolicyKind {
     WriteBack,
     WriteThrough,
     OrderedWriteBack,
+    JournaledWriteBack,
     WriteAround,
 }
 
 impl WritePolicyKind {
-    pub const ALL: [WritePolicyKind; 4] = [
+    pub const ALL: [WritePolicyKind; 5] = [
         WritePolicyKind::WriteBack,
         WritePolicyKind::WriteThrough,
         WritePolicyKind::OrderedWriteBack,
+        WritePolicyKind::JournaledWriteBack,
         WritePolicyKind::WriteAround,
     ];
 
@@ -149,7 +165,7 @@ mod tests {
             WritePolicyKind::from_name("write-sideways")
                 .unwrap_err()
                 .to_string(),
-            "unknown write policy \"write-sideways\"; valid: write-back, write-through, write-back-ordered, write-around"
+            "unknown write policy \"write-sideways\"; valid: write-back, write-through, write-back-ordered, write-back-journaled, write-around"
         );
     }
 
