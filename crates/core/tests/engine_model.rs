@@ -8,7 +8,7 @@
 
 use proptest::prelude::*;
 use std::collections::HashMap;
-use wcache_core::config::StalenessConfig;
+use wcache_core::config::{CheckpointMode, JournalConfig, StalenessConfig};
 use wcache_core::reference::{Partial, Reference};
 use wcache_core::time::Nanos;
 use wcache_core::types::{RequestId, VolumeId};
@@ -351,6 +351,8 @@ impl Harness {
             };
             self.devices.apply_partial(cmd, partial, &mut self.bufs);
         }
+        // Whoever opens the backing replays its committed journal transaction.
+        self.devices.replay_journals();
         let found = self.devices.recoverable();
         let sizes: Vec<u64> = self.vol_sizes.iter().map(|&s| s as u64).collect();
         self.engine = Engine::recover(self.config.clone(), &sizes, found).unwrap();
@@ -462,7 +464,8 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
             Just(WritePolicyKind::WriteBack),
             Just(WritePolicyKind::WriteThrough),
             Just(WritePolicyKind::WriteAround),
-            Just(WritePolicyKind::OrderedWriteBack)
+            Just(WritePolicyKind::OrderedWriteBack),
+            Just(WritePolicyKind::JournaledWriteBack)
         ],
         prop_oneof![Just("lrw"), Just("cscan"), Just("wow")],
         prop_oneof![Just("lru"), Just("clock"), Just("arc")],
@@ -509,8 +512,12 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                 (cutoff_pages, admission, volume_1_critical),
                 (max_dirty_age_ns, idle_destages),
             )| {
-                // Ordered write-back admits every write (its config says why).
-                let ordered = wp == WritePolicyKind::OrderedWriteBack;
+                // Ordered and journaled write-back admit every write (their
+                // config says why).
+                let ordered = matches!(
+                    wp,
+                    WritePolicyKind::OrderedWriteBack | WritePolicyKind::JournaledWriteBack
+                );
                 let cutoff_pages = if ordered { 0 } else { cutoff_pages };
                 let admission = if ordered { "all" } else { admission };
                 EngineConfig {
@@ -532,6 +539,16 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                     replacement: repl.into(),
                     keep_clean,
                     read_insert,
+                    // Small transactions, through a backing journal or NVRAM.
+                    journal: JournalConfig {
+                        commit_pages: group_pages,
+                        checkpoint: if persistent {
+                            CheckpointMode::BackingJournal { pages: 512 }
+                        } else {
+                            CheckpointMode::Nvram
+                        },
+                        ..JournalConfig::default()
+                    },
                     ..EngineConfig::default()
                 }
             },
@@ -666,6 +683,7 @@ fn a_long_run_with_crashes_loses_no_acknowledged_write() {
         WritePolicyKind::WriteThrough,
         WritePolicyKind::WriteAround,
         WritePolicyKind::OrderedWriteBack,
+        WritePolicyKind::JournaledWriteBack,
     ] {
         let config = EngineConfig {
             page_size_bytes: 4096,

@@ -69,8 +69,8 @@ impl Engine {
                 self.complete_free_slots(slots, result);
                 None
             }
-            IoCtx::Checkpoint => {
-                self.checkpoint_io_done(now, result);
+            IoCtx::Checkpoint { cmd } => {
+                self.checkpoint_io_done(now, cmd, result);
                 None
             }
         };

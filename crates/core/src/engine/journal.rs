@@ -542,7 +542,7 @@ impl Engine {
             self.destages_in_flight += 1;
             let writes_pages = matches!(cmd, IoCommand::Stage { .. } | IoCommand::Destage { .. });
             self.stats.destages += u64::from(writes_pages);
-            let id = self.new_io(IoCtx::Checkpoint);
+            let id = self.new_io(IoCtx::Checkpoint { cmd: cmd.clone() });
             match &mut cmd {
                 IoCommand::Stage { io, .. }
                 | IoCommand::Commit { io, .. }
@@ -554,13 +554,21 @@ impl Engine {
         }
     }
 
-    /// A command of the active checkpoint finished.
-    pub(super) fn checkpoint_io_done(&mut self, now: Nanos, result: Result<(), IoError>) {
+    /// Command `cmd` of the active checkpoint finished; a failed one is
+    /// queued again (a failed stage or commit left the backing as it was;
+    /// a failed in-place write is replayable).
+    pub(super) fn checkpoint_io_done(
+        &mut self,
+        now: Nanos,
+        cmd: IoCommand,
+        result: Result<(), IoError>,
+    ) {
         self.destages_in_flight -= 1;
         let mut cp = self.jrn().active.take().expect("a checkpoint in flight");
         cp.outstanding -= 1;
         if result.is_err() {
             cp.failed = true;
+            cp.queue.push_back(cmd);
             self.stats.destage_errors += 1;
         }
         if cp.outstanding > 0 || (!cp.failed && !cp.queue.is_empty()) {
@@ -568,10 +576,8 @@ impl Engine {
             return;
         }
         if cp.failed {
-            // The step again, after a pause (a failed stage or commit left
-            // the backing as it was; a failed in-place write is replayable).
+            // The failed commands again, after a pause.
             cp.failed = false;
-            self.queue_step(&mut cp);
             self.timers.set(
                 Timer::DestageRetry,
                 Some(Nanos(now.0 + self.destage_retry_ns)),

@@ -233,8 +233,11 @@ enum IoCtx {
     Destage {
         slots: Vec<SlotIndex>,
     },
-    /// A command of journaled write-back's checkpoint in flight.
-    Checkpoint,
+    /// A command of journaled write-back's checkpoint in flight (kept to
+    /// send again if it fails).
+    Checkpoint {
+        cmd: IoCommand,
+    },
 }
 
 pub struct Engine {
