@@ -21,7 +21,7 @@ use wcache_io::{Cache, DriverConfig, OfflineConfig};
 
 use wcache_io::ops::client::{ClientError, ControlClient};
 
-use crate::args::{export_args, sync_arg};
+use crate::args::{export_args, size_arg, sync_arg};
 use crate::ops::{flush_online, ControlArgs};
 use crate::tools::{describe_offline_engine, AnyError};
 
@@ -46,6 +46,10 @@ pub struct FlushArgs {
     /// (a failing backing); the dirty pages stay in the cache.
     #[arg(long, default_value_t = 60)]
     stall_timeout_s: u64,
+    /// Offline, for a cache served write-back-journaled: its --journal-size
+    /// (each backing keeps a journal that large at its end).
+    #[arg(long)]
+    journal_size: Option<String>,
 }
 
 pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
@@ -90,6 +94,11 @@ fn flush_offline(args: FlushArgs) -> Result<(), AnyError> {
         volumes: export_args(&args.exports)?,
         cache_path,
         driver: DriverConfig::default(),
+        journal_bytes: args
+            .journal_size
+            .as_deref()
+            .map(|t| size_arg("journal-size", t))
+            .transpose()?,
     };
     let cache = Cache::open_offline(&config)?;
     println!(

@@ -2,6 +2,7 @@
 //! `wcache sim` runs the simulator: one configuration, or a named experiment.
 
 mod args;
+mod backing_recover;
 mod check;
 mod flush;
 mod inspect;
@@ -68,6 +69,12 @@ enum Command {
     /// A live view of a running server: throughput, latency, occupancy,
     /// dirty pages, destage rate, with sparklines (q quits).
     Top(top::TopArgs),
+    /// Declare an application consistency point to a running
+    /// write-back-journaled server (its open transaction commits).
+    ConsistencyPoint(ops::ConsistencyPointArgs),
+    /// Replay the journal at the end of a backing left by write-back-journaled
+    /// (for a backing whose cache is gone; `wcache serve` does it itself).
+    BackingRecover(backing_recover::BackingRecoverArgs),
 }
 
 #[derive(Args)]
@@ -303,6 +310,8 @@ fn main() -> ExitCode {
         Command::Stats(args) => ops::stats(args),
         Command::Set(args) => ops::set(args),
         Command::Top(args) => top::top(args),
+        Command::ConsistencyPoint(args) => ops::consistency_point(args),
+        Command::BackingRecover(args) => backing_recover::backing_recover(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use wcache_io::ops::client::{ClientError, ControlClient};
 use wcache_io::ops::protocol::Request;
-use wcache_io::ops::{FlushProgress, SetDone, Snapshot, Status};
+use wcache_io::ops::{ConsistencyPointDone, FlushProgress, SetDone, Snapshot, Status};
 
 use crate::tools::AnyError;
 
@@ -75,6 +75,26 @@ pub struct SetArgs {
     control: ControlArgs,
     key: String,
     value: String,
+}
+
+/// Declare an application consistency point to a running server whose
+/// write policy is write-back-journaled: the open transaction commits, so
+/// the backing alone will hold this state (docs/consistency.md).
+#[derive(Args, Debug)]
+pub struct ConsistencyPointArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+}
+
+pub fn consistency_point(args: ConsistencyPointArgs) -> Result<(), AnyError> {
+    let mut client = connect(&args.control.path(None))?;
+    let answer = client.call(&Request::new("consistency-point"), &mut |_| {});
+    let done: ConsistencyPointDone = parse(answer?)?;
+    println!(
+        "wcache consistency-point: committed ({} transactions committed so far)",
+        done.journal_commits
+    );
+    Ok(())
 }
 
 fn connect(path: &Path) -> Result<ControlClient, AnyError> {

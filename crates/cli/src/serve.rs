@@ -21,9 +21,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use wcache_core::config::StalenessConfig;
+use wcache_core::config::{CheckpointMode, ConsistencyPoints, JournalConfig, StalenessConfig};
 use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
 use wcache_io::cache::Monitor;
+use wcache_io::device::journaled::JournalOpen;
 use wcache_io::format::FORMAT_VERSION;
 use wcache_io::ops::control::{ControlListener, ControlServer};
 use wcache_io::ops::prometheus::MetricsServer;
@@ -112,7 +113,9 @@ pub struct ServeArgs {
     pub(crate) backing_timeout: String,
     /// write-back (default with a cache file or device: acknowledged once
     /// data and record are durable on the cache; recovered after a crash),
-    /// write-through (default with --cache mem), or write-around.
+    /// write-back-ordered (wb-o) or write-back-journaled (wb-j: the backing
+    /// alone always consistent), write-through (default with --cache mem),
+    /// or write-around.
     #[arg(long)]
     pub(crate) write_policy: Option<String>,
     /// Start even over a cache device holding dirty pages of another
@@ -145,6 +148,24 @@ pub struct ServeArgs {
     /// (0: dirty pages wait for the thresholds or their maximum age).
     #[arg(long, default_value_t = 4)]
     pub(crate) idle_destages: u32,
+    /// write-back-journaled: the host journal, most page versions not yet
+    /// checkpointed (writes wait beyond it); the same size is reserved as a
+    /// journal at the end of each backing, which the export loses (e.g. 64M).
+    #[arg(long, default_value = "64M")]
+    pub(crate) journal_size: String,
+    /// write-back-journaled: the open transaction commits at this size
+    /// (0: an eighth of the journal)...
+    #[arg(long, default_value = "0")]
+    pub(crate) commit_size: String,
+    /// ...or this long after its first write (0: no age).
+    #[arg(long, default_value = "1s")]
+    pub(crate) commit_age: String,
+    /// write-back-journaled: commit by size (and age), or only at
+    /// consistency points: flush (every NBD FLUSH, and hints) or hint
+    /// (`wcache consistency-point` only). Then the backing alone always
+    /// holds the state of one declared point.
+    #[arg(long, default_value = "size")]
+    pub(crate) consistency_points: String,
     #[arg(long, default_value_t = 4096)]
     pub(crate) page_size: u64,
     /// Write group (destage unit) in bytes.
@@ -533,6 +554,7 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
                 idle_after_ns: duration_ns_arg("idle-after", &args.idle_after)?,
                 idle_destages: args.idle_destages,
             },
+            journal: journal_config(args)?,
             ..EngineConfig::default()
         },
         driver: DriverConfig {
@@ -548,6 +570,36 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
             "backing-timeout",
             &args.backing_timeout,
         )?)),
+    })
+}
+
+/// Journaled write-back's settings; its backing journal holds the whole
+/// host journal.
+fn journal_config(args: &ServeArgs) -> Result<JournalConfig, AnyError> {
+    let page = args.page_size.max(1);
+    let journal_pages = size_arg("journal-size", &args.journal_size)? / page;
+    if journal_pages == 0 {
+        return Err(format!(
+            "--journal-size {}: at least one page of {page} bytes",
+            args.journal_size
+        )
+        .into());
+    }
+    let points = ConsistencyPoints::from_name(&args.consistency_points).ok_or_else(|| {
+        format!(
+            "--consistency-points {:?}: valid: {}",
+            args.consistency_points,
+            ConsistencyPoints::NAMES
+        )
+    })?;
+    Ok(JournalConfig {
+        journal_pages,
+        commit_pages: size_arg("commit-size", &args.commit_size)? / page,
+        commit_age_ns: duration_ns_arg("commit-age", &args.commit_age)?,
+        points,
+        checkpoint: CheckpointMode::BackingJournal {
+            pages: journal_pages,
+        },
     })
 }
 
@@ -569,6 +621,20 @@ fn warn_volatile_write_back() {
 
 /// How the cache device was found: formatted, reformatted, or recovered.
 fn print_open_report(cache: &Cache) {
+    for (volume, found) in cache.volumes().iter().zip(cache.backing_journals()) {
+        let what = match found {
+            JournalOpen::Formatted => "formatted at its end".to_string(),
+            JournalOpen::Empty => "empty".to_string(),
+            JournalOpen::Replayed { txn, pages } => {
+                format!("replayed transaction {txn} ({pages} pages) in place")
+            }
+        };
+        println!(
+            "wcache: export {:?}: backing journal {what}; the export has {} bytes",
+            volume.name(),
+            volume.size_bytes()
+        );
+    }
     let Some(report) = cache.open_report() else {
         return;
     };

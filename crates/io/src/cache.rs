@@ -23,11 +23,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use wcache_core::config::{CheckpointMode, JournalConfig};
 use wcache_core::types::VolumeId;
 use wcache_core::{ConfigError, EngineConfig, RequestFlags, RequestKind, Stats, WritePolicyKind};
 
 use crate::device::emulated::EmulatedDevice;
 use crate::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMode};
+use crate::device::journaled::{JournalError, JournalOpen, JournaledDevice};
 use crate::device::mem::MemDevice;
 use crate::device::nbd::{NbdDevice, NbdOptions};
 use crate::device::{parse_size_bytes, BlockDevice, DeviceError};
@@ -65,6 +67,10 @@ pub enum CacheError {
     BadBlockSize(u32),
     #[error("no volume to serve")]
     NoVolumes,
+    #[error("{0}")]
+    Journal(#[from] JournalError),
+    #[error("the cache device runs write-back-journaled: give its --journal-size (as served) so that the drain goes through each backing's journal")]
+    JournalSizeNeeded,
     #[error("export name {0:?} given twice")]
     DuplicateVolume(String),
     #[error("backing {spec:?}: unknown emulated model {model:?} (valid: {})", wcache_models::DEVICE_NAMES.join(", "))]
@@ -245,6 +251,9 @@ pub struct OfflineConfig {
     pub volumes: Vec<VolumeSpec>,
     pub backing_sync: SyncMode,
     pub driver: DriverConfig,
+    /// The host journal in bytes of a cache served write-back-journaled
+    /// (its backings' journals are that large); required for one.
+    pub journal_bytes: Option<u64>,
 }
 
 /// Where the engine configuration of a running cache comes from.
@@ -448,6 +457,16 @@ pub struct Cache {
     /// unless the volatile benchmark allowance was given).
     write_back_allowed: bool,
     operator: Operator,
+    /// What each backing's journal held at open (journaled write-back).
+    journals: Vec<JournalOpen>,
+}
+
+impl Cache {
+    /// What each backing's journal held when the cache opened (journaled
+    /// write-back; empty otherwise), by volume.
+    pub fn backing_journals(&self) -> &[JournalOpen] {
+        &self.journals
+    }
 }
 
 impl Cache {
@@ -469,6 +488,7 @@ impl Cache {
             config.backing_create_size_bytes,
             Some(config.block_size_bytes),
         )?;
+        let (backings, journals) = open_journals(backings, &config.engine, config.force)?;
         let (cache, device) = open_cache_device(&config.cache)?;
         check_cache_size(&config.engine, device.size_bytes, persistent)?;
         let mut engine = config.engine.clone();
@@ -510,6 +530,7 @@ impl Cache {
         );
         cache.write_back_allowed = !config.cache.is_memory() || config.volatile_write_back;
         cache.operator = cache.make_operator();
+        cache.journals = journals;
         Ok(cache)
     }
 
@@ -526,6 +547,17 @@ impl Cache {
         let dev = open_existing_cache_device(&config.cache_path, SyncMode::Fdatasync)?;
         let sb = CacheStore::read_superblock(dev.as_ref())?;
         let backings = open_backings(&config.volumes, (config.backing_sync, None), None, None)?;
+        let (mut engine, source) = offline_engine_config(&sb);
+        if engine.write_policy == WritePolicyKind::JournaledWriteBack {
+            let bytes = config.journal_bytes.ok_or(CacheError::JournalSizeNeeded)?;
+            let pages = bytes / engine.page_size_bytes.max(1);
+            engine.journal = JournalConfig {
+                journal_pages: pages,
+                checkpoint: CheckpointMode::BackingJournal { pages },
+                ..JournalConfig::default()
+            };
+        }
+        let (backings, _) = open_journals(backings, &engine, false)?;
         let given = volume_entries(&config.volumes, &backings)?;
         if given != sb.volumes {
             return Err(CacheError::Mismatch {
@@ -533,7 +565,6 @@ impl Cache {
                 given: show_volumes(&given),
             });
         }
-        let (mut engine, source) = offline_engine_config(&sb);
         // Used only if the device must be formatted anew (it no longer fits
         // its slot count and holds no dirty page): then it is what this run uses.
         let record = EngineRecord::from_config(&engine)?;
@@ -602,6 +633,7 @@ impl Cache {
             engine,
             engine_source,
             write_back_allowed: true,
+            journals: Vec::new(),
         };
         cache.operator = cache.make_operator();
         cache
@@ -908,6 +940,33 @@ pub fn open_existing_cache_device(
 
 /// Opens every volume's backing, in order; with `block_size_bytes`, a
 /// backing under one block is refused.
+/// Journaled write-back through a backing journal: each backing keeps
+/// one at its end (`JournaledDevice`), replayed here if it holds a
+/// committed transaction; the volume is what comes before it. Other
+/// policies get the backings as they are.
+pub fn open_journals(
+    backings: Vec<Arc<dyn BlockDevice>>,
+    engine: &EngineConfig,
+    force: bool,
+) -> Result<(Vec<Arc<dyn BlockDevice>>, Vec<JournalOpen>), CacheError> {
+    let pages = match engine.journal.checkpoint {
+        CheckpointMode::BackingJournal { pages }
+            if engine.write_policy == WritePolicyKind::JournaledWriteBack =>
+        {
+            pages
+        }
+        _ => return Ok((backings, Vec::new())),
+    };
+    let mut wrapped: Vec<Arc<dyn BlockDevice>> = Vec::with_capacity(backings.len());
+    let mut found = Vec::with_capacity(backings.len());
+    for b in backings {
+        let (dev, open) = JournaledDevice::open(b, pages, engine.page_size_bytes, force)?;
+        wrapped.push(Arc::new(dev));
+        found.push(open);
+    }
+    Ok((wrapped, found))
+}
+
 fn open_backings(
     volumes: &[VolumeSpec],
     (sync, timeout): (SyncMode, Option<Duration>),

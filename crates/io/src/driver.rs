@@ -798,6 +798,13 @@ impl Driver {
         result
     }
 
+    /// An application's consistency point (journaled write-back): the open
+    /// transaction commits now.
+    pub fn consistency_point(&self) -> Result<(), wcache_core::engine::NotJournaled> {
+        let now = self.shared.now();
+        self.change_engine(|e| e.consistency_point(now))
+    }
+
     /// Reports every engine counter and gauge (`Engine::visit_metrics`)
     /// under one lock, so the numbers are of one moment.
     pub fn visit_metrics(&self, v: &mut dyn wcache_core::metrics::MetricsVisitor) {
@@ -1841,7 +1848,7 @@ impl Shared {
                 };
                 let run = scratch.page.get(slots.len() * p as usize);
                 self.read_slots(slots, run).map_err(on_cache)?;
-                journal.stage(b.dev.as_ref(), *at, run).map_err(on_backing)
+                journal.stage(*at, run).map_err(on_backing)
             }
             IoCommand::Commit {
                 volume,
@@ -1854,14 +1861,12 @@ impl Shared {
                 let journal = b.dev.journal().filter(|_| !apply);
                 let journal = journal.ok_or_else(|| on_backing(no_journal(b)))?;
                 let homes: Vec<u64> = pages.iter().map(|p| p.0).collect();
-                journal
-                    .commit(b.dev.as_ref(), *txn, &homes)
-                    .map_err(on_backing)
+                journal.commit(*txn, &homes).map_err(on_backing)
             }
             IoCommand::Retire { volume, txn, .. } => {
                 let b = self.backing(*volume);
                 let journal = b.dev.journal().ok_or_else(|| on_backing(no_journal(b)))?;
-                journal.retire(b.dev.as_ref(), *txn).map_err(on_backing)
+                journal.retire(*txn).map_err(on_backing)
             }
             IoCommand::Destage {
                 volume,

@@ -21,8 +21,8 @@ pub mod ops;
 pub mod store;
 
 pub use cache::{
-    Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, EngineSource, Monitor,
-    OfflineConfig, Volume, VolumeSpec,
+    open_backing, Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, EngineSource,
+    Monitor, OfflineConfig, Volume, VolumeSpec,
 };
 pub use device::emulated::EmulatedDevice;
 pub use device::faulty::{FaultPlan, FaultyDevice};

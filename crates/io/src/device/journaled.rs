@@ -79,6 +79,8 @@ pub enum JournalOpen {
 
 /// The journal region of a backing (see the module header).
 pub struct BackingJournal {
+    /// The whole backing, journal region included.
+    dev: Arc<dyn BlockDevice>,
     offset: u64,
     pages: u64,
     page_size: u64,
@@ -188,25 +190,26 @@ impl BackingJournal {
         Ok(Some(h))
     }
 
-    fn write_header(&self, dev: &dyn BlockDevice, h: &Header) -> Result<(), DeviceError> {
+    fn write_header(&self, h: &Header) -> Result<(), DeviceError> {
         let mut buf = self.encode_header(h);
-        dev.write_at(buf.get(BLOCK as usize), self.offset)?;
-        dev.flush()
+        self.dev.write_at(buf.get(BLOCK as usize), self.offset)?;
+        self.dev.flush()
     }
 
     /// Open the journal at the end of `dev`, replaying a committed
     /// transaction; a blank region is formatted, and so is one holding
     /// other data when `force`.
     pub fn open(
-        dev: &dyn BlockDevice,
+        dev: Arc<dyn BlockDevice>,
         pages: u64,
         page_size: u64,
         force: bool,
     ) -> Result<(BackingJournal, JournalOpen), JournalError> {
         let region = region_bytes(pages, page_size);
         let len = dev.len_bytes();
+        let dev_ref = dev.as_ref();
         let too_small = || JournalError::TooSmall {
-            device: dev.name(),
+            device: dev_ref.name(),
             len_bytes: len,
             pages,
             region_bytes: region,
@@ -216,6 +219,7 @@ impl BackingJournal {
             return Err(too_small());
         }
         let j = BackingJournal {
+            dev: dev.clone(),
             offset,
             pages,
             page_size,
@@ -223,8 +227,8 @@ impl BackingJournal {
         };
         let mut buf = AlignedBuf::new();
         let block = buf.get(BLOCK as usize);
-        dev.read_at(block, offset)?;
-        let header = match j.decode_header(block, &dev.name()) {
+        dev_ref.read_at(block, offset)?;
+        let header = match j.decode_header(block, &dev_ref.name()) {
             Err(JournalError::ForeignData { .. }) if force => None,
             other => other?,
         };
@@ -236,19 +240,16 @@ impl BackingJournal {
         };
         let found = match header {
             None => {
-                j.write_header(dev, &empty)?;
+                j.write_header(&empty)?;
                 JournalOpen::Formatted
             }
             Some(h) if h.state == STATE_EMPTY => JournalOpen::Empty,
             Some(h) => {
-                let pages = j.replay(dev, &h)?;
-                j.write_header(
-                    dev,
-                    &Header {
-                        txn: h.txn,
-                        ..empty
-                    },
-                )?;
+                let pages = j.replay(&h)?;
+                j.write_header(&Header {
+                    txn: h.txn,
+                    ..empty
+                })?;
                 JournalOpen::Replayed { txn: h.txn, pages }
             }
         };
@@ -257,7 +258,8 @@ impl BackingJournal {
 
     /// Put a committed transaction's pages in place (after checking every
     /// checksum first, so a damaged journal changes nothing), then flush.
-    fn replay(&self, dev: &dyn BlockDevice, h: &Header) -> Result<u64, JournalError> {
+    fn replay(&self, h: &Header) -> Result<u64, JournalError> {
+        let dev = self.dev.as_ref();
         let name = dev.name();
         let table = (h.entries * ENTRY_BYTES).div_ceil(BLOCK) * BLOCK;
         let mut buf = AlignedBuf::new();
@@ -311,12 +313,8 @@ impl BackingJournal {
     }
 
     /// Write `data` (whole pages) at journal pages from `journal_page`.
-    pub fn stage(
-        &self,
-        dev: &dyn BlockDevice,
-        journal_page: u64,
-        data: &[u8],
-    ) -> Result<(), DeviceError> {
+    pub fn stage(&self, journal_page: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let dev = self.dev.as_ref();
         let n = data.len() as u64 / self.page_size;
         check_range(&|| dev.name() + " journal", journal_page, n, self.pages)?;
         dev.write_at(data, self.page_offset(journal_page))?;
@@ -329,12 +327,8 @@ impl BackingJournal {
 
     /// Make transaction `txn` durable: its pages (staged at journal pages
     /// 0.. in the order of `homes`) and entries, then its header.
-    pub fn commit(
-        &self,
-        dev: &dyn BlockDevice,
-        txn: u64,
-        homes: &[u64],
-    ) -> Result<(), DeviceError> {
+    pub fn commit(&self, txn: u64, homes: &[u64]) -> Result<(), DeviceError> {
+        let dev = self.dev.as_ref();
         let n = homes.len() as u64;
         check_range(&|| dev.name() + " journal", 0, n, self.pages)?;
         let table = (n * ENTRY_BYTES).div_ceil(BLOCK) * BLOCK;
@@ -353,29 +347,23 @@ impl BackingJournal {
         dev.flush()?; // the staged pages first
         dev.write_at(&b[..table as usize], self.entries_offset())?;
         dev.flush()?;
-        self.write_header(
-            dev,
-            &Header {
-                state: STATE_COMMITTED,
-                txn,
-                entries: n,
-                entries_sum,
-            },
-        )
+        self.write_header(&Header {
+            state: STATE_COMMITTED,
+            txn,
+            entries: n,
+            entries_sum,
+        })
     }
 
     /// The transaction's pages are in place (flushed here first): empty the journal.
-    pub fn retire(&self, dev: &dyn BlockDevice, txn: u64) -> Result<(), DeviceError> {
-        dev.flush()?;
-        self.write_header(
-            dev,
-            &Header {
-                state: STATE_EMPTY,
-                txn,
-                entries: 0,
-                entries_sum: 0,
-            },
-        )
+    pub fn retire(&self, txn: u64) -> Result<(), DeviceError> {
+        self.dev.flush()?;
+        self.write_header(&Header {
+            state: STATE_EMPTY,
+            txn,
+            entries: 0,
+            entries_sum: 0,
+        })
     }
 }
 
@@ -394,7 +382,7 @@ impl JournaledDevice {
         page_size: u64,
         force: bool,
     ) -> Result<(JournaledDevice, JournalOpen), JournalError> {
-        let (journal, found) = BackingJournal::open(inner.as_ref(), pages, page_size, force)?;
+        let (journal, found) = BackingJournal::open(inner.clone(), pages, page_size, force)?;
         Ok((JournaledDevice { inner, journal }, found))
     }
 

@@ -306,9 +306,13 @@ fn answer(command: Command, operator: &Operator, stop: &AtomicBool, w: &mut Unix
             }
             Err(e) => op_error(&e),
         },
-        Command::ConsistencyPoint => {
-            Response::from(&ProtocolError::NotSupported("consistency-point"))
-        }
+        Command::ConsistencyPoint => match operator.consistency_point() {
+            Ok(done) => {
+                tracing::info!("consistency point ({} commits)", done.journal_commits);
+                Response::ok(done)
+            }
+            Err(e) => op_error(&e),
+        },
         Command::CriticalIssuer { issuer, critical } => {
             match operator.set_critical_issuer(issuer, critical) {
                 Ok(done) => {

@@ -14,5 +14,7 @@ pub mod protocol;
 pub mod snapshot;
 
 pub use latency::{RequestClass, VolumeLatency};
-pub use operator::{ExportStatus, FlushProgress, OpError, Operator, SetDone, Status};
+pub use operator::{
+    ConsistencyPointDone, ExportStatus, FlushProgress, OpError, Operator, SetDone, Status,
+};
 pub use snapshot::{Metric, RequestStats, Snapshot};

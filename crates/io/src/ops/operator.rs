@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use wcache_core::engine::NotJournaled;
 use wcache_core::policy::admission::ADMISSIONS;
 use wcache_core::policy::destage_order::DESTAGE_ORDERS;
 use wcache_core::policy::destage_rate::DESTAGE_RATES;
@@ -60,6 +61,8 @@ pub enum OpError {
     Cache(#[from] CacheError),
     #[error(transparent)]
     Criticality(#[from] CriticalityError),
+    #[error(transparent)]
+    NotJournaled(#[from] NotJournaled),
 }
 
 /// One volume as the operator sees it.
@@ -127,6 +130,12 @@ pub struct SetDone {
     pub key: String,
     pub old: String,
     pub new: String,
+}
+
+/// What `consistency-point` did: the transactions committed so far.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConsistencyPointDone {
+    pub journal_commits: u64,
 }
 
 /// What `critical-issuer` changed.
@@ -353,6 +362,26 @@ impl Operator {
             critical,
             was,
             admission: driver.policy_names()[1].to_string(),
+        })
+    }
+
+    /// Commit the open transaction (journaled write-back): the backing
+    /// alone will pass through the state of every write answered before now.
+    pub fn consistency_point(&self) -> Result<ConsistencyPointDone, OpError> {
+        let driver = &self.inner.driver;
+        driver.consistency_point()?;
+        struct Commits(u64);
+        impl wcache_core::metrics::MetricsVisitor for Commits {
+            fn metric(&mut self, _: wcache_core::metrics::MetricKind, name: &str, _: &str, v: u64) {
+                if name == "journal_commits" {
+                    self.0 = v;
+                }
+            }
+        }
+        let mut commits = Commits(0);
+        driver.visit_metrics(&mut commits);
+        Ok(ConsistencyPointDone {
+            journal_commits: commits.0,
         })
     }
 

@@ -64,7 +64,7 @@ pub enum Command {
         key: String,
         value: String,
     },
-    /// Reserved for the write-policy issue (application consistency points).
+    /// An application consistency point (journaled write-back).
     ConsistencyPoint,
     /// Set or clear the criticality hint of an issuer (request-oriented admission).
     CriticalIssuer {
