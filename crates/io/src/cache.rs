@@ -940,6 +940,9 @@ pub fn open_existing_cache_device(
 
 /// Opens every volume's backing, in order; with `block_size_bytes`, a
 /// backing under one block is refused.
+/// The backing devices, volume `i` at index `i`.
+type Backings = Vec<Arc<dyn BlockDevice>>;
+
 /// Journaled write-back through a backing journal: each backing keeps
 /// one at its end (`JournaledDevice`), replayed here if it holds a
 /// committed transaction; the volume is what comes before it. Other
@@ -948,7 +951,7 @@ pub fn open_journals(
     backings: Vec<Arc<dyn BlockDevice>>,
     engine: &EngineConfig,
     force: bool,
-) -> Result<(Vec<Arc<dyn BlockDevice>>, Vec<JournalOpen>), CacheError> {
+) -> Result<(Backings, Vec<JournalOpen>), CacheError> {
     let pages = match engine.journal.checkpoint {
         CheckpointMode::BackingJournal { pages }
             if engine.write_policy == WritePolicyKind::JournaledWriteBack =>
