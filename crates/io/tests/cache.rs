@@ -312,6 +312,7 @@ fn offline_drain_needs_the_exact_volume_table_and_empties_the_cache() {
             io_threads: 2,
             ..DriverConfig::default()
         },
+        journal_bytes: None,
     };
     let wrong = offline(&cache_path, vec![volume("other", &backing)]);
     let e = Cache::open_offline(&wrong).err().expect("mismatch refused");
@@ -422,6 +423,7 @@ fn offline_config(cache_path: &Path, volumes: Vec<VolumeSpec>) -> OfflineConfig 
             io_threads: 2,
             ..DriverConfig::default()
         },
+        journal_bytes: None,
     }
 }
 
