@@ -439,3 +439,122 @@ impl BlockDevice for JournaledDevice {
         Some(&self.journal)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::mem::MemDevice;
+
+    const PAGE: u64 = 4096;
+    const PAGES: u64 = 8;
+
+    fn backing() -> Arc<dyn BlockDevice> {
+        Arc::new(MemDevice::new(1 << 20))
+    }
+
+    fn page(v: u8) -> Vec<u8> {
+        vec![v; PAGE as usize]
+    }
+
+    fn read_page(dev: &dyn BlockDevice, p: u64) -> Vec<u8> {
+        let mut b = vec![0; PAGE as usize];
+        dev.read_at(&mut b, p * PAGE).expect("read");
+        b
+    }
+
+    /// Stage pages 3 and 7 (values 1 and 2) as transaction 5.
+    fn stage_two(j: &BackingJournal) {
+        j.stage(0, &page(1)).expect("stage");
+        j.stage(1, &page(2)).expect("stage");
+    }
+
+    #[test]
+    fn a_blank_region_is_formatted_and_the_device_ends_before_it() {
+        let b = backing();
+        let (dev, found) = JournaledDevice::open(b.clone(), PAGES, PAGE, false).expect("open");
+        assert_eq!(found, JournalOpen::Formatted);
+        assert_eq!(dev.len_bytes(), (1 << 20) - region_bytes(PAGES, PAGE));
+        let e = dev
+            .write_at(&page(9), dev.len_bytes())
+            .expect_err("past the data");
+        assert!(matches!(e, DeviceError::OutOfRange { .. }), "{e}");
+        let (_, again) = JournaledDevice::open(b, PAGES, PAGE, false).expect("reopen");
+        assert_eq!(again, JournalOpen::Empty);
+    }
+
+    #[test]
+    fn a_committed_transaction_is_replayed_in_place_and_an_uncommitted_one_is_not() {
+        let b = backing();
+        let (dev, _) = JournaledDevice::open(b.clone(), PAGES, PAGE, false).expect("open");
+        let j = dev.journal().expect("journal");
+        stage_two(j);
+        // A crash before the commit: nothing in place, nothing to replay.
+        let (_, found) = JournaledDevice::open(b.clone(), PAGES, PAGE, false).expect("reopen");
+        assert_eq!(found, JournalOpen::Empty);
+        assert_eq!(read_page(b.as_ref(), 3), page(0));
+        stage_two(j);
+        j.commit(5, &[3, 7]).expect("commit");
+        // A crash after the commit: replayed at the next open, then retired.
+        let (_, found) = JournaledDevice::open(b.clone(), PAGES, PAGE, false).expect("reopen");
+        assert_eq!(found, JournalOpen::Replayed { txn: 5, pages: 2 });
+        assert_eq!(read_page(b.as_ref(), 3), page(1));
+        assert_eq!(read_page(b.as_ref(), 7), page(2));
+        let (_, found) = JournaledDevice::open(b, PAGES, PAGE, false).expect("reopen");
+        assert_eq!(found, JournalOpen::Empty);
+    }
+
+    #[test]
+    fn damage_is_an_error_that_names_it_and_changes_nothing() {
+        let b = backing();
+        let (dev, _) = JournaledDevice::open(b.clone(), PAGES, PAGE, false).expect("open");
+        let offset = dev.len_bytes();
+        let j = dev.journal().expect("journal");
+        stage_two(j);
+        j.commit(5, &[3, 7]).expect("commit");
+        // A journal page that does not match its entry.
+        let first_page = j.page_offset(0);
+        b.write_at(&page(0xAA), first_page).expect("damage");
+        let e = JournaledDevice::open(b.clone(), PAGES, PAGE, false)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("journal page 0 (for page 3)"), "{e}");
+        assert_eq!(read_page(b.as_ref(), 7), page(0), "nothing replayed");
+        // The entry table.
+        b.write_at(&page(0x55), offset + BLOCK).expect("damage");
+        let e = JournaledDevice::open(b.clone(), PAGES, PAGE, false)
+            .err()
+            .expect("refused");
+        assert!(
+            e.to_string().contains("entry table fails its checksum"),
+            "{e}"
+        );
+        // The header.
+        let mut header = vec![0u8; BLOCK as usize];
+        b.read_at(&mut header, offset).expect("read");
+        header[33] ^= 1;
+        b.write_at(&header, offset).expect("damage");
+        let e = JournaledDevice::open(b, PAGES, PAGE, false)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("header at offset"), "{e}");
+        assert!(e.to_string().contains("checksum"), "{e}");
+    }
+
+    #[test]
+    fn other_data_is_refused_unless_forced_and_a_tiny_backing_is_refused() {
+        let b = backing();
+        let offset = ((1 << 20) - region_bytes(PAGES, PAGE)) / BLOCK * BLOCK;
+        b.write_at(&page(7), offset).expect("data");
+        let e = JournaledDevice::open(b.clone(), PAGES, PAGE, false)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("holds other data"), "{e}");
+        let (_, found) = JournaledDevice::open(b, PAGES, PAGE, true).expect("forced");
+        assert_eq!(found, JournalOpen::Formatted);
+        let small: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * 1024));
+        let e = JournaledDevice::open(small, 64, PAGE, false)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("too small"), "{e}");
+    }
+}
