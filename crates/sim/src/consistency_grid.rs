@@ -34,10 +34,11 @@ const FAILURES: [Failure; 3] = [
     },
 ];
 
-pub const POLICIES: [WritePolicyKind; 4] = [
+pub const POLICIES: [WritePolicyKind; 5] = [
     WritePolicyKind::WriteThrough,
     WritePolicyKind::WriteBack,
     WritePolicyKind::OrderedWriteBack,
+    WritePolicyKind::JournaledWriteBack,
     WritePolicyKind::WriteAround,
 ];
 
