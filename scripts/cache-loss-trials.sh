@@ -9,13 +9,16 @@
 # lines count the clean trials per policy.
 #
 # Usage (root): scripts/cache-loss-trials.sh
-#   TRIALS=20 POLICIES="write-back-ordered write-back" LOAD_SECONDS=6
+#   TRIALS=20 POLICIES="write-back-ordered write-back-journaled write-back" LOAD_SECONDS=6
+#   JOURNAL_SIZE=16777216 (bytes; write-back-journaled, or write-back-journaled:flush
+#   for consistency points at every FLUSH)
 #   BENCH_DIR=/var/tmp SERVE_ARGS="--max-dirty-age 1s" (extra serve options)
 # Needs: nbdfuse (libnbd-bin), fuse3, e2fsprogs, util-linux, python3.
 set -euo pipefail
 
 TRIALS=${TRIALS:-20}
-POLICIES=${POLICIES:-"write-back-ordered write-back"}
+POLICIES=${POLICIES:-"write-back-ordered write-back-journaled write-back"}
+JOURNAL_SIZE=${JOURNAL_SIZE:-16777216}
 LOAD_SECONDS=${LOAD_SECONDS:-6}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 SERVE_ARGS=${SERVE_ARGS:---max-dirty-age 1s}
@@ -84,16 +87,27 @@ for n in range(4):
 threading.Event().wait()
 '
 
-# One trial: prints "clean" or what failed.
+# One trial: prints "clean" or what failed. A policy `write-back-journaled`
+# may carry its consistency points after a colon (`...:flush`); its backing
+# keeps a JOURNAL_SIZE journal at its end, so ext4 is made to end before it,
+# and after the loss `wcache backing-recover` replays it first.
 trial() {
-    local policy=$1 log=$WORK/serve.log
+    local policy=${1%%:*} points=${1#*:} log=$WORK/serve.log
+    local fs_bytes=$((256 << 20)) extra=()
+    if [ "$policy" = write-back-journaled ]; then
+        local pages=$((JOURNAL_SIZE / 4096))
+        local region=$((4096 + (pages * 16 + 4095) / 4096 * 4096 + pages * 4096))
+        fs_bytes=$(((fs_bytes - region) / 4096 * 4096))
+        extra=(--journal-size "$JOURNAL_SIZE")
+        [ "$points" != "$1" ] && extra+=(--consistency-points "$points")
+    fi
     rm -f "$WORK/cache.img" "$WORK/w.sock"
     truncate -s 0 "$WORK/backing.img"
     truncate -s 256M "$WORK/backing.img"
-    mkfs.ext4 -q -F "$WORK/backing.img"
+    mkfs.ext4 -q -F "$WORK/backing.img" "$((fs_bytes / 1024))k"
     # shellcheck disable=SC2086
     "$WCACHE" serve --cache "$WORK/cache.img" --cache-size 64M \
-        --export "disk=$WORK/backing.img" --write-policy "$policy" \
+        --export "disk=$WORK/backing.img" --write-policy "$policy" "${extra[@]}" \
         --socket "$WORK/w.sock" $SERVE_ARGS >"$log" 2>&1 &
     WC_PID=$!
     for _ in $(seq 200); do [ -S "$WORK/w.sock" ] && break; sleep 0.05; done
@@ -109,6 +123,11 @@ trial() {
     kill -9 "$WC_PID"
     teardown
     rm -f "$WORK/cache.img"
+    if [ "$policy" = write-back-journaled ] &&
+        ! "$WCACHE" backing-recover "$WORK/backing.img" --journal-size "$JOURNAL_SIZE" >>"$log" 2>&1; then
+        echo "backing-recover failed: $(tail -1 "$log")"
+        return
+    fi
     # The backing alone: mount (journal replay), unmount, check.
     if ! mount -o loop "$WORK/backing.img" "$MNT" 2>"$WORK/mount.err"; then
         echo "mount failed: $(head -1 "$WORK/mount.err")"
