@@ -8,7 +8,9 @@
 use crate::alloc;
 use crate::driver::{config, permute, Driver, CACHE_SLOTS, GROUP_PAGES, VOLUME_GROUPS_BITS};
 use crate::engine_ops::{Layout, ORDERS};
+use wcache_core::config::ConsistencyPoints;
 use wcache_core::policy::replacement::build_replacement;
+use wcache_core::time::Nanos;
 use wcache_core::types::{PageKey, SlotIndex};
 use wcache_core::{EngineConfig, WritePolicyKind};
 
@@ -154,6 +156,43 @@ fn ordered_per_version() -> (f64, f64) {
     (live as f64 / versions, metadata as f64 / versions)
 }
 
+/// Journaled write-back, scattered pages: bytes per slot of the empty
+/// engine, per page with every page in one open transaction (beyond the
+/// empty engine), and per extra version when two more rounds overwrite
+/// every page while the first transaction's checkpoint never finishes
+/// (the second round's versions wait retired behind it, the third's are
+/// kept for the committed second transaction).
+fn journaled_bytes() -> (f64, f64, f64) {
+    let mut c = state_config("wow");
+    c.write_policy = WritePolicyKind::JournaledWriteBack;
+    c.journal.points = ConsistencyPoints::Hint;
+    let base = alloc::live_bytes();
+    let mut d = Driver::new(c);
+    d.hold_checkpoints = true;
+    let empty = alloc::live_bytes() - base;
+    // Three rounds' versions stay in the cache (none is checkpointed).
+    let pages = FILL_PAGES / 4;
+    let round = |d: &mut Driver| {
+        for i in 0..pages {
+            d.write_page(Layout::Scattered.page(i));
+        }
+    };
+    round(&mut d);
+    let one = alloc::live_bytes() - base;
+    for _ in 0..2 {
+        d.engine.consistency_point(Nanos(0)).expect("journaled");
+        d.settle();
+        round(&mut d);
+    }
+    let three = alloc::live_bytes() - base;
+    drop(d);
+    (
+        empty as f64 / CACHE_SLOTS as f64,
+        (one - empty) as f64 / pages as f64,
+        (three - one) as f64 / (2 * pages) as f64,
+    )
+}
+
 /// LRU alone, sized for 1 M slots and holding all of them.
 fn lru_alone() -> (usize, usize) {
     let base = alloc::live_bytes();
@@ -222,6 +261,11 @@ pub fn run() -> MemoryFigures {
     println!(
         "    {:<44} {:>6.2} B/version (metadata_bytes {:>6.2}; 0 B per edge: none are kept)",
         "write-back-ordered, 2 versions per page", live, md
+    );
+    let (slot, page, version) = journaled_bytes();
+    println!(
+        "    {:<44} {:>6.2} B/slot empty, {:>6.2} B/page in the open transaction, {:>6.2} B per extra version",
+        "write-back-journaled, scattered", slot, page, version
     );
     MemoryFigures {
         empty_per_slot,
