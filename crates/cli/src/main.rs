@@ -156,6 +156,11 @@ struct OneRun {
     /// consistency points: flush (every FLUSH) or hint.
     #[arg(long, default_value = "size")]
     consistency_points: String,
+    /// Declare an application consistency point every N answered writes
+    /// (write-back-journaled; 0: never). With --crash-at, every crash
+    /// checks that the backing alone holds one declared point's state.
+    #[arg(long, default_value_t = 0)]
+    consistency_point_every: u64,
     /// How a transaction reaches the backing atomically: backing-journal
     /// (a journal region as large as the host journal, after the volumes)
     /// or nvram (the paper's storage-side NVRAM journal: no extra I/O).
@@ -607,6 +612,12 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     }
     if args.faults.is_some() || args.crash_at.is_some() {
         sim = sim.with_faults(faults, o.seed, args.crash_at)?;
+    }
+    if o.consistency_point_every > 0 {
+        if o.consistency_points == "size" {
+            return Err("--consistency-point-every needs --consistency-points hint or flush (size and age would commit between the points)".into());
+        }
+        sim = sim.with_points(o.consistency_point_every);
     }
     let limits = RunLimits {
         warmup_requests: o.warmup,

@@ -83,6 +83,22 @@ impl DataModel {
         self.order.get_or_insert_with(OrderCheck::default);
     }
 
+    /// Check App-C at every crash: the backing alone holds the state of a
+    /// declared consistency point (`point`).
+    pub fn track_points(&mut self) {
+        self.track_order();
+        if let Some(o) = &mut self.order {
+            o.track_points();
+        }
+    }
+
+    /// An application consistency point is declared now.
+    pub fn point(&mut self) {
+        if let Some(o) = &mut self.order {
+            o.point();
+        }
+    }
+
     /// Crashes whose backing passed the point-in-time check.
     pub fn order_checks(&self) -> u64 {
         self.order.as_ref().map_or(0, |o| o.checks)

@@ -7,7 +7,7 @@
 use crate::faults::FaultPlan;
 use crate::run::{RunLimits, SimError, SimReport, Simulation};
 use crate::workload::{RandomConfig, WorkloadSpec, OUTSTANDING_MAX_DEFAULT};
-use wcache_core::config::{CheckpointMode, JournalConfig, StalenessConfig};
+use wcache_core::config::{CheckpointMode, ConsistencyPoints, JournalConfig, StalenessConfig};
 use wcache_core::policy::destage_rate::RateConfig;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_models::{build_device, build_device_with, HddParams};
@@ -43,6 +43,9 @@ pub struct CrashCase {
     pub commit_pages: u64,
     pub commit_age_ms: u64,
     pub nvram: bool,
+    /// Consistency points by hint every this many answered writes
+    /// (`--consistency-points hint --consistency-point-every N`; 0: none).
+    pub point_every: u64,
 }
 
 /// When a case with idle destages counts as idle.
@@ -126,6 +129,13 @@ impl CrashCase {
             commit_pages: 1 + (h >> 36) % 8,
             commit_age_ms: 20,
             nvram: (h >> 40).is_multiple_of(2),
+            // Every third seed commits at hinted consistency points only
+            // (each crash then checks App-C).
+            point_every: if (h >> 44).is_multiple_of(3) {
+                1 + (h >> 48) % 12
+            } else {
+                0
+            },
             // Within the run's device writes: about two per write under
             // write-back and write-through, one under write-around.
             crash_at,
@@ -154,6 +164,7 @@ impl CrashCase {
             commit_pages: 4,
             commit_age_ms: 20,
             nvram: false,
+            point_every: 0,
         }
     }
 
@@ -164,7 +175,7 @@ impl CrashCase {
              --page-size {PAGE_BYTES} --group-size {GROUP_BYTES} --write-policy {} --workload random \
              --footprint {FOOTPRINT_KIB}K --read-fraction {READ_FRACTION} --outstanding {OUTSTANDING} \
              --warmup 0 --requests {} --sequential-cutoff {} --max-dirty-age {}ms --idle-destages {} --idle-after {IDLE_AFTER_MS}ms \
-             --commit-pages {} --commit-age {}ms --checkpoint {} \
+             --commit-pages {} --commit-age {}ms --checkpoint {} --consistency-points {} --consistency-point-every {} \
              --seed {} --faults {} --crash-at {} --check",
             self.policy.name(),
             self.requests,
@@ -174,6 +185,8 @@ impl CrashCase {
             self.commit_pages,
             self.commit_age_ms,
             if self.nvram { "nvram" } else { "backing-journal" },
+            if self.point_every > 0 { "hint" } else { "size" },
+            self.point_every,
             self.seed,
             self.faults,
             self.crash_at
@@ -206,6 +219,11 @@ impl CrashCase {
             journal: JournalConfig {
                 commit_pages: self.commit_pages,
                 commit_age_ns: self.commit_age_ms * 1_000_000,
+                points: if self.point_every > 0 {
+                    ConsistencyPoints::Hint
+                } else {
+                    ConsistencyPoints::Size
+                },
                 checkpoint: if self.nvram {
                     CheckpointMode::Nvram
                 } else {
@@ -227,6 +245,9 @@ impl CrashCase {
             self.seed,
             Some(self.crash_at),
         )?;
+        if self.point_every > 0 {
+            sim = sim.with_points(self.point_every);
+        }
         sim.run(RunLimits {
             warmup_requests: 0,
             measure_requests: self.requests,

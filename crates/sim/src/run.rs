@@ -44,6 +44,8 @@ pub enum SimError {
     Order(#[from] OrderError),
     #[error("simulation stuck at {now}: the engine has work in flight but nothing can happen")]
     Stuck { now: Nanos },
+    #[error("consistency points: {0}")]
+    Points(String),
     #[error("a crash needs a persistent engine configuration (persistent = true)")]
     CrashNeedsPersistent,
     #[error("recovery after the crash: {0}")]
@@ -177,6 +179,11 @@ pub struct Simulation {
     volume_base_bytes: Vec<u64>,
     /// Where each volume's backing journal starts on the backing device.
     journal_base_bytes: Vec<u64>,
+    /// Declare a consistency point every this many answered writes (0: never).
+    point_every: u64,
+    writes_answered: u64,
+    /// Forced journal commits of the current engine already noted.
+    forced_seen: u64,
     commands: HashMap<u64, (IoCommand, Pending)>,
     dev_ops: HashMap<u64, (u64, OpFate)>, // device op id -> (engine io id, fate)
     next_op: u64,
@@ -270,6 +277,9 @@ impl Simulation {
             page_bytes,
             volume_base_bytes,
             journal_base_bytes,
+            point_every: 0,
+            writes_answered: 0,
+            forced_seen: 0,
             commands: HashMap::default(),
             dev_ops: HashMap::default(),
             next_op: 0,
@@ -292,6 +302,43 @@ impl Simulation {
         self.engine.set_critical_issuer(issuer, true)?;
         if !self.critical_issuers.contains(&issuer) {
             self.critical_issuers.push(issuer);
+        }
+        Ok(())
+    }
+
+    /// Declare an application consistency point every `writes` answered
+    /// writes (journaled write-back with hints; 0: never). With a fault
+    /// plan that crashes, each crash checks App-C: the backing alone holds
+    /// the state of one declared point.
+    pub fn with_points(mut self, writes: u64) -> Simulation {
+        self.point_every = writes;
+        if let (true, Some(d)) = (writes > 0 && self.crash_at.is_some(), &mut self.data) {
+            d.track_points();
+        }
+        self
+    }
+
+    /// A transaction journaled write-back committed because its journal
+    /// was full is a boundary the backing may stop at (`docs/consistency.md`):
+    /// the App-C check counts it as a point, noted before the answers of
+    /// the engine call that made it (so the check is, if anything, lenient
+    /// about those).
+    fn note_forced_commits(&mut self) {
+        let forced = self.engine.journal_forced_commits();
+        if forced > self.forced_seen {
+            self.forced_seen = forced;
+            if let Some(d) = &mut self.data {
+                d.point();
+            }
+        }
+    }
+
+    fn consistency_point(&mut self) -> Result<(), SimError> {
+        self.engine
+            .consistency_point(self.now)
+            .map_err(|e| SimError::Points(e.to_string()))?;
+        if let Some(d) = &mut self.data {
+            d.point();
         }
         Ok(())
     }
@@ -332,6 +379,9 @@ impl Simulation {
             d.set_volatile_writes(plan.lie_writes);
             if (ordered || plan.pit) && crash_at.is_some() {
                 d.track_order();
+            }
+            if self.point_every > 0 && crash_at.is_some() {
+                d.track_points();
             }
         }
         self.faults = Some(Faults::new(plan, run_seed));
@@ -598,6 +648,7 @@ impl Simulation {
         self.dev_ops.clear();
         self.delayed.clear();
         self.engine = Engine::recover(self.config.clone(), &self.volume_sizes_bytes, found)?;
+        self.forced_seen = 0;
         for &issuer in &self.critical_issuers {
             self.engine
                 .set_critical_issuer(issuer, true)
@@ -644,6 +695,7 @@ impl Simulation {
     fn pump(&mut self, measure: &mut Measure) -> Result<(), SimError> {
         loop {
             let mut moved = false;
+            self.note_forced_commits();
             while let Some(cmd) = self.engine.poll_command() {
                 moved = true;
                 self.start_command(cmd);
@@ -652,6 +704,13 @@ impl Simulation {
                 moved = true;
                 if let Some(d) = &mut self.data {
                     d.respond(r.id.0, r.result.is_ok())?;
+                }
+                let is_write = matches!(self.arrivals.get(&r.id.0), Some((_, Class::Write { .. })));
+                if is_write && self.point_every > 0 {
+                    self.writes_answered += 1;
+                    if self.writes_answered.is_multiple_of(self.point_every) {
+                        self.consistency_point()?;
+                    }
                 }
                 if let Some((arrived, class)) = self.arrivals.remove(&r.id.0) {
                     measure.completed(

@@ -109,6 +109,10 @@ impl Journal {
         }
     }
 
+    pub fn forced_commits(&self) -> u64 {
+        self.forced_commits
+    }
+
     pub fn limit(&self) -> u64 {
         self.limit
     }

@@ -554,6 +554,13 @@ impl Engine {
         self.draining = false;
     }
 
+    /// Transactions journaled write-back committed without a consistency
+    /// point because its journal was full (0 under other policies): the
+    /// backing alone may then stop at that boundary too.
+    pub fn journal_forced_commits(&self) -> u64 {
+        self.journal.as_ref().map_or(0, Journal::forced_commits)
+    }
+
     /// An application's consistency point (journaled write-back): the open
     /// transaction commits here, so the backing alone will pass through
     /// the state of every write answered before now.
