@@ -84,6 +84,11 @@ impl Engine {
         assert_eq!(inserted, self.candidates, "every candidate handed over");
         let old = std::mem::replace(&mut self.order, order).name();
         self.config.destage_order = self.order.name().to_string();
+        let in_readiness_order = self.order.name() == "lrw";
+        if let Some(o) = &mut self.ordered {
+            o.set_readiness_order(in_readiness_order);
+        }
+        self.start_destages();
         Ok(old)
     }
 
@@ -152,7 +157,7 @@ impl Engine {
         if ordered_changes {
             self.ordered = new
                 .ordered()
-                .then(|| Ordered::new(self.slots.len() as usize));
+                .then(|| Ordered::new(self.slots.len() as usize, self.order.name() == "lrw"));
         }
         self.write_policy = new;
         self.config.write_policy = kind;

@@ -327,7 +327,10 @@ impl Engine {
         let rate = DESTAGE_RATES.build(&config.destage_rate, config.rate)?;
         let admission = build_admission(&config.admission, config.sequential_cutoff_bytes)?;
         let write_policy = config.write_policy.build();
-        let ordered = write_policy.ordered().then(|| Ordered::new(slots as usize));
+        let in_readiness_order = order.name() == "lrw";
+        let ordered = write_policy
+            .ordered()
+            .then(|| Ordered::new(slots as usize, in_readiness_order));
         let journal = write_policy.journaled().then(|| Journal::new(&config));
         let requests_max = config.requests_max as usize;
         Ok(Engine {

@@ -49,6 +49,10 @@ pub(super) struct Ordered {
     ready: BTreeMap<u64, SlotIndex>,
     /// Where the last sweep of `ready` stopped.
     sweep: u64,
+    /// The paper's order instead of the sweep (destage order `lrw`):
+    /// versions one at a time as they became ready (entries whose page
+    /// changed since are skipped).
+    fifo: Option<VecDeque<(u64, SlotIndex)>>,
     /// Dirty versions (current and older) not yet on the backing.
     versions: u64,
     /// Destage at full rate until every write up to this completion number
@@ -57,7 +61,9 @@ pub(super) struct Ordered {
 }
 
 impl Ordered {
-    pub fn new(slots: usize) -> Ordered {
+    /// `in_readiness_order`: destage versions as they become ready, one
+    /// page each (the paper), rather than sweeping them in address order.
+    pub fn new(slots: usize, in_readiness_order: bool) -> Ordered {
         Ordered {
             nodes: VecDeque::new(),
             base: 0,
@@ -68,6 +74,7 @@ impl Ordered {
             slot_node: vec![0; slots],
             ready: BTreeMap::new(),
             sweep: 0,
+            fifo: in_readiness_order.then(VecDeque::new),
             versions: 0,
             flush_to: 0,
         }
@@ -89,6 +96,13 @@ impl Ordered {
         } else {
             id
         }
+    }
+
+    /// Switch between the readiness order and the address sweep (an online
+    /// change of destage order): the versions ready now are queued in
+    /// address order.
+    pub fn set_readiness_order(&mut self, on: bool) {
+        self.fifo = on.then(|| self.ready.iter().map(|(&k, &s)| (k, s)).collect());
     }
 
     /// Destage at full rate until every write answered so far is on the backing.
@@ -114,6 +128,7 @@ impl Ordered {
                 .sum::<usize>()
             + self.by_completion.capacity() * 8
             + self.ready.len() * 24
+            + self.fifo.as_ref().map_or(0, |f| f.capacity() * 16)
     }
 }
 
@@ -262,7 +277,11 @@ impl Engine {
         let o = self.ord();
         match next {
             Some(slot) if o.node(o.node_of(slot)).eligible => {
-                o.ready.insert(key.0, slot);
+                if o.ready.insert(key.0, slot) != Some(slot) {
+                    if let Some(f) = &mut o.fifo {
+                        f.push_back((key.0, slot));
+                    }
+                }
             }
             _ => {
                 o.ready.remove(&key.0);
@@ -292,6 +311,12 @@ impl Engine {
         let group_pages = u64::from(self.geometry.group_pages());
         let starts_group = |key: u64| PageKey(key).page().0.is_multiple_of(group_pages);
         while self.destages_in_flight < target {
+            if self.ord().fifo.is_some() {
+                if !self.start_oldest_ready() {
+                    return;
+                }
+                continue;
+            }
             let o = self.ord();
             let first = o
                 .ready
@@ -322,5 +347,24 @@ impl Engine {
             self.stats.destage_picks += 1;
             self.issue_destage(first_key.volume(), first_key.page(), run);
         }
+    }
+
+    /// Readiness order: destage the version that became ready first, alone.
+    /// Returns false when none is ready.
+    fn start_oldest_ready(&mut self) -> bool {
+        let o = self.ord();
+        let fifo = o.fifo.as_mut().expect("readiness order");
+        while let Some((key, slot)) = fifo.pop_front() {
+            if o.ready.get(&key) != Some(&slot) {
+                continue; // changed since it was queued
+            }
+            o.ready.remove(&key);
+            self.slots.set_flag(slot, FLAG_DESTAGING, true);
+            self.stats.destage_picks += 1;
+            let k = PageKey(key);
+            self.issue_destage(k.volume(), k.page(), vec![slot]);
+            return true;
+        }
+        false
     }
 }
