@@ -112,6 +112,31 @@ fn an_idle_server_drains_to_the_backing() {
 }
 
 #[test]
+fn journaled_writes_reach_the_backing_within_the_commit_age() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = serve(
+        dir.path(),
+        &[
+            "--write-policy",
+            "wb-j",
+            "--journal-size",
+            "1M",
+            "--commit-age",
+            "500ms",
+            "--max-dirty-age",
+            "0",
+            "--idle-destages",
+            "0",
+        ],
+    );
+    write_pages(&served);
+    let took = time_to_backing(dir.path(), Duration::from_secs(5));
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+    assert!(took.is_some(), "pages not on the backing after 5 s: {log}");
+}
+
+#[test]
 fn without_the_bounds_writes_stay_in_the_cache() {
     let dir = tempfile::tempdir().expect("tempdir");
     let served = serve(

@@ -53,7 +53,11 @@ impl Bench {
     fn take_commands(&mut self) {
         while let Some(cmd) = self.e.poll_command() {
             let latency = match &cmd {
+                // A journaled checkpoint's stage is that policy's destage.
                 IoCommand::Destage {
+                    first_page, slots, ..
+                }
+                | IoCommand::Stage {
                     first_page, slots, ..
                 } => {
                     for p in first_page.0..first_page.0 + slots.len() as u64 {
@@ -165,6 +169,35 @@ fn a_maximum_dirty_age_bounds_every_page() {
     // The age shown is an upper bound one period (max_age / 3) coarse.
     assert!(worst_age_seen <= max_age + max_age / 3, "{worst_age_seen}");
     assert!(b.e.stats().expired_groups > 0);
+}
+
+/// Journaled write-back: the commit age bounds how long a page waits for
+/// its transaction's checkpoint, whatever the thresholds, and once writes
+/// stop every page reaches the backing.
+#[test]
+fn a_commit_age_bounds_journaled_staleness() {
+    let commit_age = 300 * MS;
+    let mut c = config(StalenessConfig::default());
+    c.write_policy = WritePolicyKind::JournaledWriteBack;
+    c.journal.commit_age_ns = commit_age;
+    let mut b = Bench::new(Engine::new(c).unwrap());
+    let written = scattered_writes(&mut b);
+    let last_write = written.last().unwrap().1;
+    b.run_until(last_write + 5_000 * MS);
+    // A transaction commits at most `commit_age` after its first write and
+    // waits for at most the checkpoint before it (one stage and commit).
+    let bound = commit_age + 2 * (DESTAGE_NS + WRITE_NS);
+    for (page, at) in &written {
+        let issued = b.destaged_at.get(page).copied();
+        let issued = issued.unwrap_or_else(|| panic!("page {page} never checkpointed"));
+        assert!(
+            issued - at <= bound,
+            "page {page} written at {at} ns checkpointed at {issued} ns: later than {bound} ns"
+        );
+    }
+    assert_eq!(b.e.dirty_pages(), 0);
+    assert_eq!(b.e.dirty_age_ns(Nanos(b.now)), 0);
+    assert!(b.last_dirty_at <= last_write + bound + DESTAGE_NS + WRITE_NS);
 }
 
 #[test]
