@@ -165,6 +165,12 @@ pub struct ServeArgs {
     /// Driver I/O threads (destages, extra commands of large requests).
     #[arg(long, default_value_t = 4)]
     pub(crate) io_threads: usize,
+    /// Write pages with the threads even where io_uring is available (the
+    /// event-driven data path is chosen at start when the cache is a file
+    /// or block device in `fdatasync` or `dsync` mode and the kernel
+    /// allows it; the start lines say which).
+    #[arg(long)]
+    pub(crate) no_io_uring: bool,
     /// Grace period of a stop, in seconds: on SIGTERM or SIGINT in-flight
     /// requests may finish for this long; then writes still waiting for room
     /// are answered with an error (none was acknowledged), the clean
@@ -230,6 +236,27 @@ impl Export for NbdVolume {
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
         self.0.write(offset, data, fua).map_err(export_error)
+    }
+    fn writes_async(&self) -> bool {
+        self.0.writes_async()
+    }
+    fn write_async(
+        &self,
+        offset: u64,
+        buffer: Vec<u8>,
+        start: usize,
+        len: usize,
+        fua: bool,
+        done: wcache_nbd::WriteDone,
+    ) {
+        self.0.write_async(
+            offset,
+            buffer,
+            start,
+            len,
+            fua,
+            Box::new(move |result, buffer| done(result.map_err(export_error), buffer)),
+        );
     }
     fn flush(&self) -> Result<(), ExportError> {
         self.0.flush().map_err(export_error)
@@ -540,6 +567,7 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
             persist_on_flush: args.persist_on_flush,
             flush_interval: Some(Duration::from_secs_f64(args.flush_interval))
                 .filter(|d| !d.is_zero()),
+            io_uring: !args.no_io_uring,
         },
         block_size_bytes: args.block_size,
         force: args.force,
@@ -860,6 +888,7 @@ fn print_banner(
             ""
         }
     );
+    println!("  data path: {}", cache.data_path());
     for v in volumes {
         println!(
             "  export {}: {} ({} MiB)",

@@ -754,7 +754,7 @@ fn thread_preemptions() -> u64 {
 }
 
 fn transmission(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     connection: &Arc<Connection>,
     reader: &mut BufReader<ReadHalf>,
     info: ExportInfo,
@@ -813,6 +813,12 @@ fn transmission(
             Command::Write { length, .. } => (length as usize, u64::from(length)),
             _ => (0, 0),
         };
+        if let (Command::Write { .. }, true) = (command, connection.export.writes_async()) {
+            if !start_write_async(shared, connection, reader, decision.cookie, command) {
+                return; // Client vanished mid-payload.
+            }
+            continue;
+        }
         if policy.run_inline() {
             // Run to completion here: no wake-up of a worker, and the reply
             // leaves with the others of this batch.
@@ -867,6 +873,64 @@ fn transmission(
             return;
         }
     }
+}
+
+/// Alignment of the payload of a WRITE started with `Export::write_async`
+/// (so that direct I/O can take it from the buffer as it is).
+const ASYNC_PAYLOAD_ALIGNMENT_BYTES: usize = 4096;
+
+/// Receives a WRITE's payload into a buffer of its own, at an address
+/// aligned to 4 KiB, and starts it with `Export::write_async`; the reply
+/// is sent from `done`, on whichever thread finishes the write. False when
+/// the client vanished mid-payload.
+fn start_write_async(
+    shared: &Arc<Shared>,
+    connection: &Arc<Connection>,
+    reader: &mut BufReader<ReadHalf>,
+    cookie: u64,
+    command: Command,
+) -> bool {
+    let Command::Write {
+        offset,
+        length,
+        fua,
+    } = command
+    else {
+        unreachable!("only WRITEs start asynchronously");
+    };
+    let len = length as usize;
+    let charge_bytes = u64::from(length);
+    // admit() may wait for writes to finish: nothing batched may wait with it.
+    connection.flush_replies();
+    connection.admit(charge_bytes);
+    let mut buffer = connection.take_buffer(len + ASYNC_PAYLOAD_ALIGNMENT_BYTES);
+    let start = buffer.as_ptr().align_offset(ASYNC_PAYLOAD_ALIGNMENT_BYTES);
+    if !receive(connection, reader, &mut buffer[start..start + len]) {
+        connection.release(charge_bytes);
+        return false;
+    }
+    let shared_done = Arc::clone(shared);
+    let connection_done = Arc::clone(connection);
+    let done: crate::export::WriteDone = Box::new(move |result, mut buffer| {
+        let error = result.err().map(|e| e.errno());
+        if !connection_done.broken.load(Ordering::SeqCst) {
+            reply(
+                &shared_done,
+                &connection_done,
+                cookie,
+                command,
+                error,
+                &mut buffer,
+                false,
+            );
+        }
+        connection_done.recycle(buffer);
+        connection_done.release(charge_bytes);
+    });
+    connection
+        .export
+        .write_async(offset, buffer, start, len, fua, done);
+    true
 }
 
 /// Reads a WRITE payload; the batched replies go first if the read may wait.
