@@ -249,14 +249,19 @@ impl Export for NbdVolume {
         fua: bool,
         done: wcache_nbd::WriteDone,
     ) {
+        // Held: the server calls `submit_held_writes` before it waits.
         self.0.write_async(
             offset,
             buffer,
             start,
             len,
             fua,
+            true,
             Box::new(move |result, buffer| done(result.map_err(export_error), buffer)),
         );
+    }
+    fn submit_held_writes(&self) {
+        self.0.submit_held_writes();
     }
     fn flush(&self) -> Result<(), ExportError> {
         self.0.flush().map_err(export_error)

@@ -359,7 +359,9 @@ impl Volume {
     }
 
     /// `write` of `buffer[start..start + len]` that calls `done` when it is
-    /// acknowledged, from the thread that finished it (`Driver::write_async`).
+    /// acknowledged, from the thread that finished it (`Driver::write_async`,
+    /// `hold` included: then call `submit_held_writes` before waiting).
+    #[allow(clippy::too_many_arguments)]
     pub fn write_async(
         &self,
         offset_bytes: u64,
@@ -367,6 +369,7 @@ impl Volume {
         start: usize,
         len: usize,
         fua: bool,
+        hold: bool,
         done: crate::driver::WriteDone,
     ) {
         let started = Instant::now();
@@ -376,7 +379,12 @@ impl Volume {
             done(result, buffer)
         });
         self.driver
-            .write_async(self.id, offset_bytes, buffer, start, len, fua, timed);
+            .write_async(self.id, offset_bytes, buffer, start, len, fua, hold, timed);
+    }
+
+    /// Sends the device writes held by `write_async` (`Driver::submit_held_writes`).
+    pub fn submit_held_writes(&self) {
+        self.driver.submit_held_writes();
     }
 
     pub fn flush(&self) -> Result<(), DriverError> {

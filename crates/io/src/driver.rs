@@ -653,6 +653,13 @@ impl Driver {
         self.shared.store.as_ref()
     }
 
+    /// Sends the device writes `write_async` held (`hold`).
+    pub fn submit_held_writes(&self) {
+        if let Some(u) = &self.shared.uring {
+            u.submit_held();
+        }
+    }
+
     /// The data path `write_async` uses, chosen at start.
     pub fn data_path(&self) -> &DataPath {
         &self.shared.data_path
@@ -664,7 +671,11 @@ impl Driver {
     /// once the write is acknowledged under the durability contract in
     /// force (as `write` would return). Otherwise (the threads, or FUA
     /// under persist-on-flush) the write runs here and `done` is called
-    /// before this returns. `done` always gets `buffer` back.
+    /// before this returns. `done` always gets `buffer` back. With `hold`,
+    /// the device writes may wait until `submit_held_writes` (or a later
+    /// write without `hold`): a caller that starts several writes in a row
+    /// holds all but the last, and must call `submit_held_writes` before
+    /// it waits for anything.
     #[allow(clippy::too_many_arguments)]
     pub fn write_async(
         &self,
@@ -674,6 +685,7 @@ impl Driver {
         start: usize,
         len: usize,
         fua: bool,
+        hold: bool,
         done: WriteDone,
     ) {
         let s = &self.shared;
@@ -714,7 +726,7 @@ impl Driver {
             responder: Responder::Async(AsyncWrite { buffer, done }),
         };
         match s.admit(request, entry) {
-            Ok(jobs) => s.dispatch_async(jobs),
+            Ok(jobs) => s.dispatch_async(jobs, hold),
             Err((e, entry)) => {
                 if let Responder::Async(a) = entry.responder {
                     (a.done)(Err(e), a.buffer);
@@ -1221,7 +1233,7 @@ impl Shared {
     /// The commands of a `write_async` request: whole pages from the
     /// request to io_uring (batches of up to `WRITE_BATCH_MAX`), the rest
     /// to the pool; this thread does not wait for any of them.
-    fn dispatch_async(&self, jobs: VecDeque<Job>) {
+    fn dispatch_async(&self, jobs: VecDeque<Job>, hold: bool) {
         let Some(uring) = &self.uring else {
             return self.to_pool(jobs.into_iter());
         };
@@ -1231,7 +1243,7 @@ impl Shared {
         let mut pages = pages.into_iter().peekable();
         while pages.peek().is_some() {
             let batch: Vec<Job> = pages.by_ref().take(WRITE_BATCH_MAX).collect();
-            uring.submit(self, batch);
+            uring.submit(self, batch, hold);
         }
         self.to_pool(rest.into_iter());
     }

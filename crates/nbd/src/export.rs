@@ -92,7 +92,10 @@ pub trait Export: Send + Sync {
     /// Starts a write of `buffer[start..start + len]` at `offset` (the
     /// server aligns `start` in memory to 4 KiB); `done` is called once,
     /// perhaps before this returns, with the outcome (the same promise as
-    /// `write`'s return) and the buffer. Default: `write`, then `done`.
+    /// `write`'s return) and the buffer. The export may hold the device
+    /// writes back until `submit_held_writes`, which the server calls
+    /// before it waits for anything (the client, a worker, room). Default:
+    /// `write`, then `done`.
     fn write_async(
         &self,
         offset: u64,
@@ -108,6 +111,8 @@ pub trait Export: Send + Sync {
         };
         done(result, buffer)
     }
+    /// Sends the writes `write_async` held back. Default: nothing held.
+    fn submit_held_writes(&self) {}
     /// Make every completed write durable.
     fn flush(&self) -> Result<(), ExportError>;
     /// Hint that a range is unused; may do nothing.

@@ -813,9 +813,16 @@ fn transmission(
             Command::Write { length, .. } => (length as usize, u64::from(length)),
             _ => (0, 0),
         };
-        if let (Command::Write { .. }, true) = (command, connection.export.writes_async()) {
-            if !start_write_async(shared, connection, reader, decision.cookie, command) {
+        if let (Command::Write { length, .. }, true) = (command, connection.export.writes_async()) {
+            let Some(job) = receive_async_write(connection, reader, decision.cookie, command)
+            else {
                 return; // Client vanished mid-payload.
+            };
+            if length as usize <= ASYNC_ON_READER_MAX_BYTES {
+                start_write_async(shared, job);
+            } else if let Err(job) = shared.queue.push(job) {
+                job.connection.release(job.charge_bytes);
+                return;
             }
             continue;
         }
@@ -834,6 +841,8 @@ fn transmission(
                 .counters
                 .requests_inline
                 .fetch_add(1, Ordering::Relaxed);
+            // The request may wait for writes held back (a FLUSH does).
+            connection.export.submit_held_writes();
             let started = Instant::now();
             let error = run_export(&*connection.export, command, &mut inline_buffer);
             policy.note(started.elapsed());
@@ -867,6 +876,7 @@ fn transmission(
             command,
             buffer,
             charge_bytes,
+            payload_start: None,
         };
         if let Err(job) = shared.queue.push(job) {
             job.connection.release(job.charge_bytes);
@@ -879,23 +889,21 @@ fn transmission(
 /// (so that direct I/O can take it from the buffer as it is).
 const ASYNC_PAYLOAD_ALIGNMENT_BYTES: usize = 4096;
 
+/// WRITEs up to this size are started on the connection's reader thread;
+/// larger ones go to a worker, so that the reader receives the next request
+/// while the checksums and metadata of a large one are computed.
+const ASYNC_ON_READER_MAX_BYTES: usize = 64 * 1024;
+
 /// Receives a WRITE's payload into a buffer of its own, at an address
-/// aligned to 4 KiB, and starts it with `Export::write_async`; the reply
-/// is sent from `done`, on whichever thread finishes the write. False when
-/// the client vanished mid-payload.
-fn start_write_async(
-    shared: &Arc<Shared>,
+/// aligned to 4 KiB, for `Export::write_async`. `None` when the client
+/// vanished mid-payload.
+fn receive_async_write(
     connection: &Arc<Connection>,
     reader: &mut BufReader<ReadHalf>,
     cookie: u64,
     command: Command,
-) -> bool {
-    let Command::Write {
-        offset,
-        length,
-        fua,
-    } = command
-    else {
+) -> Option<Job> {
+    let Command::Write { length, .. } = command else {
         unreachable!("only WRITEs start asynchronously");
     };
     let len = length as usize;
@@ -907,10 +915,43 @@ fn start_write_async(
     let start = buffer.as_ptr().align_offset(ASYNC_PAYLOAD_ALIGNMENT_BYTES);
     if !receive(connection, reader, &mut buffer[start..start + len]) {
         connection.release(charge_bytes);
-        return false;
+        return None;
     }
+    Some(Job {
+        connection: Arc::clone(connection),
+        cookie,
+        command,
+        buffer,
+        charge_bytes,
+        payload_start: Some(start),
+    })
+}
+
+/// Starts a received WRITE with `Export::write_async`; the reply is sent
+/// from `done`, on whichever thread finishes the write, which also gives
+/// the buffer back and releases the request's charge.
+fn start_write_async(shared: &Arc<Shared>, job: Job) {
+    let Job {
+        connection,
+        cookie,
+        command,
+        buffer,
+        charge_bytes,
+        payload_start,
+    } = job;
+    let (
+        Command::Write {
+            offset,
+            length,
+            fua,
+        },
+        Some(start),
+    ) = (command, payload_start)
+    else {
+        unreachable!("only received WRITEs start asynchronously");
+    };
     let shared_done = Arc::clone(shared);
-    let connection_done = Arc::clone(connection);
+    let connection_done = Arc::clone(&connection);
     let done: crate::export::WriteDone = Box::new(move |result, mut buffer| {
         let error = result.err().map(|e| e.errno());
         if !connection_done.broken.load(Ordering::SeqCst) {
@@ -929,8 +970,7 @@ fn start_write_async(
     });
     connection
         .export
-        .write_async(offset, buffer, start, len, fua, done);
-    true
+        .write_async(offset, buffer, start, length as usize, fua, done);
 }
 
 /// Reads a WRITE payload; the batched replies go first if the read may wait.
@@ -1077,8 +1117,10 @@ impl Connection {
         }
     }
 
-    /// Send the batched replies.
+    /// Send the batched replies, and the writes the export held back
+    /// (`Export::submit_held_writes`): called before anything that may wait.
     fn flush_replies(&self) {
+        self.export.submit_held_writes();
         let mut writer = lock(&self.writer);
         if !writer.pending.is_empty() {
             self.write_out(&mut writer, &[]);
@@ -1107,10 +1149,18 @@ struct Job {
     command: Command,
     buffer: Vec<u8>,
     charge_bytes: u64,
+    /// A WRITE received for `Export::write_async`: where its payload starts.
+    payload_start: Option<usize>,
 }
 
-fn worker_loop(shared: &Shared) {
+fn worker_loop(shared: &Arc<Shared>) {
     while let Some(job) = shared.queue.pop() {
+        if job.payload_start.is_some() {
+            let export = Arc::clone(&job.connection.export);
+            start_write_async(shared, job);
+            export.submit_held_writes();
+            continue;
+        }
         run_job(shared, job);
     }
 }
@@ -1122,6 +1172,7 @@ fn run_job(shared: &Shared, job: Job) {
         command,
         mut buffer,
         charge_bytes,
+        payload_start: _,
     } = job;
     if !connection.broken.load(Ordering::SeqCst) {
         let error = run_export(&*connection.export, command, &mut buffer);

@@ -14,7 +14,7 @@
 //! of the threads' writes).
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -46,6 +46,8 @@ pub(super) struct Uring {
     ring: IoUring,
     target: UringTarget,
     state: Mutex<State>,
+    /// Entries were held back (`submit` with `hold`).
+    held: AtomicBool,
 }
 
 #[derive(Default)]
@@ -126,6 +128,7 @@ impl Uring {
                     ring,
                     target,
                     state: Mutex::new(State::default()),
+                    held: AtomicBool::new(false),
                 }),
                 DataPath::IoUring,
             ),
@@ -171,7 +174,10 @@ impl Uring {
     /// Sends a batch of whole-page writes from requests (`is_whole_request_page`):
     /// checksums, records staged, then the data runs and the record blocks
     /// no one is writing, all in one submission.
-    pub(super) fn submit(&self, shared: &Shared, jobs: Vec<Job>) {
+    /// With `hold`, the entries wait in the submission queue for
+    /// `submit_held` (or the next submission), so that a burst of requests
+    /// costs one `io_uring_enter` and one device notification.
+    pub(super) fn submit(&self, shared: &Shared, jobs: Vec<Job>, hold: bool) {
         let store = shared
             .store
             .as_ref()
@@ -266,7 +272,19 @@ impl Uring {
             st.ready.push(index);
             self.wake(&mut st);
         }
-        self.flush_sq(&mut st);
+        if hold {
+            self.held.store(true, Ordering::Release);
+        } else {
+            self.flush_sq(&mut st);
+        }
+    }
+
+    /// Submits the entries `submit` held.
+    pub(super) fn submit_held(&self) {
+        if self.held.swap(false, Ordering::AcqRel) {
+            let mut st = self.lock();
+            self.flush_sq(&mut st);
+        }
     }
 
     /// The data writes of op `index`, one per run; counts them pending.
