@@ -257,7 +257,7 @@ impl Export for NbdVolume {
             len,
             fua,
             true,
-            Box::new(move |result, buffer| done(result.map_err(export_error), buffer)),
+            Box::new(move |result, buffer, more| done(result.map_err(export_error), buffer, more)),
         );
     }
     fn submit_held_writes(&self) {

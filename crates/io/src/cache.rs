@@ -374,9 +374,9 @@ impl Volume {
     ) {
         let started = Instant::now();
         let latency = Arc::clone(&self.latency);
-        let timed: crate::driver::WriteDone = Box::new(move |result, buffer| {
+        let timed: crate::driver::WriteDone = Box::new(move |result, buffer, more| {
             latency.record(RequestClass::Write, started.elapsed(), result.is_err());
-            done(result, buffer)
+            done(result, buffer, more)
         });
         self.driver
             .write_async(self.id, offset_bytes, buffer, start, len, fua, hold, timed);

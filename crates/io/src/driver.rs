@@ -82,8 +82,10 @@ impl Default for DriverConfig {
     }
 }
 
-/// What `Driver::write_async` calls, once, with the outcome and the buffer.
-pub type WriteDone = Box<dyn FnOnce(Result<(), DriverError>, Vec<u8>) + Send>;
+/// What `Driver::write_async` calls, once, with the outcome, the buffer,
+/// and `more`: true when another answer follows at once on this thread (a
+/// caller may batch its replies until one comes with `more` false).
+pub type WriteDone = Box<dyn FnOnce(Result<(), DriverError>, Vec<u8>, bool) + Send>;
 
 /// Which data path page writes of `write_async` take (`Driver::data_path`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -698,11 +700,12 @@ impl Driver {
                     payload_bytes,
                 }),
                 buffer,
+                false,
             );
         }
         if s.uring.is_none() || (fua && s.persist_on_flush.load(Ordering::Relaxed)) {
             let result = self.write(volume, offset_bytes, &buffer[start..start + len], fua);
-            return done(result, buffer);
+            return done(result, buffer, false);
         }
         let buf = BufPtr {
             // Only ever read through (Source::Request); never written.
@@ -729,7 +732,7 @@ impl Driver {
             Ok(jobs) => s.dispatch_async(jobs, hold),
             Err((e, entry)) => {
                 if let Responder::Async(a) = entry.responder {
-                    (a.done)(Err(e), a.buffer);
+                    (a.done)(Err(e), a.buffer, false);
                 }
             }
         }
@@ -1259,8 +1262,9 @@ impl Shared {
             self.answered_any.store(false, Ordering::Release);
             std::mem::take(&mut *list)
         };
-        for (a, result) in answered {
-            (a.done)(result.map_err(DriverError::Io), a.buffer);
+        let last = answered.len().saturating_sub(1);
+        for (k, (a, result)) in answered.into_iter().enumerate() {
+            (a.done)(result.map_err(DriverError::Io), a.buffer, k < last);
         }
     }
 

@@ -60,8 +60,10 @@ const ENOSPC: i32 = 28;
 const EROFS: i32 = 30;
 const EDQUOT: i32 = 122;
 
-/// What `Export::write_async` calls, once, with the outcome and the buffer.
-pub type WriteDone = Box<dyn FnOnce(Result<(), ExportError>, Vec<u8>) + Send>;
+/// What `Export::write_async` calls, once, with the outcome, the buffer,
+/// and `more`: true when another call follows at once on the same thread
+/// (the server then sends the replies together, after the last).
+pub type WriteDone = Box<dyn FnOnce(Result<(), ExportError>, Vec<u8>, bool) + Send>;
 
 /// A block address space served over NBD.
 ///
@@ -109,7 +111,7 @@ pub trait Export: Send + Sync {
             Some(data) => self.write(offset, data, fua),
             None => Err(ExportError::Invalid),
         };
-        done(result, buffer)
+        done(result, buffer, false)
     }
     /// Sends the writes `write_async` held back. Default: nothing held.
     fn submit_held_writes(&self) {}

@@ -952,7 +952,7 @@ fn start_write_async(shared: &Arc<Shared>, job: Job) {
     };
     let shared_done = Arc::clone(shared);
     let connection_done = Arc::clone(&connection);
-    let done: crate::export::WriteDone = Box::new(move |result, mut buffer| {
+    let done: crate::export::WriteDone = Box::new(move |result, mut buffer, more| {
         let error = result.err().map(|e| e.errno());
         if !connection_done.broken.load(Ordering::SeqCst) {
             reply(
@@ -962,15 +962,41 @@ fn start_write_async(shared: &Arc<Shared>, job: Job) {
                 command,
                 error,
                 &mut buffer,
-                false,
+                true,
             );
         }
         connection_done.recycle(buffer);
         connection_done.release(charge_bytes);
+        send_batched_replies(&connection_done, more);
     });
     connection
         .export
         .write_async(offset, buffer, start, length as usize, fua, done);
+}
+
+thread_local! {
+    /// Connections with replies queued by `write_async` completions on
+    /// this thread, to be sent after the last of a run of completions.
+    static UNSENT: std::cell::RefCell<Vec<Arc<Connection>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// After a reply was queued on `connection` by a completion: with `more`
+/// (another completion follows at once on this thread) the connection is
+/// remembered; otherwise every remembered connection's replies are sent,
+/// one `write` per connection.
+fn send_batched_replies(connection: &Arc<Connection>, more: bool) {
+    UNSENT.with(|unsent| {
+        let mut unsent = unsent.borrow_mut();
+        if !unsent.iter().any(|c| Arc::ptr_eq(c, connection)) {
+            unsent.push(Arc::clone(connection));
+        }
+        if more {
+            return;
+        }
+        for c in unsent.drain(..) {
+            c.send_queued();
+        }
+    });
 }
 
 /// Reads a WRITE payload; the batched replies go first if the read may wait.
@@ -1117,14 +1143,19 @@ impl Connection {
         }
     }
 
-    /// Send the batched replies, and the writes the export held back
-    /// (`Export::submit_held_writes`): called before anything that may wait.
-    fn flush_replies(&self) {
-        self.export.submit_held_writes();
+    /// Send the batched replies (nothing else).
+    fn send_queued(&self) {
         let mut writer = lock(&self.writer);
         if !writer.pending.is_empty() {
             self.write_out(&mut writer, &[]);
         }
+    }
+
+    /// Send the batched replies, and the writes the export held back
+    /// (`Export::submit_held_writes`): called before anything that may wait.
+    fn flush_replies(&self) {
+        self.export.submit_held_writes();
+        self.send_queued();
     }
 
     fn write_out(&self, writer: &mut Writer, bytes: &[u8]) {

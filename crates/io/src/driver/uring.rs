@@ -14,7 +14,7 @@
 //! of the threads' writes).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -31,6 +31,11 @@ const SQ_ENTRIES: u32 = 1024;
 const CQ_ENTRIES: u32 = 8192;
 /// `io_uring_enter` flag: wait for completions.
 const ENTER_GETEVENTS: u32 = 1;
+/// The reaping thread waits for up to a quarter of the writes in flight
+/// (at most this many) for at most `REAP_WAIT_US`, then for any one: fewer
+/// wake-ups, and replies sent together, when many are in flight.
+const REAP_BATCH_MAX: u32 = 16;
+const REAP_WAIT_US: u32 = 50;
 
 /// `user_data`: kind in the top bits, then the op index and the run.
 const KIND_SHIFT: u32 = 60;
@@ -48,6 +53,8 @@ pub(super) struct Uring {
     state: Mutex<State>,
     /// Entries were held back (`submit` with `hold`).
     held: AtomicBool,
+    /// Writes and syncs submitted and not yet completed.
+    in_flight: AtomicU32,
 }
 
 #[derive(Default)]
@@ -129,6 +136,7 @@ impl Uring {
                     target,
                     state: Mutex::new(State::default()),
                     held: AtomicBool::new(false),
+                    in_flight: AtomicU32::new(0),
                 }),
                 DataPath::IoUring,
             ),
@@ -433,6 +441,9 @@ impl Uring {
             let pushed = unsafe { self.ring.submission_shared().push(&entry) }.is_ok();
             if pushed {
                 st.unsubmitted = true;
+                if entry.get_user_data() >> KIND_SHIFT != KIND_WAKE {
+                    self.in_flight.fetch_add(1, Ordering::Relaxed);
+                }
                 return;
             }
             // Full: hand what is there to the kernel, then try again.
@@ -465,15 +476,24 @@ impl Uring {
     /// completes the finished ops under one engine lock, and answers.
     pub(super) fn run(&self, shared: &Shared) {
         let mut cqes: Vec<(u64, i32)> = Vec::new();
+        let min_timeout = self.ring.params().is_feature_min_timeout();
         loop {
-            // SAFETY: no argument is passed; this only waits for events.
-            let waited = unsafe {
-                self.ring
-                    .submitter()
-                    .enter::<libc::sigset_t>(0, 1, ENTER_GETEVENTS, None)
+            let want = (self.in_flight.load(Ordering::Relaxed) / 4).clamp(1, REAP_BATCH_MAX);
+            let waited = if min_timeout && want > 1 {
+                // May also submit entries other threads pushed: harmless
+                // (the kernel takes only those published under their lock).
+                let args = types::SubmitArgs::new().min_wait_usec(REAP_WAIT_US);
+                self.ring.submitter().submit_with_args(want as usize, &args)
+            } else {
+                // SAFETY: no argument is passed; this only waits for events.
+                unsafe {
+                    self.ring
+                        .submitter()
+                        .enter::<libc::sigset_t>(0, 1, ENTER_GETEVENTS, None)
+                }
             };
             if let Err(e) = waited {
-                if e.raw_os_error() != Some(libc::EINTR) {
+                if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::ETIME)) {
                     std::thread::sleep(std::time::Duration::from_millis(1));
                 }
             }
@@ -502,6 +522,9 @@ impl Uring {
 
     fn on_completion(&self, st: &mut State, shared: &Shared, user_data: u64, result: i32) {
         let kind = user_data >> KIND_SHIFT;
+        if kind != KIND_WAKE {
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        }
         let payload = user_data & ((1 << KIND_SHIFT) - 1);
         match kind {
             KIND_DATA => {
