@@ -6,7 +6,10 @@
 //! requests and receiving WRITE payloads), and one worker pool shared by all
 //! connections that runs export calls and writes replies, one `write` per
 //! reply, under a per-connection writer lock. Replies may leave out of order,
-//! as the protocol allows.
+//! as the protocol allows. WRITEs to an export that `writes_async` are
+//! started with `Export::write_async` (by the reader, or a worker when large)
+//! and answered from the export's completion thread, replies of a run of
+//! completions sent together.
 //!
 //! Limits: the shared job queue holds at most `queue_depth_max` jobs; each
 //! connection has at most `in_flight_per_connection_max` requests and
