@@ -969,8 +969,7 @@ fn start_write_async(shared: &Arc<Shared>, job: Job) {
             );
         }
         connection_done.recycle(buffer);
-        connection_done.release(charge_bytes);
-        send_batched_replies(&connection_done, more);
+        send_batched_replies(connection_done, charge_bytes, more);
     });
     connection
         .export
@@ -978,28 +977,33 @@ fn start_write_async(shared: &Arc<Shared>, job: Job) {
 }
 
 thread_local! {
-    /// Connections with replies queued by `write_async` completions on
-    /// this thread, to be sent after the last of a run of completions.
-    static UNSENT: std::cell::RefCell<Vec<Arc<Connection>>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Requests answered by `write_async` completions on this thread whose
+    /// replies are queued, not yet sent: (connection, charge).
+    static UNSENT: std::cell::RefCell<Vec<(Arc<Connection>, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// After a reply was queued on `connection` by a completion: with `more`
-/// (another completion follows at once on this thread) the connection is
-/// remembered; otherwise every remembered connection's replies are sent,
-/// one `write` per connection.
-fn send_batched_replies(connection: &Arc<Connection>, more: bool) {
-    UNSENT.with(|unsent| {
+/// (another completion follows at once on this thread) it is remembered;
+/// otherwise every remembered connection's replies are sent, one `write`
+/// per connection, and only then are the requests released (a connection
+/// that is closing waits for that, so no reply is left unsent).
+fn send_batched_replies(connection: Arc<Connection>, charge_bytes: u64, more: bool) {
+    let answered = UNSENT.with(|unsent| {
         let mut unsent = unsent.borrow_mut();
-        if !unsent.iter().any(|c| Arc::ptr_eq(c, connection)) {
-            unsent.push(Arc::clone(connection));
-        }
+        unsent.push((connection, charge_bytes));
         if more {
-            return;
+            return Vec::new();
         }
-        for c in unsent.drain(..) {
+        std::mem::take(&mut *unsent)
+    });
+    for (k, (c, _)) in answered.iter().enumerate() {
+        if !answered[..k].iter().any(|(d, _)| Arc::ptr_eq(c, d)) {
             c.send_queued();
         }
-    });
+    }
+    for (c, charge_bytes) in answered {
+        c.release(charge_bytes);
+    }
 }
 
 /// Reads a WRITE payload; the batched replies go first if the read may wait.
