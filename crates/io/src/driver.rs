@@ -730,7 +730,8 @@ impl Driver {
         };
         match s.admit(request, entry) {
             Ok(jobs) => s.dispatch_async(jobs, hold),
-            Err((e, entry)) => {
+            Err(refused) => {
+                let (e, entry) = *refused;
                 if let Responder::Async(a) = entry.responder {
                     (a.done)(Err(e), a.buffer, false);
                 }
@@ -1174,7 +1175,7 @@ impl Shared {
             buf,
             responder: Responder::Thread(waiter.clone()),
         };
-        let mut jobs = self.admit(request, entry).map_err(|(e, _)| e)?;
+        let mut jobs = self.admit(request, entry).map_err(|refused| refused.0)?;
         self.run_answered();
         self.run_jobs(&mut jobs, Some(waiter));
         waiter.wait()?;
@@ -1199,7 +1200,7 @@ impl Shared {
         &self,
         request: Request,
         entry: InFlight,
-    ) -> Result<VecDeque<Job>, (DriverError, InFlight)> {
+    ) -> Result<VecDeque<Job>, Box<(DriverError, InFlight)>> {
         let mut jobs = VecDeque::new();
         let mut entry = Some(entry);
         let mut core = self.lock_core();
@@ -1208,7 +1209,7 @@ impl Shared {
                 unreachable!("the entry is put back before every retry");
             };
             if core.stopping || core.refusing {
-                return Err((DriverError::ShutDown, e));
+                return Err(Box::new((DriverError::ShutDown, e)));
             }
             core.in_flight.insert(request.id.0, e);
             let now = self.now();
@@ -1220,7 +1221,7 @@ impl Shared {
                         unreachable!("the entry was just inserted");
                     };
                     if !matches!(err, SubmitError::Busy(_)) {
-                        return Err((err.into(), back));
+                        return Err(Box::new((err.into(), back)));
                     }
                     entry = Some(back);
                     core.changed_waiters += 1;
