@@ -31,8 +31,9 @@
 #        e.g. "--cache-sync fdatasync"; WCACHE_B_ARGS, when set, adds a
 #        second wcache target "wcache-b" with these serve options (its own
 #        cache and backing files) run in the same invocation, for an A/B of
-#        two configurations; JOBS picks some of the jobs; LOG_DIR keeps the
-#        servers' logs)
+#        two configurations; WCACHE_BIN and WCACHE_B_BIN run other builds of
+#        `wcache` for the two targets, for an A/B of two builds; JOBS picks
+#        some of the jobs; LOG_DIR keeps the servers' logs)
 # Last lines: the ratios.
 set -euo pipefail
 
@@ -51,7 +52,8 @@ for tool in fio nbdkit python3 stat; do
     command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install -y fio nbdkit)"; exit 1; }
 done
 (cd "$ROOT" && CARGO_TARGET_DIR=$TARGET cargo build --release -q -p wcache-cli)
-WCACHE=$TARGET/release/wcache
+WCACHE=${WCACHE_BIN:-$TARGET/release/wcache}
+WCACHE_B=${WCACHE_B_BIN:-$TARGET/release/wcache}
 
 WORK=$(mktemp -d "$BENCH_DIR/wcache-bench-device.XXXXXX")
 FSTYPE=$(df --output=fstype "$WORK" | tail -1)
@@ -100,10 +102,10 @@ wait_socket "$WORK/kitmem.sock"
 wait_socket "$WORK/kitfile.sock"
 
 wc_start() { # target job
-    local args=$WCACHE_ARGS backing=$WORK/backing.img
-    [ "$1" = wcache-b ] && args=$WCACHE_B_ARGS && backing=$WORK/backing-b.img
+    local args=$WCACHE_ARGS backing=$WORK/backing.img bin=$WCACHE
+    [ "$1" = wcache-b ] && args=$WCACHE_B_ARGS && backing=$WORK/backing-b.img && bin=$WCACHE_B
     # shellcheck disable=SC2086
-    "$WCACHE" serve --socket "$WORK/$1.sock" --cache "$WORK/cache-$1.img" --cache-size "$CACHE_SIZE" \
+    "$bin" serve --socket "$WORK/$1.sock" --cache "$WORK/cache-$1.img" --cache-size "$CACHE_SIZE" \
         --backing "$backing" --write-policy write-back $args >"$WORK/$1-$2.log" 2>&1 &
     WC_PID=$!
     wait_socket "$WORK/$1.sock"
@@ -179,6 +181,10 @@ names = {"dev": f"device: {fstype} file, io_uring O_DIRECT(+O_DSYNC)",
 print(f"wcache: serve {wargs or '(defaults)'}")
 if bargs:
     print(f"wcache-b: serve {bargs}")
+for t in wtargets:
+    log = open(f"{work}/{t}-{jobs[0]}.log").read()
+    path = re.search(r"data path: ([^(\n]*)", log)
+    print(f"{t}: data path {path.group(1).strip() if path else '(not printed)'}")
 def get(t, job):
     j = json.load(open(f"{work}/{t}-{job}.json"))["jobs"][0]
     side = j["write" if job.startswith("w") else "read"]

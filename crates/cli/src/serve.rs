@@ -186,6 +186,12 @@ pub struct ServeArgs {
     /// Driver I/O threads (destages, extra commands of large requests).
     #[arg(long, default_value_t = 4)]
     pub(crate) io_threads: usize,
+    /// Write pages with the threads even where io_uring is available (the
+    /// event-driven data path is chosen at start when the cache is a file
+    /// or block device in `fdatasync` or `dsync` mode and the kernel
+    /// allows it; the start lines say which).
+    #[arg(long)]
+    pub(crate) no_io_uring: bool,
     /// Grace period of a stop, in seconds: on SIGTERM or SIGINT in-flight
     /// requests may finish for this long; then writes still waiting for room
     /// are answered with an error (none was acknowledged), the clean
@@ -251,6 +257,32 @@ impl Export for NbdVolume {
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
         self.0.write(offset, data, fua).map_err(export_error)
+    }
+    fn writes_async(&self) -> bool {
+        self.0.writes_async()
+    }
+    fn write_async(
+        &self,
+        offset: u64,
+        buffer: Vec<u8>,
+        start: usize,
+        len: usize,
+        fua: bool,
+        done: wcache_nbd::WriteDone,
+    ) {
+        // Held: the server calls `submit_held_writes` before it waits.
+        self.0.write_async(
+            offset,
+            buffer,
+            start,
+            len,
+            fua,
+            true,
+            Box::new(move |result, buffer, more| done(result.map_err(export_error), buffer, more)),
+        );
+    }
+    fn submit_held_writes(&self) {
+        self.0.submit_held_writes();
     }
     fn flush(&self) -> Result<(), ExportError> {
         self.0.flush().map_err(export_error)
@@ -562,6 +594,7 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
             persist_on_flush: args.persist_on_flush,
             flush_interval: Some(Duration::from_secs_f64(args.flush_interval))
                 .filter(|d| !d.is_zero()),
+            io_uring: !args.no_io_uring,
         },
         block_size_bytes: args.block_size,
         force: args.force,
@@ -926,6 +959,7 @@ fn print_banner(
             ""
         }
     );
+    println!("  data path: {}", cache.data_path());
     for v in volumes {
         println!(
             "  export {}: {} ({} MiB)",

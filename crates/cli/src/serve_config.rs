@@ -91,6 +91,7 @@ struct ServeFile {
     workers: Option<Spanned<usize>>,
     poll_us: Option<Spanned<u64>>,
     io_threads: Option<Spanned<usize>>,
+    no_io_uring: Option<Spanned<bool>>,
     stop_timeout: Option<Spanned<f64>>,
     volatile_write_back_for_benchmarks: Option<Spanned<bool>>,
 }
@@ -221,6 +222,7 @@ pub fn apply(
         workers: val, no_check as Check<usize>;
         poll_us: val, no_check as Check<u64>;
         io_threads: val, no_check as Check<usize>;
+        no_io_uring: val, no_check as Check<bool>;
         stop_timeout: val, stop;
         volatile_write_back_for_benchmarks: val, no_check as Check<bool>;
     );

@@ -255,6 +255,13 @@ fn crash_loop_with(dir: &Path, cache_sync: &str, extra: &[&str]) {
         if cache_sync == "nvram" {
             // Read from the whole log: the line comes after the socket exists.
             assert!(log.contains("mapped"), "the tmpfs cache is mapped: {log}");
+        } else {
+            // A cache file on a disk takes the event-driven data path
+            // wherever the kernel allows io_uring (the line says why not).
+            assert!(
+                log.contains("data path: io_uring") || log.contains("io_uring unavailable"),
+                "the data path is io_uring where available: {log}"
+            );
         }
         for w in writers {
             let c = w.join().expect("writer");

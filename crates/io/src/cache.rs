@@ -361,6 +361,41 @@ impl Volume {
         })
     }
 
+    /// True when `write_async` returns before the write is done (the
+    /// driver's io_uring data path).
+    pub fn writes_async(&self) -> bool {
+        *self.driver.data_path() == crate::driver::DataPath::IoUring
+    }
+
+    /// `write` of `buffer[start..start + len]` that calls `done` when it is
+    /// acknowledged, from the thread that finished it (`Driver::write_async`,
+    /// `hold` included: then call `submit_held_writes` before waiting).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_async(
+        &self,
+        offset_bytes: u64,
+        buffer: Vec<u8>,
+        start: usize,
+        len: usize,
+        fua: bool,
+        hold: bool,
+        done: crate::driver::WriteDone,
+    ) {
+        let started = Instant::now();
+        let latency = Arc::clone(&self.latency);
+        let timed: crate::driver::WriteDone = Box::new(move |result, buffer, more| {
+            latency.record(RequestClass::Write, started.elapsed(), result.is_err());
+            done(result, buffer, more)
+        });
+        self.driver
+            .write_async(self.id, offset_bytes, buffer, start, len, fua, hold, timed);
+    }
+
+    /// Sends the device writes held by `write_async` (`Driver::submit_held_writes`).
+    pub fn submit_held_writes(&self) {
+        self.driver.submit_held_writes();
+    }
+
     pub fn flush(&self) -> Result<(), DriverError> {
         self.timed(RequestClass::Flush, || self.driver.flush(self.id))
     }
@@ -673,6 +708,11 @@ impl Cache {
 
     pub fn device(&self) -> &CacheDeviceInfo {
         &self.device
+    }
+
+    /// The data path of `Volume::write_async`, chosen at start.
+    pub fn data_path(&self) -> &crate::driver::DataPath {
+        self.driver.data_path()
     }
 
     /// How the cache device was found (persistent caches): formatted,

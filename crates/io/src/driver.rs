@@ -33,6 +33,7 @@
 
 mod flusher;
 mod frees;
+mod uring;
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -64,6 +65,10 @@ pub struct DriverConfig {
     /// about this long even with no FLUSH or FUA. `None`: only at FLUSH,
     /// FUA and record frees.
     pub flush_interval: Option<Duration>,
+    /// Use the event-driven data path (`driver/uring.rs`) for `write_async`
+    /// when the cache device offers io_uring (`BlockDevice::uring_target`)
+    /// and the kernel lets us set up a ring; `false`: the threads only.
+    pub io_uring: bool,
 }
 
 impl Default for DriverConfig {
@@ -72,6 +77,35 @@ impl Default for DriverConfig {
             io_threads: 4,
             persist_on_flush: false,
             flush_interval: Some(FLUSH_INTERVAL_DEFAULT),
+            io_uring: true,
+        }
+    }
+}
+
+/// What `Driver::write_async` calls, once, with the outcome, the buffer,
+/// and `more`: true when another answer follows at once on this thread (a
+/// caller may batch its replies until one comes with `more` false).
+pub type WriteDone = Box<dyn FnOnce(Result<(), DriverError>, Vec<u8>, bool) + Send>;
+
+/// Which data path page writes of `write_async` take (`Driver::data_path`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataPath {
+    /// Submitted to io_uring by the request's thread; one thread reaps the
+    /// completions in batches and answers the requests.
+    IoUring,
+    /// The threads (run to completion, pool, record writers), and why not
+    /// io_uring.
+    Threads { why: String },
+}
+
+impl std::fmt::Display for DataPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DataPath::IoUring => write!(
+                f,
+                "io_uring (page and record writes submitted by the request's thread, completions reaped in batches)"
+            ),
+            DataPath::Threads { why } => write!(f, "threads ({why})"),
         }
     }
 }
@@ -276,7 +310,22 @@ struct BatchScratch {
 
 struct InFlight {
     buf: BufPtr,
-    waiter: Arc<Waiter>,
+    responder: Responder,
+}
+
+/// Who is told a request's response.
+enum Responder {
+    /// A thread blocked in `submit`.
+    Thread(Arc<Waiter>),
+    /// `write_async`'s callback, which owns the request's buffer.
+    Async(AsyncWrite),
+}
+
+struct AsyncWrite {
+    /// Never touched while the request is in flight (commands reach its
+    /// bytes through `InFlight::buf`); its heap block does not move.
+    buffer: Vec<u8>,
+    done: WriteDone,
 }
 
 struct Core {
@@ -413,6 +462,13 @@ struct Shared {
     frees_urgent: std::sync::atomic::AtomicBool,
     /// Stops the persist-on-flush flusher thread (`flusher.rs`).
     flusher: flusher::FlusherStop,
+    /// The event-driven data path, when chosen at start.
+    uring: Option<uring::Uring>,
+    data_path: DataPath,
+    /// Responses of `write_async` requests, to be told outside the engine
+    /// lock (`run_answered`).
+    answered: Mutex<Vec<(AsyncWrite, Result<(), IoError>)>>,
+    answered_any: std::sync::atomic::AtomicBool,
 }
 
 pub struct Driver {
@@ -528,6 +584,7 @@ impl Driver {
             }
             engine
         };
+        let (uring, data_path) = uring::Uring::choose(&cache, store.is_some(), &config);
         let shared = Arc::new(Shared {
             core: Mutex::new(Core {
                 engine,
@@ -567,7 +624,12 @@ impl Driver {
             frees: frees::FreeQueue::new(gather_frees),
             frees_urgent: std::sync::atomic::AtomicBool::new(false),
             flusher: flusher::FlusherStop::default(),
+            uring,
+            data_path,
+            answered: Mutex::new(Vec::new()),
+            answered_any: std::sync::atomic::AtomicBool::new(false),
         });
+        uring::Uring::watch_store(&shared);
         let threads = spawn_threads(&shared, &config, overlapped, gather_frees)?;
         // Recovery's first commands (FreeSlots of the versions not kept).
         let mut jobs = VecDeque::new();
@@ -601,6 +663,91 @@ impl Driver {
 
     pub fn store(&self) -> Option<&Arc<CacheStore>> {
         self.shared.store.as_ref()
+    }
+
+    /// Sends the device writes `write_async` held (`hold`).
+    pub fn submit_held_writes(&self) {
+        if let Some(u) = &self.shared.uring {
+            u.submit_held();
+        }
+    }
+
+    /// The data path `write_async` uses, chosen at start.
+    pub fn data_path(&self) -> &DataPath {
+        &self.shared.data_path
+    }
+
+    /// Starts a write of `buffer[start..start + len]` at `offset_bytes` and
+    /// returns without waiting for the device when the event-driven data
+    /// path is in use: `done` is then called later, from another thread,
+    /// once the write is acknowledged under the durability contract in
+    /// force (as `write` would return). Otherwise (the threads, or FUA
+    /// under persist-on-flush) the write runs here and `done` is called
+    /// before this returns. `done` always gets `buffer` back. With `hold`,
+    /// the device writes may wait until `submit_held_writes` (or a later
+    /// write without `hold`): a caller that starts several writes in a row
+    /// holds all but the last, and must call `submit_held_writes` before
+    /// it waits for anything.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_async(
+        &self,
+        volume: VolumeId,
+        offset_bytes: u64,
+        buffer: Vec<u8>,
+        start: usize,
+        len: usize,
+        fua: bool,
+        hold: bool,
+        done: WriteDone,
+    ) {
+        let s = &self.shared;
+        if start.checked_add(len).is_none_or(|end| end > buffer.len()) {
+            let payload_bytes = buffer.len().saturating_sub(start);
+            return done(
+                Err(DriverError::PayloadLength {
+                    kind: RequestKind::Write,
+                    len_bytes: len as u64,
+                    payload_bytes,
+                }),
+                buffer,
+                false,
+            );
+        }
+        if s.uring.is_none() || (fua && s.persist_on_flush.load(Ordering::Relaxed)) {
+            let result = self.write(volume, offset_bytes, &buffer[start..start + len], fua);
+            return done(result, buffer, false);
+        }
+        let buf = BufPtr {
+            // Only ever read through (Source::Request); never written.
+            ptr: buffer[start..].as_ptr() as *mut u8,
+            len,
+        };
+        let request = Request {
+            id: RequestId(s.next_request.fetch_add(1, Ordering::Relaxed)),
+            volume,
+            kind: RequestKind::Write,
+            offset_bytes,
+            len_bytes: len as u64,
+            flags: RequestFlags {
+                fua,
+                ..RequestFlags::default()
+            },
+        };
+        s.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let entry = InFlight {
+            buf,
+            responder: Responder::Async(AsyncWrite { buffer, done }),
+        };
+        match s.admit(request, entry) {
+            Ok(jobs) => s.dispatch_async(jobs, hold),
+            Err(refused) => {
+                let (e, entry) = *refused;
+                if let Responder::Async(a) = entry.responder {
+                    (a.done)(Err(e), a.buffer, false);
+                }
+            }
+        }
+        s.run_answered();
     }
 
     /// True when no command is in flight and no page is dirty (everything
@@ -921,6 +1068,10 @@ impl Driver {
         }
         self.shared.frees.stop();
         self.shared.flusher.stop();
+        if let Some(u) = &self.shared.uring {
+            // Its thread ends once the writes in flight are answered.
+            u.stop();
+        }
         if let Some(store) = &self.shared.store {
             // Threads still awaiting record writes write their blocks themselves.
             store.stop_writers();
@@ -1004,6 +1155,17 @@ fn spawn_threads(
             )?;
         }
     }
+    if shared.uring.is_some() {
+        let s = shared.clone();
+        spawn(
+            "wcache-uring".into(),
+            Box::new(move || {
+                if let Some(u) = &s.uring {
+                    u.run(&s);
+                }
+            }),
+        )?;
+    }
     let s = shared.clone();
     spawn("wcache-timer".into(), Box::new(move || s.timer_thread()))?;
     Ok(threads)
@@ -1026,37 +1188,12 @@ impl Shared {
     ) -> Result<(), DriverError> {
         let stale = waiter.take();
         debug_assert!(stale.is_none(), "waiter reused while set");
-        let mut jobs = VecDeque::new();
-        {
-            let mut core = self.lock_core();
-            loop {
-                if core.stopping || core.refusing {
-                    return Err(DriverError::ShutDown);
-                }
-                core.in_flight.insert(
-                    request.id.0,
-                    InFlight {
-                        buf,
-                        waiter: waiter.clone(),
-                    },
-                );
-                let now = self.now();
-                match core.engine.handle_request(now, request) {
-                    Ok(()) => break,
-                    Err(SubmitError::Busy(_)) => {
-                        core.in_flight.remove(&request.id.0);
-                        core.changed_waiters += 1;
-                        core = self.changed.wait(core).unwrap_or_else(|p| p.into_inner());
-                        core.changed_waiters -= 1;
-                    }
-                    Err(e) => {
-                        core.in_flight.remove(&request.id.0);
-                        return Err(e.into());
-                    }
-                }
-            }
-            self.pump(&mut core, &mut jobs);
-        }
+        let entry = InFlight {
+            buf,
+            responder: Responder::Thread(waiter.clone()),
+        };
+        let mut jobs = self.admit(request, entry).map_err(|refused| refused.0)?;
+        self.run_answered();
         self.run_jobs(&mut jobs, Some(waiter));
         waiter.wait()?;
         let needs_flush = match request.kind {
@@ -1072,6 +1209,81 @@ impl Shared {
                 .map_err(|e| DriverError::Io(self.io_fail(&e, true)))?;
         }
         Ok(())
+    }
+
+    /// Hands `request` to the engine, waiting while it is busy, and returns
+    /// the commands that follow; on refusal, the error and `entry` back.
+    fn admit(
+        &self,
+        request: Request,
+        entry: InFlight,
+    ) -> Result<VecDeque<Job>, Box<(DriverError, InFlight)>> {
+        let mut jobs = VecDeque::new();
+        let mut entry = Some(entry);
+        let mut core = self.lock_core();
+        loop {
+            let Some(e) = entry.take() else {
+                unreachable!("the entry is put back before every retry");
+            };
+            if core.stopping || core.refusing {
+                return Err(Box::new((DriverError::ShutDown, e)));
+            }
+            core.in_flight.insert(request.id.0, e);
+            let now = self.now();
+            match core.engine.handle_request(now, request) {
+                Ok(()) => break,
+                Err(err) => {
+                    entry = core.in_flight.remove(&request.id.0);
+                    let Some(back) = entry.take() else {
+                        unreachable!("the entry was just inserted");
+                    };
+                    if !matches!(err, SubmitError::Busy(_)) {
+                        return Err(Box::new((err.into(), back)));
+                    }
+                    entry = Some(back);
+                    core.changed_waiters += 1;
+                    core = self.changed.wait(core).unwrap_or_else(|p| p.into_inner());
+                    core.changed_waiters -= 1;
+                }
+            }
+        }
+        self.pump(&mut core, &mut jobs);
+        Ok(jobs)
+    }
+
+    /// The commands of a `write_async` request: whole pages from the
+    /// request to io_uring (batches of up to `WRITE_BATCH_MAX`), the rest
+    /// to the pool; this thread does not wait for any of them.
+    fn dispatch_async(&self, jobs: VecDeque<Job>, hold: bool) {
+        let Some(uring) = &self.uring else {
+            return self.to_pool(jobs.into_iter());
+        };
+        let (pages, rest): (Vec<Job>, Vec<Job>) = jobs
+            .into_iter()
+            .partition(|j| is_whole_request_page(j, self.page_size_bytes));
+        let mut pages = pages.into_iter().peekable();
+        while pages.peek().is_some() {
+            let batch: Vec<Job> = pages.by_ref().take(WRITE_BATCH_MAX).collect();
+            uring.submit(self, batch, hold);
+        }
+        self.to_pool(rest.into_iter());
+    }
+
+    /// Tells the `write_async` callbacks their responses (outside the
+    /// engine lock: a callback sends a reply on a socket).
+    fn run_answered(&self) {
+        if !self.answered_any.load(Ordering::Acquire) {
+            return;
+        }
+        let answered = {
+            let mut list = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+            self.answered_any.store(false, Ordering::Release);
+            std::mem::take(&mut *list)
+        };
+        let last = answered.len().saturating_sub(1);
+        for (k, (a, result)) in answered.into_iter().enumerate() {
+            (a.done)(result.map_err(DriverError::Io), a.buffer, k < last);
+        }
     }
 
     /// Moves the engine's commands into `jobs` and its responses to their waiters.
@@ -1110,7 +1322,14 @@ impl Shared {
                 .in_flight
                 .remove(&response.id.0)
                 .expect("response for a request in flight");
-            entry.waiter.set(response.result);
+            match entry.responder {
+                Responder::Thread(waiter) => waiter.set(response.result),
+                Responder::Async(a) => {
+                    let mut list = self.answered.lock().unwrap_or_else(|p| p.into_inner());
+                    list.push((a, response.result));
+                    self.answered_any.store(true, Ordering::Release);
+                }
+            }
             answered = true;
         }
         if answered && core.changed_waiters > 0 {
@@ -1133,6 +1352,7 @@ impl Shared {
     }
 
     fn to_pool(&self, jobs: impl Iterator<Item = Job>) {
+        self.run_answered();
         // Record frees go to the free thread straight away (no pool
         // thread's wake-up just to pass them on).
         let jobs = self.defer_frees(jobs.collect());
@@ -1263,6 +1483,8 @@ impl Shared {
         if is_destage && core.changed_waiters > 0 {
             self.changed.notify_all();
         }
+        drop(core);
+        self.run_answered();
     }
 
     /// Runs a batch of `WritePage` jobs and completes them under one lock.
@@ -1281,6 +1503,7 @@ impl Shared {
         }
         self.pump(&mut core, jobs);
         drop(core);
+        self.run_answered();
         SCRATCH.with(|s| s.borrow_mut().batch.results = results);
     }
 
@@ -1998,6 +2221,17 @@ fn write_aligned(
     let tmp = bounce.get(data.len());
     tmp.copy_from_slice(data);
     dev.write_at(tmp, offset_bytes)
+}
+
+/// A page write whose whole page comes from its request's buffer.
+fn is_whole_request_page(job: &Job, page_size_bytes: u64) -> bool {
+    matches!(
+        &job.cmd,
+        IoCommand::WritePage { patch, .. }
+            if patch.page_offset_bytes == 0
+                && u64::from(patch.len_bytes) == page_size_bytes
+                && matches!(patch.src, Source::Request { .. })
+    )
 }
 
 fn is_page_write(job: &Job) -> bool {

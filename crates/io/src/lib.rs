@@ -30,5 +30,5 @@ pub use device::file::{FileDevice, FileOptions, SyncMode};
 pub use device::mem::MemDevice;
 pub use device::nbd::{NbdAddress, NbdDevice, NbdOptions, NbdState, NbdStatus};
 pub use device::{BlockDevice, DeviceError};
-pub use driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
+pub use driver::{DataPath, Driver, DriverConfig, DriverError, DriverStats, Payload, WriteDone};
 pub use store::{CacheStore, Scan, StoreError};

@@ -138,6 +138,45 @@ pub struct CacheStore {
     record_writes: AtomicU64,
     /// Blocks whose write was asked of the record writer threads.
     writers: WriterQueue,
+    /// Told the block after a thread's own write of it ended
+    /// (`set_write_ended_hook`): the io_uring data path starts the next
+    /// write for the batches waiting on it.
+    write_ended: std::sync::OnceLock<WriteEndedHook>,
+}
+
+/// See `CacheStore::set_write_ended_hook`.
+pub type WriteEndedHook = Box<dyn Fn(u32) + Send + Sync>;
+
+/// Where a staged change of a block stands, for a caller that must not
+/// block (`CacheStore::commit_async`).
+pub enum Commit {
+    /// A write that started after the change succeeded.
+    Done,
+    /// The write that carried the change failed.
+    Failed(DeviceError),
+    /// The caller is now the block's writer: it writes `BlockWrite::bytes`
+    /// at `BlockWrite::range` and then calls `end_async`.
+    Started(BlockWrite),
+    /// Another write of the block is running: ask again when it ended.
+    Running,
+}
+
+/// A write of one record block taken by a caller that does not block.
+pub struct BlockWrite {
+    block: usize,
+    taken: TakenWrite,
+    snapshot: AlignedBuf,
+}
+
+impl BlockWrite {
+    pub fn block(&self) -> u32 {
+        self.block as u32
+    }
+    /// Device offset and the bytes to write there.
+    pub fn bytes(&mut self) -> (u64, &[u8]) {
+        let (offset, len) = self.taken.range.expect("a started write has bytes");
+        (offset, &self.snapshot.get(len)[..])
+    }
 }
 
 /// Blocks waiting for a record writer thread (`run_writer`), each once.
@@ -347,6 +386,7 @@ impl CacheStore {
             blocks,
             record_writes: AtomicU64::new(0),
             writers: WriterQueue::default(),
+            write_ended: std::sync::OnceLock::new(),
         }
     }
 
@@ -406,14 +446,7 @@ impl CacheStore {
                 return Ok(());
             }
             if st.finished >= target {
-                return Err(DeviceError::Io {
-                    device: self.dev.name(),
-                    op: "record write",
-                    offset_bytes: self.layout.record_offset_bytes
-                        + block as u64 * RECORD_BLOCK_BYTES,
-                    len_bytes: RECORD_BLOCK_BYTES,
-                    source: std::io::Error::other(st.last_error.clone()),
-                });
+                return Err(self.block_error(block, &st));
             }
             if !st.running {
                 let taken = SNAPSHOT.with(|snap| {
@@ -430,6 +463,9 @@ impl CacheStore {
                 let generation = taken.0.generation;
                 self.end_write(block, &mut st, taken.0, taken.1);
                 self.wake_after(block, &st, generation);
+                drop(st);
+                self.write_ended(block);
+                st = self.lock_block(block);
                 continue;
             }
             // Wait for generation `target` (the one running, or the next).
@@ -507,6 +543,74 @@ impl CacheStore {
         if st.from < st.to && st.waiters[next] > 0 {
             rb.written[next].notify_one();
         }
+    }
+
+    /// The error of the last write of `block`, which failed.
+    fn block_error(&self, block: usize, st: &BlockState) -> DeviceError {
+        DeviceError::Io {
+            device: self.dev.name(),
+            op: "record write",
+            offset_bytes: self.layout.record_offset_bytes + block as u64 * RECORD_BLOCK_BYTES,
+            len_bytes: RECORD_BLOCK_BYTES,
+            source: std::io::Error::other(st.last_error.clone()),
+        }
+    }
+
+    /// Sets the function told each block whose write a thread of this
+    /// store ended (`commit_to`, `end_writes`, merged runs); writes ended
+    /// with `end_async` are not told. Once per store.
+    pub fn set_write_ended_hook(&self, hook: WriteEndedHook) {
+        let _ = self.write_ended.set(hook);
+    }
+
+    fn write_ended(&self, block: usize) {
+        if let Some(hook) = self.write_ended.get() {
+            hook(block as u32);
+        }
+    }
+
+    /// `commit_to` for a caller that must not block: where the change
+    /// staged as `Staged { block, target }` stands; when no write of the
+    /// block is running, the caller becomes its writer (`Started`, with the
+    /// snapshot in `snapshot`, which it gets back in `end_async`).
+    pub fn commit_async(&self, staged: Staged, snapshot: &mut Option<AlignedBuf>) -> Commit {
+        let block = staged.block as usize;
+        let mut st = self.lock_block(block);
+        loop {
+            if st.last_ok >= staged.target {
+                return Commit::Done;
+            }
+            if st.finished >= staged.target {
+                return Commit::Failed(self.block_error(block, &st));
+            }
+            if st.running {
+                return Commit::Running;
+            }
+            let mut snap = snapshot.take().unwrap_or_default();
+            let taken = self.take_write(block, &mut st, &mut snap);
+            if taken.range.is_some() {
+                return Commit::Started(BlockWrite {
+                    block,
+                    taken,
+                    snapshot: snap,
+                });
+            }
+            // Nothing left to write: this write carries no bytes and ends now.
+            *snapshot = Some(snap);
+            self.end_write(block, &mut st, taken, Ok(()));
+        }
+    }
+
+    /// Ends a write `commit_async` started; gives its snapshot buffer back.
+    pub fn end_async(&self, write: BlockWrite, result: Result<(), DeviceError>) -> AlignedBuf {
+        let BlockWrite {
+            block,
+            taken,
+            snapshot,
+        } = write;
+        let mut st = self.lock_block(block);
+        self.end_write(block, &mut st, taken, result);
+        snapshot
     }
 
     /// The record block holding `slot`'s record (`Staged::block`).
@@ -703,6 +807,8 @@ impl CacheStore {
             };
             let mut st = self.lock_block(block);
             self.end_write(block, &mut st, taken, result);
+            drop(st);
+            self.write_ended(block);
         }
     }
 
@@ -841,6 +947,8 @@ impl CacheStore {
                 }
             }
             self.wake_after(block, &st, generation);
+            drop(st);
+            self.write_ended(block);
         }
         generations.clear();
     }

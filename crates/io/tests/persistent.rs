@@ -487,6 +487,7 @@ fn persist_on_flush_flushes_within_the_interval() {
         io_threads: 2,
         persist_on_flush: true,
         flush_interval: Some(std::time::Duration::from_millis(20)),
+        ..DriverConfig::default()
     };
     let (driver, _) = start_with(cache, backing.clone(), WritePolicyKind::WriteBack, config);
     let data = vec![0x5a; PAGE_BYTES as usize];

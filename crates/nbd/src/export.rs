@@ -60,6 +60,11 @@ const ENOSPC: i32 = 28;
 const EROFS: i32 = 30;
 const EDQUOT: i32 = 122;
 
+/// What `Export::write_async` calls, once, with the outcome, the buffer,
+/// and `more`: true when another call follows at once on the same thread
+/// (the server then sends the replies together, after the last).
+pub type WriteDone = Box<dyn FnOnce(Result<(), ExportError>, Vec<u8>, bool) + Send>;
+
 /// A block address space served over NBD.
 ///
 /// Durability contract (from the NBD spec): when `write`, `trim` or
@@ -79,6 +84,37 @@ pub trait Export: Send + Sync {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError>;
     /// Write `data` at `offset`; durable before returning when `fua`.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError>;
+    /// True when `write_async` finishes writes later from a thread of the
+    /// export's own, without waiting for the device here (an event-driven
+    /// data path): the server then starts WRITEs from the connection's
+    /// reader thread and replies from `done`. Default: false.
+    fn writes_async(&self) -> bool {
+        false
+    }
+    /// Starts a write of `buffer[start..start + len]` at `offset` (the
+    /// server aligns `start` in memory to 4 KiB); `done` is called once,
+    /// perhaps before this returns, with the outcome (the same promise as
+    /// `write`'s return) and the buffer. The export may hold the device
+    /// writes back until `submit_held_writes`, which the server calls
+    /// before it waits for anything (the client, a worker, room). Default:
+    /// `write`, then `done`.
+    fn write_async(
+        &self,
+        offset: u64,
+        buffer: Vec<u8>,
+        start: usize,
+        len: usize,
+        fua: bool,
+        done: WriteDone,
+    ) {
+        let result = match buffer.get(start..start.saturating_add(len)) {
+            Some(data) => self.write(offset, data, fua),
+            None => Err(ExportError::Invalid),
+        };
+        done(result, buffer, false)
+    }
+    /// Sends the writes `write_async` held back. Default: nothing held.
+    fn submit_held_writes(&self) {}
     /// Make every completed write durable.
     fn flush(&self) -> Result<(), ExportError>;
     /// Hint that a range is unused; may do nothing.

@@ -10,6 +10,6 @@ pub mod export;
 pub mod proto;
 pub mod server;
 
-pub use export::{Export, ExportError, MemExport};
+pub use export::{Export, ExportError, MemExport, WriteDone};
 pub use proto::NbdErrno;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerError, ServerStats};

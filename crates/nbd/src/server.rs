@@ -6,7 +6,10 @@
 //! requests and receiving WRITE payloads), and one worker pool shared by all
 //! connections that runs export calls and writes replies, one `write` per
 //! reply, under a per-connection writer lock. Replies may leave out of order,
-//! as the protocol allows.
+//! as the protocol allows. WRITEs to an export that `writes_async` are
+//! started with `Export::write_async` (by the reader, or a worker when large)
+//! and answered from the export's completion thread, replies of a run of
+//! completions sent together.
 //!
 //! Limits: the shared job queue holds at most `queue_depth_max` jobs; each
 //! connection has at most `in_flight_per_connection_max` requests and
@@ -754,7 +757,7 @@ fn thread_preemptions() -> u64 {
 }
 
 fn transmission(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     connection: &Arc<Connection>,
     reader: &mut BufReader<ReadHalf>,
     info: ExportInfo,
@@ -813,6 +816,19 @@ fn transmission(
             Command::Write { length, .. } => (length as usize, u64::from(length)),
             _ => (0, 0),
         };
+        if let (Command::Write { length, .. }, true) = (command, connection.export.writes_async()) {
+            let Some(job) = receive_async_write(connection, reader, decision.cookie, command)
+            else {
+                return; // Client vanished mid-payload.
+            };
+            if length as usize <= ASYNC_ON_READER_MAX_BYTES {
+                start_write_async(shared, job);
+            } else if let Err(job) = shared.queue.push(job) {
+                job.connection.release(job.charge_bytes);
+                return;
+            }
+            continue;
+        }
         if policy.run_inline() {
             // Run to completion here: no wake-up of a worker, and the reply
             // leaves with the others of this batch.
@@ -828,6 +844,8 @@ fn transmission(
                 .counters
                 .requests_inline
                 .fetch_add(1, Ordering::Relaxed);
+            // The request may wait for writes held back (a FLUSH does).
+            connection.export.submit_held_writes();
             let started = Instant::now();
             let error = run_export(&*connection.export, command, &mut inline_buffer);
             policy.note(started.elapsed());
@@ -861,11 +879,130 @@ fn transmission(
             command,
             buffer,
             charge_bytes,
+            payload_start: None,
         };
         if let Err(job) = shared.queue.push(job) {
             job.connection.release(job.charge_bytes);
             return;
         }
+    }
+}
+
+/// Alignment of the payload of a WRITE started with `Export::write_async`
+/// (so that direct I/O can take it from the buffer as it is).
+const ASYNC_PAYLOAD_ALIGNMENT_BYTES: usize = 4096;
+
+/// WRITEs up to this size are started on the connection's reader thread;
+/// larger ones go to a worker, so that the reader receives the next request
+/// while the checksums and metadata of a large one are computed.
+const ASYNC_ON_READER_MAX_BYTES: usize = 64 * 1024;
+
+/// Receives a WRITE's payload into a buffer of its own, at an address
+/// aligned to 4 KiB, for `Export::write_async`. `None` when the client
+/// vanished mid-payload.
+fn receive_async_write(
+    connection: &Arc<Connection>,
+    reader: &mut BufReader<ReadHalf>,
+    cookie: u64,
+    command: Command,
+) -> Option<Job> {
+    let Command::Write { length, .. } = command else {
+        unreachable!("only WRITEs start asynchronously");
+    };
+    let len = length as usize;
+    let charge_bytes = u64::from(length);
+    // admit() may wait for writes to finish: nothing batched may wait with it.
+    connection.flush_replies();
+    connection.admit(charge_bytes);
+    let mut buffer = connection.take_buffer(len + ASYNC_PAYLOAD_ALIGNMENT_BYTES);
+    let start = buffer.as_ptr().align_offset(ASYNC_PAYLOAD_ALIGNMENT_BYTES);
+    if !receive(connection, reader, &mut buffer[start..start + len]) {
+        connection.release(charge_bytes);
+        return None;
+    }
+    Some(Job {
+        connection: Arc::clone(connection),
+        cookie,
+        command,
+        buffer,
+        charge_bytes,
+        payload_start: Some(start),
+    })
+}
+
+/// Starts a received WRITE with `Export::write_async`; the reply is sent
+/// from `done`, on whichever thread finishes the write, which also gives
+/// the buffer back and releases the request's charge.
+fn start_write_async(shared: &Arc<Shared>, job: Job) {
+    let Job {
+        connection,
+        cookie,
+        command,
+        buffer,
+        charge_bytes,
+        payload_start,
+    } = job;
+    let (
+        Command::Write {
+            offset,
+            length,
+            fua,
+        },
+        Some(start),
+    ) = (command, payload_start)
+    else {
+        unreachable!("only received WRITEs start asynchronously");
+    };
+    let shared_done = Arc::clone(shared);
+    let connection_done = Arc::clone(&connection);
+    let done: crate::export::WriteDone = Box::new(move |result, mut buffer, more| {
+        let error = result.err().map(|e| e.errno());
+        if !connection_done.broken.load(Ordering::SeqCst) {
+            reply(
+                &shared_done,
+                &connection_done,
+                cookie,
+                command,
+                error,
+                &mut buffer,
+                true,
+            );
+        }
+        connection_done.recycle(buffer);
+        send_batched_replies(connection_done, charge_bytes, more);
+    });
+    connection
+        .export
+        .write_async(offset, buffer, start, length as usize, fua, done);
+}
+
+thread_local! {
+    /// Requests answered by `write_async` completions on this thread whose
+    /// replies are queued, not yet sent: (connection, charge).
+    static UNSENT: std::cell::RefCell<Vec<(Arc<Connection>, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// After a reply was queued on `connection` by a completion: with `more`
+/// (another completion follows at once on this thread) it is remembered;
+/// otherwise every remembered connection's replies are sent, one `write`
+/// per connection, and only then are the requests released (a connection
+/// that is closing waits for that, so no reply is left unsent).
+fn send_batched_replies(connection: Arc<Connection>, charge_bytes: u64, more: bool) {
+    let answered = UNSENT.with(|unsent| {
+        let mut unsent = unsent.borrow_mut();
+        unsent.push((connection, charge_bytes));
+        if more {
+            return Vec::new();
+        }
+        std::mem::take(&mut *unsent)
+    });
+    for (k, (c, _)) in answered.iter().enumerate() {
+        if !answered[..k].iter().any(|(d, _)| Arc::ptr_eq(c, d)) {
+            c.send_queued();
+        }
+    }
+    for (c, charge_bytes) in answered {
+        c.release(charge_bytes);
     }
 }
 
@@ -1013,12 +1150,19 @@ impl Connection {
         }
     }
 
-    /// Send the batched replies.
-    fn flush_replies(&self) {
+    /// Send the batched replies (nothing else).
+    fn send_queued(&self) {
         let mut writer = lock(&self.writer);
         if !writer.pending.is_empty() {
             self.write_out(&mut writer, &[]);
         }
+    }
+
+    /// Send the batched replies, and the writes the export held back
+    /// (`Export::submit_held_writes`): called before anything that may wait.
+    fn flush_replies(&self) {
+        self.export.submit_held_writes();
+        self.send_queued();
     }
 
     fn write_out(&self, writer: &mut Writer, bytes: &[u8]) {
@@ -1043,10 +1187,18 @@ struct Job {
     command: Command,
     buffer: Vec<u8>,
     charge_bytes: u64,
+    /// A WRITE received for `Export::write_async`: where its payload starts.
+    payload_start: Option<usize>,
 }
 
-fn worker_loop(shared: &Shared) {
+fn worker_loop(shared: &Arc<Shared>) {
     while let Some(job) = shared.queue.pop() {
+        if job.payload_start.is_some() {
+            let export = Arc::clone(&job.connection.export);
+            start_write_async(shared, job);
+            export.submit_held_writes();
+            continue;
+        }
         run_job(shared, job);
     }
 }
@@ -1058,6 +1210,7 @@ fn run_job(shared: &Shared, job: Job) {
         command,
         mut buffer,
         charge_bytes,
+        payload_start: _,
     } = job;
     if !connection.broken.load(Ordering::SeqCst) {
         let error = run_export(&*connection.export, command, &mut buffer);

@@ -452,3 +452,173 @@ fn serves_over_tcp() {
     drop(stream);
     server.stop();
 }
+
+/// Export that starts writes asynchronously (`writes_async`): it holds
+/// them until `submit_held_writes`, then a thread of its own writes them
+/// into memory and answers them, several at once (`more`), as the cache's
+/// io_uring path does. Writes held for over 2 s are sent all the same and
+/// counted (`held_too_long`), so that a server that forgot to submit fails
+/// the test instead of hanging it.
+struct AsyncMem {
+    inner: Arc<MemExport>,
+    held: Arc<std::sync::Mutex<Vec<Started>>>,
+    to_writer: std::sync::Mutex<std::sync::mpsc::Sender<Vec<Started>>>,
+    misaligned: AtomicUsize,
+    held_too_long: Arc<AtomicUsize>,
+}
+
+type Started = (u64, Vec<u8>, usize, usize, wcache_nbd::WriteDone);
+
+impl AsyncMem {
+    fn new() -> Arc<AsyncMem> {
+        let inner = Arc::new(MemExport::new(64 * MIB, 512));
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<Started>>();
+        let memory = inner.clone();
+        let held = Arc::new(std::sync::Mutex::new(Vec::<Started>::new()));
+        let held_too_long = Arc::new(AtomicUsize::new(0));
+        let (watched, late, watchdog_tx) = (held.clone(), held_too_long.clone(), tx.clone());
+        std::thread::spawn(move || loop {
+            let before = watched.lock().unwrap().len();
+            std::thread::sleep(Duration::from_secs(2));
+            let mut h = watched.lock().unwrap();
+            if before > 0 && !h.is_empty() {
+                late.fetch_add(h.len(), Ordering::SeqCst);
+                if watchdog_tx.send(std::mem::take(&mut *h)).is_err() {
+                    return;
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            while let Ok(batch) = rx.recv() {
+                // Answer late, all of a batch in a row.
+                std::thread::sleep(Duration::from_millis(1));
+                let last = batch.len().saturating_sub(1);
+                for (k, (offset, buffer, start, len, done)) in batch.into_iter().enumerate() {
+                    let result = memory.write(offset, &buffer[start..start + len], false);
+                    done(result, buffer, k < last);
+                }
+            }
+        });
+        Arc::new(AsyncMem {
+            inner,
+            held,
+            to_writer: std::sync::Mutex::new(tx),
+            misaligned: AtomicUsize::new(0),
+            held_too_long,
+        })
+    }
+}
+
+impl Export for AsyncMem {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn block_size_min_bytes(&self) -> u32 {
+        self.inner.block_size_min_bytes()
+    }
+    fn multi_conn(&self) -> bool {
+        true
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.inner.write(offset, data, fua)
+    }
+    fn flush(&self) -> Result<(), ExportError> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, length_bytes: u64, fua: bool) -> Result<(), ExportError> {
+        self.inner.trim(offset, length_bytes, fua)
+    }
+    fn write_zeroes(&self, o: u64, n: u64, fua: bool, no_hole: bool) -> Result<(), ExportError> {
+        self.inner.write_zeroes(o, n, fua, no_hole)
+    }
+    fn writes_async(&self) -> bool {
+        true
+    }
+    fn write_async(
+        &self,
+        offset: u64,
+        buffer: Vec<u8>,
+        start: usize,
+        len: usize,
+        _fua: bool,
+        done: wcache_nbd::WriteDone,
+    ) {
+        if !(buffer[start..].as_ptr() as usize).is_multiple_of(4096) {
+            self.misaligned.fetch_add(1, Ordering::SeqCst);
+        }
+        self.held
+            .lock()
+            .unwrap()
+            .push((offset, buffer, start, len, done));
+    }
+    fn submit_held_writes(&self) {
+        let batch = std::mem::take(&mut *self.held.lock().unwrap());
+        if !batch.is_empty() {
+            let _ = self.to_writer.lock().unwrap().send(batch);
+        }
+    }
+}
+
+#[test]
+fn async_writes_are_submitted_before_the_server_waits_and_each_gets_its_reply() {
+    let dir = TempDir::new("async");
+    let export = AsyncMem::new();
+    let server = start_unix(&dir.socket(), vec![("disk", export.clone())]);
+    let mut client = connect(&dir.socket(), "disk");
+    // A held write never submitted would leave the client waiting: fail instead.
+    client
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    // Small WRITEs start on the reader (the first 20 only those), large
+    // ones (over 64 KiB) on a worker.
+    let sizes = [4096usize, 512, 256 * 1024, 8192, 1 << 20];
+    let mut at = 0u64;
+    let mut sent = Vec::new();
+    for i in 0..40u64 {
+        let len = match i {
+            0..20 => sizes[i as usize % 2],
+            _ => sizes[i as usize % sizes.len()],
+        };
+        let data = pattern(len, i as u8);
+        client.send(CMD_WRITE, 0, 3000 + i, at, len as u32, &data);
+        sent.push((at, data));
+        at += len as u64;
+    }
+    let mut cookies = HashSet::new();
+    for _ in 0..40 {
+        let reply = client.reply_header();
+        assert_eq!(reply.error, 0);
+        assert!(cookies.insert(reply.cookie), "one reply per request");
+    }
+    assert_eq!(cookies, (3000..3040).collect());
+    // A FLUSH and a read after held writes (inline requests) are answered too.
+    client.send(CMD_WRITE, 0, 1, 0, 4096, &pattern(4096, 99));
+    client.send(CMD_FLUSH, 0, 2, 0, 0, &[]);
+    let replies: HashSet<(u32, u64)> = (0..2)
+        .map(|_| client.reply_header())
+        .map(|r| (r.error, r.cookie))
+        .collect();
+    assert_eq!(replies, [(0, 1), (0, 2)].into_iter().collect());
+    sent[0].1 = pattern(4096, 99);
+    for (at, data) in &sent {
+        assert_eq!(client.read(*at, data.len() as u32).as_ref(), Ok(data));
+    }
+    assert_eq!(
+        export.misaligned.load(Ordering::SeqCst),
+        0,
+        "payloads 4 KiB aligned"
+    );
+    // A write answered while the connection closes still gets its reply.
+    client.send(CMD_WRITE, 0, 7, 0, 4096, &pattern(4096, 7));
+    client.disconnect_after_reply(7);
+    server.stop();
+    assert_eq!(
+        export.held_too_long.load(Ordering::SeqCst),
+        0,
+        "the server submits held writes before it waits"
+    );
+}

@@ -487,6 +487,23 @@ impl BlockDevice for FileDevice {
         self.options.sync == SyncMode::Dsync && self.mapping.is_none()
     }
 
+    fn uring_target(&self) -> Option<super::UringTarget> {
+        if self.mapping.is_some() {
+            return None;
+        }
+        let (rw_flags, needs_flush) = match self.options.sync {
+            SyncMode::Dsync => (libc::RWF_DSYNC, false),
+            SyncMode::Fdatasync => (0, true),
+            // Memory-like: a write is a copy, done faster where it arises.
+            SyncMode::Nvram => return None,
+        };
+        Some(super::UringTarget {
+            fd: self.file.as_raw_fd(),
+            rw_flags,
+            needs_flush,
+        })
+    }
+
     fn alignment_bytes(&self) -> usize {
         if self.options.direct {
             DIRECT_ALIGNMENT_BYTES

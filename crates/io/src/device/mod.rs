@@ -130,6 +130,12 @@ pub trait BlockDevice: Send + Sync {
     fn alignment_bytes(&self) -> usize {
         1
     }
+    /// How to write the device through io_uring, where writes can go
+    /// there (a file or block device that is not mapped): the driver's
+    /// event-driven data path (`driver/uring.rs`). Default: `None`.
+    fn uring_target(&self) -> Option<UringTarget> {
+        None
+    }
     /// Short description for errors and reports.
     fn name(&self) -> String;
     /// How the device is doing, for live status, where that can change (a
@@ -142,6 +148,18 @@ pub trait BlockDevice: Send + Sync {
     fn journal(&self) -> Option<&journaled::BackingJournal> {
         None
     }
+}
+
+/// A device's file descriptor for io_uring writes, and what its
+/// durability contract asks of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UringTarget {
+    /// Open as long as the device is.
+    pub fd: std::os::unix::io::RawFd,
+    /// `rw_flags` of every write (`RWF_DSYNC` when writes are durable on return).
+    pub rw_flags: i32,
+    /// A write is durable only after a later `fdatasync` (`IORING_OP_FSYNC`).
+    pub needs_flush: bool,
 }
 
 /// Checks `offset_bytes + len_bytes <= size_bytes` without overflow.

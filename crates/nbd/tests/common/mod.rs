@@ -234,6 +234,17 @@ impl Client {
         Ok(data)
     }
 
+    /// Sends DISC right behind a request still in flight: its reply must
+    /// come before the server closes.
+    pub fn disconnect_after_reply(mut self, cookie: u64) {
+        self.send(CMD_DISC, 0, 0, 0, 0, &[]);
+        let reply = self.reply_header();
+        assert_eq!((reply.error, reply.cookie), (0, cookie));
+        let mut rest = Vec::new();
+        self.stream.read_to_end(&mut rest).expect("read to end");
+        assert!(rest.is_empty());
+    }
+
     pub fn disconnect(mut self) {
         self.send(CMD_DISC, 0, 0, 0, 0, &[]);
         let mut rest = Vec::new();
