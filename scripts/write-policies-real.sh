@@ -268,7 +268,7 @@ for bench in $BENCHMARKS; do
     echo
     header="| cache |" rule="|---:|"
     for policy in $POLICIES; do header="$header $policy |" rule="$rule---:|"; done
-    for policy in $POLICIES; do header="$header $policy / $base |" rule="$rule---:|"; done
+    for policy in ${POLICIES#"$base"}; do header="$header $policy / $base |" rule="$rule---:|"; done
     echo "$header"
     echo "$rule"
     for cache_size in $(cache_sizes "$bench"); do
@@ -277,7 +277,7 @@ for bench in $BENCHMARKS; do
             own=${OWN[$bench $cache_size $policy]}
             row="$row ${RESULT[$bench $cache_size $policy]}${own:+ ($own)} |"
         done
-        for policy in $POLICIES; do
+        for policy in ${POLICIES#"$base"}; do
             row="$row $(awk -v a="${RESULT[$bench $cache_size $policy]}" -v b="${RESULT[$bench $cache_size $base]}" \
                 'BEGIN {printf "%.2f", a / b}') |"
         done
