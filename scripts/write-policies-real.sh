@@ -18,6 +18,8 @@
 #   PM_FILES=10000 PM_SIZE="51200 153600" PM_TRANSACTIONS=6000 PM_SEED=42
 #   PG_SCALE=10 PG_CLIENTS=8 PG_SECONDS=60   SERVE_ARGS= (extra serve options)
 #   KEEP_LOGS=DIR (copy each run's logs there)
+# Cleanup (unmount, loop device, nbdfuse, serve, postgres, cgroup) runs on
+# any exit; after SIGTERM, once the step in progress returns.
 # Needs: nbdfuse (libnbd-bin), fuse3, e2fsprogs, util-linux, and the
 # Debian packages postmark and postgresql (installed if missing).
 set -euo pipefail

@@ -928,33 +928,26 @@ mod workload {
     #[test]
     fn fileserver_refuses_bad_configurations() {
         let good = FileServerConfig::postmark_like(100, 4);
-        let bad: Vec<(&str, Box<dyn Fn(&mut FileServerConfig)>)> = vec![
-            ("streams", Box::new(|c| c.streams = 0)),
-            ("streams", Box::new(|c| c.streams = 1 << 20)),
-            ("gives no slot", Box::new(|c| c.files_max = 3)),
-            ("files_initial", Box::new(|c| c.files_initial = 1000)),
-            (
-                "file_size_min_bytes",
-                Box::new(|c| c.file_size_min_bytes = 1000),
-            ),
-            (
-                "exceeds file_size_max_bytes",
-                Box::new(|c| c.file_size_min_bytes = 1 << 20),
-            ),
-            ("append_bytes_max", Box::new(|c| c.append_bytes_max = 0)),
-            ("read_bias", Box::new(|c| c.read_bias = 1.5)),
-            ("create_bias", Box::new(|c| c.create_bias = f64::NAN)),
-            ("sync_fraction", Box::new(|c| c.sync_fraction = -0.1)),
-            (
-                "pending_metadata_max",
-                Box::new(|c| c.pending_metadata_max = 2),
-            ),
-            (
-                "cannot hold one commit",
-                Box::new(|c| c.journal_bytes = 8 * BLOCK_BYTES),
-            ),
-            ("files_max", Box::new(|c| c.files_max = u64::MAX)),
-            ("too large", Box::new(|c| c.file_size_max_bytes = 1 << 60)),
+        type Change = fn(&mut FileServerConfig);
+        let bad: [(&str, Change); 14] = [
+            ("streams", |c| c.streams = 0),
+            ("streams", |c| c.streams = 1 << 20),
+            ("gives no slot", |c| c.files_max = 3),
+            ("files_initial", |c| c.files_initial = 1000),
+            ("file_size_min_bytes", |c| c.file_size_min_bytes = 1000),
+            ("exceeds file_size_max_bytes", |c| {
+                c.file_size_min_bytes = 1 << 20
+            }),
+            ("append_bytes_max", |c| c.append_bytes_max = 0),
+            ("read_bias", |c| c.read_bias = 1.5),
+            ("create_bias", |c| c.create_bias = f64::NAN),
+            ("sync_fraction", |c| c.sync_fraction = -0.1),
+            ("pending_metadata_max", |c| c.pending_metadata_max = 2),
+            ("cannot hold one commit", |c| {
+                c.journal_bytes = 8 * BLOCK_BYTES
+            }),
+            ("files_max", |c| c.files_max = u64::MAX),
+            ("too large", |c| c.file_size_max_bytes = 1 << 60),
         ];
         for (needle, change) in bad {
             let mut config = good.clone();

@@ -237,7 +237,7 @@ fn invalid(message: String) -> WorkloadError {
 }
 
 fn blocks_of(name: &str, bytes: u64) -> Result<u64, WorkloadError> {
-    if bytes == 0 || bytes % BLOCK_BYTES != 0 {
+    if bytes == 0 || !bytes.is_multiple_of(BLOCK_BYTES) {
         return Err(invalid(format!(
             "fileserver {name} {bytes} must be a positive multiple of {BLOCK_BYTES}"
         )));
@@ -339,8 +339,8 @@ impl FileServerWorkload {
             let initial = config.files_initial / config.streams
                 + u64::from((k as u64) < config.files_initial % config.streams);
             let used = initial as usize;
-            for slot in k * per..k * per + used {
-                size_blocks[slot] = rng.gen_range(size_min..=size_max);
+            for size in &mut size_blocks[k * per..k * per + used] {
+                *size = rng.gen_range(size_min..=size_max);
             }
             streams.push(Stream {
                 phase: Phase::Start,
