@@ -188,10 +188,14 @@ pub struct FileServerCounts {
 enum Phase {
     /// Pick the next operation.
     Start,
-    /// Read blocks `next..end` of a slot, one request each.
-    Read { slot: u64, next: u64, end: u64 },
-    /// Write blocks `next..end` of a slot, one request each (create, append).
-    Write { slot: u64, next: u64, end: u64 },
+    /// Read (a whole file) or write (create, append) blocks `next..end` of
+    /// a slot, one request each, in order.
+    Data {
+        kind: ReqKind,
+        slot: u64,
+        next: u64,
+        end: u64,
+    },
     /// Write the journal commit of the pending metadata.
     Commit,
     /// Write pending metadata block `next` (and on) at its home.
@@ -411,7 +415,8 @@ impl FileServerWorkload {
             let slot = self.order[first + self.rng.gen_range(0..used)];
             if self.rng.gen::<f64>() < self.config.read_bias {
                 self.counts.reads += 1;
-                self.streams[k].phase = Phase::Read {
+                self.streams[k].phase = Phase::Data {
+                    kind: ReqKind::Read,
                     slot,
                     next: 0,
                     end: self.size_blocks[slot as usize],
@@ -452,7 +457,8 @@ impl FileServerWorkload {
         self.dirty(k, self.layout.inode_block(slot));
         self.dirty(k, self.layout.bitmap_block(slot));
         self.dirty(k, self.layout.dir_block(slot));
-        self.streams[k].phase = Phase::Write {
+        self.streams[k].phase = Phase::Data {
+            kind: ReqKind::Write,
             slot,
             next: 0,
             end: size,
@@ -491,7 +497,8 @@ impl FileServerWorkload {
         }
         self.dirty(k, self.layout.bitmap_block(slot));
         self.size_blocks[slot as usize] = size + n;
-        self.streams[k].phase = Phase::Write {
+        self.streams[k].phase = Phase::Data {
+            kind: ReqKind::Write,
             slot,
             next: size,
             end: size + n,
@@ -517,31 +524,27 @@ impl FileServerWorkload {
         loop {
             match self.streams[k].phase {
                 Phase::Start => self.start_operation(k),
-                Phase::Read { slot, next, end } => {
+                Phase::Data {
+                    kind,
+                    slot,
+                    next,
+                    end,
+                } => {
                     if next == end {
-                        self.streams[k].phase = Phase::Start;
+                        match kind {
+                            ReqKind::Read => self.streams[k].phase = Phase::Start,
+                            ReqKind::Write => self.after_change(k),
+                        }
                         continue;
                     }
-                    self.streams[k].phase = Phase::Read {
+                    self.streams[k].phase = Phase::Data {
+                        kind,
                         slot,
                         next: next + 1,
                         end,
                     };
                     let offset = self.layout.slot_offset_bytes(slot) + next * BLOCK_BYTES;
-                    return (ReqKind::Read, offset, BLOCK_BYTES, false);
-                }
-                Phase::Write { slot, next, end } => {
-                    if next == end {
-                        self.after_change(k);
-                        continue;
-                    }
-                    self.streams[k].phase = Phase::Write {
-                        slot,
-                        next: next + 1,
-                        end,
-                    };
-                    let offset = self.layout.slot_offset_bytes(slot) + next * BLOCK_BYTES;
-                    return (ReqKind::Write, offset, BLOCK_BYTES, false);
+                    return (kind, offset, BLOCK_BYTES, false);
                 }
                 Phase::Commit => {
                     let blocks = self.streams[k].pending.len() as u64 + COMMIT_OVERHEAD_BLOCKS;
