@@ -20,8 +20,8 @@
 #   KEEP_LOGS=DIR (copy each run's logs there)
 # Cleanup (unmount, loop device, nbdfuse, serve, postgres, cgroup) runs on
 # any exit; after SIGTERM, once the step in progress returns.
-# Needs: nbdfuse (libnbd-bin), fuse3, e2fsprogs, util-linux, and the
-# Debian packages postmark and postgresql (installed if missing).
+# Needs util-linux; installs the Debian packages libnbd-bin (nbdfuse),
+# fuse3, e2fsprogs, postmark and postgresql when their tools are missing.
 set -euo pipefail
 
 POLICIES=${POLICIES:-"write-through write-back write-back-ordered"}
@@ -46,8 +46,8 @@ TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 
 die() { echo "write-policies-real: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (loop devices, mount, memory cgroup)"
-for tool in nbdfuse fusermount3 losetup mkfs.ext4 mount umount runuser awk; do
-    command -v "$tool" >/dev/null || die "missing $tool (Debian: libnbd-bin, fuse3, e2fsprogs, util-linux, mawk)"
+for tool in cargo losetup mount umount mountpoint runuser awk numfmt; do
+    command -v "$tool" >/dev/null || die "missing $tool (cargo: the Rust toolchain; Debian: util-linux, mount, mawk, coreutils)"
 done
 
 # Install a Debian package only when its tool is missing.
@@ -63,12 +63,15 @@ need_package() { # package test-command...
     "$@" >/dev/null 2>&1 || die "$package installed but still missing"
 }
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
+need_package libnbd-bin command -v nbdfuse
+need_package fuse3 command -v fusermount3
+need_package e2fsprogs command -v mkfs.ext4
 for bench in $BENCHMARKS; do
     case $bench in
     postmark) need_package postmark command -v postmark ;;
     pgbench)
         need_package postgresql test -x "$(pg_bin)/initdb"
-        need_package postgresql-contrib test -x "$(pg_bin)/pgbench"
+        need_package postgresql test -x "$(pg_bin)/pgbench"
         ;;
     *) die "unknown benchmark $bench (postmark, pgbench)" ;;
     esac
