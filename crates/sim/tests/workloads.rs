@@ -929,7 +929,7 @@ mod workload {
     fn fileserver_refuses_bad_configurations() {
         let good = FileServerConfig::postmark_like(100, 4);
         type Change = fn(&mut FileServerConfig);
-        let bad: [(&str, Change); 14] = [
+        let bad: [(&str, Change); 15] = [
             ("streams", |c| c.streams = 0),
             ("streams", |c| c.streams = 1 << 20),
             ("gives no slot", |c| c.files_max = 3),
@@ -943,6 +943,9 @@ mod workload {
             ("create_bias", |c| c.create_bias = f64::NAN),
             ("sync_fraction", |c| c.sync_fraction = -0.1),
             ("pending_metadata_max", |c| c.pending_metadata_max = 2),
+            ("pending_metadata_max", |c| {
+                c.pending_metadata_max = u64::MAX
+            }),
             ("cannot hold one commit", |c| {
                 c.journal_bytes = 8 * BLOCK_BYTES
             }),

@@ -23,6 +23,8 @@ use super::{IoRequest, ReqKind, Stop, Workload, WorkloadError, WorkloadStats, BL
 pub const FILESERVER_STREAMS_MAX: u64 = 1024;
 /// Most file slots (the table is allocated at start).
 pub const FILESERVER_FILES_MAX: u64 = 1 << 24;
+/// Most dirty metadata blocks per stream (allocated at start).
+pub const FILESERVER_PENDING_MAX: u64 = 4096;
 /// Metadata blocks one operation dirties at most (inode, bitmap, directory).
 const OP_METADATA_BLOCKS_MAX: u64 = 3;
 /// Inodes per 4 KiB inode-table block (256-byte inodes, as ext4).
@@ -279,9 +281,10 @@ impl FileServerWorkload {
         fraction("read_bias", config.read_bias)?;
         fraction("create_bias", config.create_bias)?;
         fraction("sync_fraction", config.sync_fraction)?;
-        if config.pending_metadata_max < OP_METADATA_BLOCKS_MAX {
+        if !(OP_METADATA_BLOCKS_MAX..=FILESERVER_PENDING_MAX).contains(&config.pending_metadata_max)
+        {
             return Err(invalid(format!(
-                "fileserver pending_metadata_max {} must be at least {OP_METADATA_BLOCKS_MAX} (one operation's blocks)",
+                "fileserver pending_metadata_max {} must be within {OP_METADATA_BLOCKS_MAX} (one operation's blocks)..={FILESERVER_PENDING_MAX}",
                 config.pending_metadata_max
             )));
         }
@@ -328,12 +331,7 @@ impl FileServerWorkload {
         let layout = FileServerLayout::new(journal_blocks, slots, size_max);
         let slots_usize = usize::try_from(slots)
             .map_err(|_| invalid(format!("fileserver files_max {slots} too large")))?;
-        let pending_max = usize::try_from(config.pending_metadata_max).map_err(|_| {
-            invalid(format!(
-                "fileserver pending_metadata_max {} too large",
-                config.pending_metadata_max
-            ))
-        })?;
+        let pending_max = config.pending_metadata_max as usize; // at most FILESERVER_PENDING_MAX
         let per = per as usize;
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut size_blocks = vec![0u64; slots_usize];
