@@ -29,8 +29,8 @@ use wcache_models::{build_device, build_device_with, HddParams};
 use wcache_sim::experiment::{self, wow};
 use wcache_sim::faults::FaultPlan;
 use wcache_sim::workload::{
-    HrrwModel, IssuerMix, Loop, RandomConfig, Replay, Spc1Config, TraceConfig, TraceFormat,
-    WorkloadSpec, OUTSTANDING_MAX_DEFAULT,
+    FileServerConfig, HrrwModel, IssuerMix, Loop, RandomConfig, Replay, Spc1Config, TraceConfig,
+    TraceFormat, WorkloadSpec, OUTSTANDING_MAX_DEFAULT, WORKLOAD_NAMES,
 };
 use wcache_sim::{RunLimits, SimReport, Simulation, TimelineSample};
 
@@ -190,9 +190,14 @@ struct OneRun {
     /// Keep destaged pages and read misses as clean cached pages.
     #[arg(long)]
     read_cache: bool,
-    /// Workload: random, spc1, trace.
+    /// Workload: random, spc1, trace, fileserver (PostMark-like: small
+    /// files, appends, creates, deletes, journal commits; docs/workloads.md).
     #[arg(long, default_value = "random")]
     workload: String,
+    /// Files at the start of the fileserver workload (its table holds twice
+    /// as many; 48-152 KiB each, so the volume is about 300 KiB per file).
+    #[arg(long, default_value_t = 2000)]
+    files: u64,
     /// Footprint in bytes, with an optional binary unit (K, M, G, T; e.g.
     /// 3635200K), rounded down to whole 4 KiB pages (default: the whole
     /// backing device).
@@ -601,11 +606,30 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
             };
             WorkloadSpec::Trace(c)
         }
+        "fileserver" => {
+            if o.target_iops.is_some() {
+                return Err("--workload fileserver is a closed loop (one request per \
+                            stream, --outstanding streams); --target-iops does not apply"
+                    .into());
+            }
+            let c = FileServerConfig::postmark_like(o.files, outstanding);
+            workload_label = format!("fileserver ({} files, {outstanding} streams)", o.files);
+            WorkloadSpec::FileServer(c)
+        }
         other => {
-            return Err(format!("unknown workload {other:?}; valid: random, spc1, trace").into())
+            return Err(format!(
+                "unknown workload {other:?}; valid: {}",
+                WORKLOAD_NAMES.join(", ")
+            )
+            .into())
         }
     };
     let workload = spec.build(o.seed)?;
+    // The fileserver workload lays out its own volume.
+    let footprint = match spec {
+        WorkloadSpec::FileServer(_) => workload.volume_sizes_bytes().iter().sum(),
+        _ => footprint,
+    };
     let mut sim = Simulation::new(engine, cache, backing, workload, args.check)?;
     for issuer in issuer_mix(o).critical() {
         sim.set_critical_issuer(issuer)?;

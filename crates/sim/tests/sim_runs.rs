@@ -6,7 +6,7 @@ use wcache_core::time::Nanos;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_models::build_device;
 use wcache_sim::run::{RunLimits, SimReport, Simulation};
-use wcache_sim::workload::{Loop, RandomConfig, Spc1Config, WorkloadSpec};
+use wcache_sim::workload::{FileServerConfig, Loop, RandomConfig, Spc1Config, WorkloadSpec};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -46,6 +46,38 @@ fn checked(warmup: u64, measure: u64) -> RunLimits {
         check_data: true,
         ..RunLimits::default()
     }
+}
+
+/// The file-server workload through the engine: every read returns the
+/// last acknowledged write under write-through, write-back and ordered
+/// write-back, and write-back, which absorbs the metadata overwrites and
+/// the deleted files' data, sends fewer bytes to the backing than
+/// write-through, which sends every write.
+#[test]
+fn fileserver_reads_return_acknowledged_data_and_write_back_absorbs_overwrites() {
+    let mut backing_write_bytes = Vec::new();
+    for policy in [
+        WritePolicyKind::WriteThrough,
+        WritePolicyKind::WriteBack,
+        WritePolicyKind::OrderedWriteBack,
+    ] {
+        let mut config = engine("wow", 8192, 64 * 1024);
+        config.write_policy = policy;
+        let spec = WorkloadSpec::FileServer(FileServerConfig::postmark_like(200, 8));
+        let r = run(config, "hdd", spec, 5, checked(2000, 10_000));
+        assert_eq!(r.requests, 10_000, "{policy:?}");
+        assert!(
+            r.sectors_checked > 10_000,
+            "{policy:?}: {}",
+            r.sectors_checked
+        );
+        assert!(r.stats.writes > 4000, "{policy:?}: {}", r.stats.writes);
+        backing_write_bytes.push(r.backing.write_bytes);
+    }
+    assert!(
+        backing_write_bytes[1] < backing_write_bytes[0],
+        "{backing_write_bytes:?}"
+    );
 }
 
 #[test]

@@ -9,9 +9,10 @@ mod workload {
     use wcache_core::time::Nanos;
     use wcache_sim::workload::spc1::Asu;
     use wcache_sim::workload::{
-        BlkparseAction, IoRequest, Loop, MalformedPolicy, RandomConfig, RandomWorkload, Replay,
-        ReqKind, Spc1Config, Spc1Layout, Spc1Stream, Spc1Workload, Stop, TraceConfig, TraceError,
-        TraceFormat, TraceWorkload, Workload, WorkloadError, WorkloadSpec, BLOCK_BYTES,
+        BlkparseAction, FileServerConfig, FileServerRegion, FileServerWorkload, IoRequest, Loop,
+        MalformedPolicy, RandomConfig, RandomWorkload, Replay, ReqKind, Spc1Config, Spc1Layout,
+        Spc1Stream, Spc1Workload, Stop, TraceConfig, TraceError, TraceFormat, TraceWorkload,
+        Workload, WorkloadError, WorkloadSpec, BLOCK_BYTES,
     };
 
     /// Serve every request after a fixed latency; call `on_request` for each one.
@@ -764,6 +765,205 @@ mod workload {
             "{err}"
         );
         assert!(w.take_error().is_none());
+    }
+
+    // ---------------------------------------------------------------- fileserver
+
+    fn fileserver_requests(config: FileServerConfig, seed: u64, n: u64) -> Vec<IoRequest> {
+        let mut w = FileServerWorkload::new(config, seed).unwrap();
+        let mut requests = Vec::new();
+        drive(&mut w, Nanos(100_000), n, |_, r| requests.push(*r));
+        requests
+    }
+
+    fn write_fraction(requests: &[IoRequest]) -> f64 {
+        let writes = requests.iter().filter(|r| r.kind == ReqKind::Write).count();
+        writes as f64 / requests.len() as f64
+    }
+
+    #[test]
+    fn fileserver_mix_follows_the_biases_and_regions_have_their_roles() {
+        let config = FileServerConfig::postmark_like(400, 8);
+        let mut w = FileServerWorkload::new(config.clone(), 3).unwrap();
+        let layout = w.layout();
+        assert_eq!(w.volume_sizes_bytes(), vec![layout.total_bytes()]);
+        let mut requests = Vec::new();
+        drive(&mut w, Nanos(100_000), 200_000, |_, r| requests.push(*r));
+        assert_eq!(requests.len(), 200_000);
+        let c = w.counts();
+        let read_share = c.reads as f64 / (c.reads + c.appends) as f64;
+        let create_share = c.creates as f64 / (c.creates + c.deletes) as f64;
+        assert!((read_share - 0.5).abs() < 0.03, "{c:?}");
+        assert!((create_share - 0.5).abs() < 0.03, "{c:?}");
+        // PostMark: a transaction is one of each pair.
+        let first = c.reads + c.appends;
+        let second = c.creates + c.deletes;
+        assert!(first.abs_diff(second) <= 8, "{c:?}");
+        let mut sync_writes = 0;
+        for r in &requests {
+            assert_eq!(r.offset_bytes % BLOCK_BYTES, 0);
+            assert!((1..=8).contains(&r.issuer));
+            match layout.region(r.offset_bytes) {
+                FileServerRegion::Journal => {
+                    assert_eq!(r.kind, ReqKind::Write, "{r:?}");
+                    assert!(r.sync, "a journal write is a sync point: {r:?}");
+                    assert!(r.offset_bytes + r.len_bytes <= layout.journal_blocks * BLOCK_BYTES);
+                    sync_writes += 1;
+                }
+                FileServerRegion::Metadata => {
+                    assert_eq!(r.kind, ReqKind::Write, "{r:?}");
+                    assert!(!r.sync, "{r:?}");
+                    assert_eq!(r.len_bytes, BLOCK_BYTES);
+                }
+                FileServerRegion::Data { slot } => {
+                    assert!(!r.sync, "{r:?}");
+                    assert_eq!(r.len_bytes, BLOCK_BYTES);
+                    let end = layout.slot_offset_bytes(slot) + layout.slot_blocks * BLOCK_BYTES;
+                    assert!(r.offset_bytes + r.len_bytes <= end, "{r:?}");
+                }
+                FileServerRegion::Outside => panic!("outside the volume: {r:?}"),
+            }
+        }
+        // Requests in flight when the drive stopped may be commits not yet counted the other way.
+        assert!(c.commits >= sync_writes && c.commits - sync_writes <= 8);
+        // Write-heavy, as a file server is: data writes of creates and
+        // appends plus metadata and journal, against whole-file reads.
+        let writes = write_fraction(&requests);
+        assert!((0.45..0.8).contains(&writes), "write fraction {writes}");
+        // The read bias moves the mix.
+        let mut reads_heavy = config.clone();
+        reads_heavy.read_bias = 0.9;
+        let mut appends_heavy = config;
+        appends_heavy.read_bias = 0.1;
+        let w_reads = write_fraction(&fileserver_requests(reads_heavy, 3, 50_000));
+        let w_appends = write_fraction(&fileserver_requests(appends_heavy, 3, 50_000));
+        assert!(
+            w_reads + 0.1 < writes && writes + 0.1 < w_appends,
+            "{w_reads} {writes} {w_appends}"
+        );
+    }
+
+    #[test]
+    fn fileserver_appends_are_sequential_and_commits_go_round_the_journal() {
+        let mut config = FileServerConfig::postmark_like(64, 4);
+        config.journal_bytes = 64 * BLOCK_BYTES; // wraps often
+        let mut w = FileServerWorkload::new(config.clone(), 9).unwrap();
+        let layout = w.layout();
+        let mut requests = Vec::new();
+        drive(&mut w, Nanos(50_000), 100_000, |_, r| requests.push(*r));
+        // Per slot: the end of the file so far, once a write showed it.
+        let mut file_end: Vec<Option<u64>> = vec![None; layout.slots as usize];
+        let (mut creates_seen, mut appends_seen) = (0, 0);
+        let mut journal_next = 0u64;
+        let mut checkpoint_left = [0u64; 5]; // per issuer: home writes owed
+        for r in &requests {
+            let block = r.offset_bytes / BLOCK_BYTES;
+            let owed = &mut checkpoint_left[r.issuer as usize];
+            if *owed > 0 {
+                assert_eq!(
+                    layout.region(r.offset_bytes),
+                    FileServerRegion::Metadata,
+                    "{r:?}"
+                );
+                *owed -= 1;
+                continue;
+            }
+            match layout.region(r.offset_bytes) {
+                FileServerRegion::Journal => {
+                    let blocks = r.len_bytes / BLOCK_BYTES;
+                    assert!(blocks >= 3, "descriptor, a block, commit: {r:?}");
+                    if block != journal_next {
+                        assert_eq!(
+                            block, 0,
+                            "a commit starts where the last ended, or wraps: {r:?}"
+                        );
+                        assert!(journal_next + blocks > layout.journal_blocks, "{r:?}");
+                    }
+                    journal_next = block + blocks;
+                    *owed = blocks - 2;
+                }
+                FileServerRegion::Data { slot } if r.kind == ReqKind::Write => {
+                    let at = block - layout.slot_offset_bytes(slot) / BLOCK_BYTES;
+                    let end = &mut file_end[slot as usize];
+                    if at == 0 {
+                        creates_seen += 1;
+                    } else if let Some(e) = *end {
+                        assert_eq!(at, e, "a write continues the file at its end: {r:?}");
+                        appends_seen += 1;
+                    }
+                    *end = Some(at + 1);
+                }
+                FileServerRegion::Data { slot } => {
+                    if let Some(e) = file_end[slot as usize] {
+                        let at = block - layout.slot_offset_bytes(slot) / BLOCK_BYTES;
+                        assert!(at < e, "a read inside the file: {r:?}");
+                    }
+                }
+                FileServerRegion::Metadata => panic!("a home write outside a checkpoint: {r:?}"),
+                FileServerRegion::Outside => panic!("outside the volume: {r:?}"),
+            }
+        }
+        assert!(
+            creates_seen > 100 && appends_seen > 100,
+            "{creates_seen} {appends_seen}"
+        );
+        assert!(w.counts().commits > 100, "{:?}", w.counts());
+        assert!(journal_next > 0);
+    }
+
+    #[test]
+    fn fileserver_is_deterministic_from_its_seed() {
+        let config = FileServerConfig::postmark_like(200, 6);
+        let a = fileserver_requests(config.clone(), 17, 20_000);
+        let b = fileserver_requests(config.clone(), 17, 20_000);
+        let c = fileserver_requests(config, 18, 20_000);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let spec = WorkloadSpec::FileServer(FileServerConfig::postmark_like(200, 6));
+        assert_eq!(spec.kind_name(), "fileserver");
+        let mut w = spec.build(17).unwrap();
+        assert_eq!(w.poll(Nanos::ZERO), Some(a[0]));
+    }
+
+    #[test]
+    fn fileserver_refuses_bad_configurations() {
+        let good = FileServerConfig::postmark_like(100, 4);
+        type Change = fn(&mut FileServerConfig);
+        let bad: [(&str, Change); 15] = [
+            ("streams", |c| c.streams = 0),
+            ("streams", |c| c.streams = 1 << 20),
+            ("gives no slot", |c| c.files_max = 3),
+            ("files_initial", |c| c.files_initial = 1000),
+            ("file_size_min_bytes", |c| c.file_size_min_bytes = 1000),
+            ("exceeds file_size_max_bytes", |c| {
+                c.file_size_min_bytes = 1 << 20
+            }),
+            ("append_bytes_max", |c| c.append_bytes_max = 0),
+            ("read_bias", |c| c.read_bias = 1.5),
+            ("create_bias", |c| c.create_bias = f64::NAN),
+            ("sync_fraction", |c| c.sync_fraction = -0.1),
+            ("pending_metadata_max", |c| c.pending_metadata_max = 2),
+            ("pending_metadata_max", |c| {
+                c.pending_metadata_max = u64::MAX
+            }),
+            ("cannot hold one commit", |c| {
+                c.journal_bytes = 8 * BLOCK_BYTES
+            }),
+            ("files_max", |c| c.files_max = u64::MAX),
+            ("too large", |c| c.file_size_max_bytes = 1 << 60),
+        ];
+        for (needle, change) in bad {
+            let mut config = good.clone();
+            change(&mut config);
+            match FileServerWorkload::new(config, 1) {
+                Err(WorkloadError::InvalidConfig(message)) => {
+                    assert!(message.contains(needle), "{needle}: {message}")
+                }
+                Err(other) => panic!("{needle}: {other}"),
+                Ok(_) => panic!("{needle}: accepted"),
+            }
+        }
+        assert!(FileServerWorkload::new(good, 1).is_ok());
     }
 
     // ---------------------------------------------------------------- registry

@@ -7,6 +7,7 @@
 
 use wcache_core::time::Nanos;
 
+pub mod fileserver;
 mod gate;
 pub mod issuers;
 pub mod random;
@@ -14,6 +15,9 @@ pub mod spc1;
 pub mod spec;
 pub mod trace;
 
+pub use fileserver::{
+    FileServerConfig, FileServerCounts, FileServerLayout, FileServerRegion, FileServerWorkload,
+};
 pub use gate::OUTSTANDING_MAX_DEFAULT;
 pub use issuers::IssuerMix;
 pub use random::{RandomConfig, RandomWorkload};

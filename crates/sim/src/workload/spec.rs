@@ -3,12 +3,12 @@
 //! construct workloads only through here, so a name means the same thing everywhere.
 
 use super::{
-    RandomConfig, RandomWorkload, Spc1Config, Spc1Workload, TraceConfig, TraceWorkload, Workload,
-    WorkloadError,
+    FileServerConfig, FileServerWorkload, RandomConfig, RandomWorkload, Spc1Config, Spc1Workload,
+    TraceConfig, TraceWorkload, Workload, WorkloadError,
 };
 
 /// The workload kinds, as [`WorkloadSpec::kind_name`] spells them (for CLI help).
-pub const WORKLOAD_NAMES: [&str; 3] = ["random", "spc1", "trace"];
+pub const WORKLOAD_NAMES: [&str; 4] = ["random", "spc1", "trace", "fileserver"];
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum WorkloadSpec {
@@ -16,6 +16,7 @@ pub enum WorkloadSpec {
     Spc1(Spc1Config),
     /// Traces ignore the seed: replay is determined by the file.
     Trace(TraceConfig),
+    FileServer(FileServerConfig),
 }
 
 impl WorkloadSpec {
@@ -24,6 +25,7 @@ impl WorkloadSpec {
             WorkloadSpec::Random(_) => WORKLOAD_NAMES[0],
             WorkloadSpec::Spc1(_) => WORKLOAD_NAMES[1],
             WorkloadSpec::Trace(_) => WORKLOAD_NAMES[2],
+            WorkloadSpec::FileServer(_) => WORKLOAD_NAMES[3],
         }
     }
 
@@ -32,6 +34,9 @@ impl WorkloadSpec {
             WorkloadSpec::Random(config) => Box::new(RandomWorkload::new(config.clone(), seed)?),
             WorkloadSpec::Spc1(config) => Box::new(Spc1Workload::new(config.clone(), seed)?),
             WorkloadSpec::Trace(config) => Box::new(TraceWorkload::open(config.clone())?),
+            WorkloadSpec::FileServer(config) => {
+                Box::new(FileServerWorkload::new(config.clone(), seed)?)
+            }
         })
     }
 }
