@@ -17,6 +17,8 @@
 #   BACKING_SIZE=8G   MEM_LIMIT=512M (memory cgroup of the benchmark; "" none)
 #   PM_FILES=10000 PM_SIZE="51200 153600" PM_TRANSACTIONS=6000 PM_SEED=42
 #   PG_SCALE=10 PG_CLIENTS=8 PG_SECONDS=60   SERVE_ARGS= (extra serve options)
+#   JOURNAL_SIZE=256M (write-back-journaled's --journal-size; its backing
+#       keeps a journal that large at its end, so ext4 ends before it)
 #   KEEP_LOGS=DIR (copy each run's logs there)
 # Cleanup (unmount, loop device, nbdfuse, serve, postgres, cgroup) runs on
 # any exit; after SIGTERM, once the step in progress returns.
@@ -40,6 +42,7 @@ PG_SCALE=${PG_SCALE:-10}
 PG_CLIENTS=${PG_CLIENTS:-8}
 PG_SECONDS=${PG_SECONDS:-60}
 SERVE_ARGS=${SERVE_ARGS:-}
+JOURNAL_SIZE=${JOURNAL_SIZE:-256M}
 KEEP_LOGS=${KEEP_LOGS:-}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
@@ -158,10 +161,22 @@ attach() { # policy cache-size
     rm -f "$WORK/cache.img" "$WORK/w.sock" "$WORK/w.ctl"
     truncate -s 0 "$WORK/backing.img"
     truncate -s "$BACKING_SIZE" "$WORK/backing.img"
-    mkfs.ext4 -q -F "$WORK/backing.img"
+    # write-back-journaled keeps a JOURNAL_SIZE journal at the backing's
+    # end: ext4 is made to end before it.
+    local fs_kib="" extra=()
+    if [ "$policy" = write-back-journaled ] || [ "$policy" = wb-j ]; then
+        local bytes pages region
+        bytes=$(numfmt --from=iec "$JOURNAL_SIZE")
+        pages=$((bytes / 4096))
+        region=$((4096 + (pages * 16 + 4095) / 4096 * 4096 + pages * 4096))
+        fs_kib=$((($(stat -c %s "$WORK/backing.img") - region) / 4096 * 4))
+        extra=(--journal-size "$JOURNAL_SIZE")
+    fi
+    # shellcheck disable=SC2086
+    mkfs.ext4 -q -F "$WORK/backing.img" ${fs_kib:+${fs_kib}k}
     # shellcheck disable=SC2086
     "$WCACHE" serve --cache "$WORK/cache.img" --cache-size "$cache_size" \
-        --backing "$BACKING:$WORK/backing.img" --write-policy "$policy" \
+        --backing "$BACKING:$WORK/backing.img" --write-policy "$policy" "${extra[@]}" \
         --socket "$WORK/w.sock" $SERVE_ARGS >"$WORK/serve.log" 2>&1 &
     WC_PID=$!
     for _ in $(seq 300); do [ -S "$WORK/w.sock" ] && break; sleep 0.1; done

@@ -131,7 +131,9 @@ impl CrashCase {
             nvram: (h >> 40).is_multiple_of(2),
             // Every third seed commits at hinted consistency points only
             // (each crash then checks App-C).
-            point_every: if (h >> 44).is_multiple_of(3) {
+            point_every: if policy == WritePolicyKind::JournaledWriteBack
+                && (h >> 44).is_multiple_of(3)
+            {
                 1 + (h >> 48) % 12
             } else {
                 0
