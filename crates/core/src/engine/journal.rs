@@ -31,8 +31,11 @@ enum Step {
 /// A committed transaction being checkpointed.
 struct Checkpoint {
     txn: u64,
-    /// Its page versions, in address order.
+    /// The page versions it writes, in address order.
     slots: Vec<SlotIndex>,
+    /// Older versions of those pages, of earlier transactions merged into
+    /// this checkpoint: never written, done when it is.
+    covered: Vec<SlotIndex>,
     step: Step,
     /// Commands of this step not yet issued.
     queue: VecDeque<IoCommand>,
@@ -67,6 +70,7 @@ pub(super) struct Journal {
     checkpoints: u64,
     checkpoint_pages: u64,
     coalesced: u64,
+    merged_transactions: u64,
     recovery_splits: u64,
 }
 
@@ -93,6 +97,7 @@ impl Journal {
             checkpoints: 0,
             checkpoint_pages: 0,
             coalesced: 0,
+            merged_transactions: 0,
             recovery_splits: 0,
         }
     }
@@ -156,6 +161,11 @@ impl Journal {
                 "journal_coalesced_pages",
                 "Page versions replaced inside the open transaction.",
                 self.coalesced,
+            ),
+            (
+                "journal_merged_transactions",
+                "Committed transactions checkpointed together with an earlier one (their common pages written once).",
+                self.merged_transactions,
             ),
             (
                 "journal_recovery_splits",
@@ -361,36 +371,65 @@ impl Engine {
     /// Take the oldest committed transaction once its page writes are
     /// done. Returns whether one was taken.
     fn begin_checkpoint(&mut self) -> bool {
-        let j = self.jrn_ref();
-        let Some(&(txn, _)) = j.committed.front() else {
+        // Every committed transaction whose page writes are done, from the
+        // oldest on, goes as one: the backing moves from before the first
+        // to after the last at once (a boundary, and under consistency
+        // points a declared one), and a page written by several of them is
+        // written once, its newest version (coalescing across transactions
+        // while the backing is busy).
+        let mut merged: Vec<(u64, Vec<SlotIndex>)> = Vec::new();
+        loop {
+            let j = self.jrn_ref();
+            let Some(&(txn, _)) = j.committed.front() else {
+                break;
+            };
+            if j.filling.contains_key(&txn) {
+                break;
+            }
+            merged.push(self.jrn().committed.pop_front().expect("a committed one"));
+        }
+        let Some(&(txn, _)) = merged.last() else {
             return false;
         };
-        if j.filling.contains_key(&txn) {
-            return false;
+        self.jrn().merged_transactions += merged.len() as u64 - 1;
+        // Each transaction's versions still owed to the backing: current or
+        // kept, once each (a slot may have been coalesced away, or reused
+        // later), tagged with the transaction.
+        let mut versions: Vec<(u64, u64, SlotIndex)> = Vec::new();
+        for (t, mut slots) in merged {
+            slots.sort_unstable();
+            slots.dedup();
+            for s in slots {
+                let owed = self.jrn_ref().txn_of(s) == t
+                    && matches!(self.slots.state(s), SlotState::Dirty | SlotState::OldDirty);
+                if owed {
+                    versions.push((self.slots.key(s).0, t, s));
+                }
+            }
         }
-        let (txn, mut slots) = self.jrn().committed.pop_front().expect("a committed one");
-        // Its versions still owed to the backing: current or kept, once
-        // each (a slot may have been coalesced away, or reused later).
-        slots.sort_unstable();
-        slots.dedup();
-        slots.retain(|&s| {
-            self.jrn_ref().txn_of(s) == txn
-                && matches!(self.slots.state(s), SlotState::Dirty | SlotState::OldDirty)
-        });
-        slots.sort_by_key(|&s| self.slots.key(s).0);
-        debug_assert!(
-            slots
-                .windows(2)
-                .all(|w| self.slots.key(w[0]) != self.slots.key(w[1])),
-            "a transaction holds one version per page"
-        );
-        for &s in &slots {
+        // By page, newest transaction first: the first of each page is staged.
+        versions.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        let mut slots = Vec::with_capacity(versions.len());
+        let mut covered = Vec::new();
+        for (i, &(key, t, s)) in versions.iter().enumerate() {
+            if i > 0 && versions[i - 1].0 == key {
+                debug_assert!(
+                    versions[i - 1].1 > t,
+                    "one version per page and transaction"
+                );
+                covered.push(s);
+            } else {
+                slots.push(s);
+            }
+        }
+        for &s in slots.iter().chain(&covered) {
             debug_assert!(!self.slots.has(s, FLAG_DESTAGING));
             self.slots.set_flag(s, FLAG_DESTAGING, true);
         }
         let mut cp = Checkpoint {
             txn,
             slots,
+            covered,
             step: Step::Stage,
             queue: VecDeque::new(),
             outstanding: 0,
@@ -600,7 +639,7 @@ impl Engine {
         j.checkpoints += 1;
         j.checkpoint_pages += cp.slots.len() as u64;
         self.stats.destaged_pages += cp.slots.len() as u64;
-        for &slot in &cp.slots {
+        for &slot in cp.slots.iter().chain(&cp.covered) {
             debug_assert!(self.slots.has(slot, FLAG_DESTAGING));
             self.slots.set_flag(slot, FLAG_DESTAGING, false);
             let key = self.slots.key(slot);
