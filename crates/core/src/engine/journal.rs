@@ -13,7 +13,9 @@
 //! place and retires the journal entry. Transactions are cut when they
 //! commit, so a write is in the same or a later transaction than every
 //! write answered before it was issued: each boundary is a point-in-time
-//! state, and the backing alone moves from one to the next.
+//! state, and the backing alone moves from one to the next. Committed
+//! transactions that wait while the backing is busy are checkpointed
+//! together, as one: a page several of them wrote goes once.
 
 use super::*;
 use crate::config::{CheckpointMode, ConsistencyPoints};
