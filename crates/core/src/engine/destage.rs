@@ -174,6 +174,23 @@ impl Engine {
         issued
     }
 
+    /// The current dirty version of `key` in `slot` is on the backing: it
+    /// leaves the dirty set and stays as a clean copy, or (persistent
+    /// caches, which keep no clean copy under a dirty record: evicting it
+    /// later would reuse the slot while recovery could still find the old
+    /// page there) is retired, counted as an old version until its record
+    /// is freed.
+    pub(super) fn dirty_page_on_backing(&mut self, slot: SlotIndex, key: PageKey) {
+        self.remove_dirty(key);
+        if self.config.keep_clean && !self.config.persistent {
+            self.slots.set_state(slot, SlotState::Clean);
+            self.replacement.insert(slot, key);
+        } else {
+            self.retire(slot);
+            self.release_slot_if_free(slot);
+        }
+    }
+
     pub(super) fn issue_destage(
         &mut self,
         volume: VolumeId,
@@ -220,18 +237,7 @@ impl Engine {
                     any_dirty = true;
                     debug_assert_eq!(self.dirty.group_of(key.0), gkey);
                     if result.is_ok() {
-                        self.remove_dirty(key);
-                        // A persistent cache keeps no clean copy under a dirty
-                        // record: evicting it later would reuse the slot while
-                        // recovery could still find the old page there.
-                        if self.config.keep_clean && !self.config.persistent {
-                            self.slots.set_state(slot, SlotState::Clean);
-                            self.replacement.insert(slot, key);
-                        } else {
-                            // Counted as an old version until its record is freed.
-                            self.retire(slot);
-                            self.release_slot_if_free(slot);
-                        }
+                        self.dirty_page_on_backing(slot, key);
                     }
                 }
                 SlotState::Stale if self.ordered.is_some() && result.is_err() => {

@@ -646,16 +646,7 @@ impl Engine {
             self.slots.set_flag(slot, FLAG_DESTAGING, false);
             let key = self.slots.key(slot);
             match self.slots.state(slot) {
-                SlotState::Dirty => {
-                    self.remove_dirty(key);
-                    if self.config.keep_clean && !self.config.persistent {
-                        self.slots.set_state(slot, SlotState::Clean);
-                        self.replacement.insert(slot, key);
-                    } else {
-                        self.retire(slot);
-                        self.release_slot_if_free(slot);
-                    }
-                }
+                SlotState::Dirty => self.dirty_page_on_backing(slot, key),
                 SlotState::OldDirty | SlotState::Stale => {
                     if self.slots.state(slot) == SlotState::OldDirty {
                         self.jrn().kept -= 1;
