@@ -946,8 +946,8 @@ impl Driver {
     }
 
     /// An application's consistency point (journaled write-back): the open
-    /// transaction commits now.
-    pub fn consistency_point(&self) -> Result<(), wcache_core::engine::NotJournaled> {
+    /// transaction commits now. Returns the transactions committed so far.
+    pub fn consistency_point(&self) -> Result<u64, wcache_core::engine::NotJournaled> {
         let now = self.shared.now();
         self.change_engine(|e| e.consistency_point(now))
     }

@@ -120,6 +120,10 @@ impl Journal {
         self.forced_commits
     }
 
+    pub fn commits(&self) -> u64 {
+        self.commits
+    }
+
     pub fn limit(&self) -> u64 {
         self.limit
     }
@@ -477,14 +481,13 @@ impl Engine {
             self.jrn_ref().checkpoint,
             CheckpointMode::BackingJournal { .. }
         );
-        let runs = self.runs(&cp.slots);
         let txn = cp.txn;
         let io = UNISSUED;
         cp.queue.clear();
         match cp.step {
             Step::Stage => {
                 let mut cursor: Vec<(VolumeId, u64)> = Vec::new();
-                for (volume, first_page, slots) in runs {
+                for (volume, first_page, slots) in self.runs(&cp.slots) {
                     let journal_page = journal.then(|| {
                         let at = match cursor.iter_mut().find(|(v, _)| *v == volume) {
                             Some(c) => c,
@@ -519,7 +522,7 @@ impl Engine {
                 }
             }
             Step::Apply => {
-                for (volume, first_page, slots) in runs {
+                for (volume, first_page, slots) in self.runs(&cp.slots) {
                     cp.queue.push_back(IoCommand::Destage {
                         io,
                         volume,

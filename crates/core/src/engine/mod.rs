@@ -567,14 +567,15 @@ impl Engine {
     /// An application's consistency point (journaled write-back): the open
     /// transaction commits here, so the backing alone will pass through
     /// the state of every write answered before now.
-    pub fn consistency_point(&mut self, now: Nanos) -> Result<(), NotJournaled> {
+    /// Returns the transactions committed so far.
+    pub fn consistency_point(&mut self, now: Nanos) -> Result<u64, NotJournaled> {
         if self.journal.is_none() {
             return Err(NotJournaled(self.write_policy.name()));
         }
         self.advance_ages(now);
         self.journal_point();
         self.start_destages();
-        Ok(())
+        Ok(self.journal.as_ref().map_or(0, Journal::commits))
     }
 
     /// Report every counter and gauge of the engine and its policies, as of `now`.

@@ -368,21 +368,8 @@ impl Operator {
     /// Commit the open transaction (journaled write-back): the backing
     /// alone will pass through the state of every write answered before now.
     pub fn consistency_point(&self) -> Result<ConsistencyPointDone, OpError> {
-        let driver = &self.inner.driver;
-        driver.consistency_point()?;
-        struct Commits(u64);
-        impl wcache_core::metrics::MetricsVisitor for Commits {
-            fn metric(&mut self, _: wcache_core::metrics::MetricKind, name: &str, _: &str, v: u64) {
-                if name == "journal_commits" {
-                    self.0 = v;
-                }
-            }
-        }
-        let mut commits = Commits(0);
-        driver.visit_metrics(&mut commits);
-        Ok(ConsistencyPointDone {
-            journal_commits: commits.0,
-        })
+        let journal_commits = self.inner.driver.consistency_point()?;
+        Ok(ConsistencyPointDone { journal_commits })
     }
 
     fn set_write_policy(
