@@ -18,7 +18,9 @@
 #   PM_FILES=10000 PM_SIZE="51200 153600" PM_TRANSACTIONS=6000 PM_SEED=42
 #   PG_SCALE=10 PG_CLIENTS=8 PG_SECONDS=60   SERVE_ARGS= (extra serve options)
 #   JOURNAL_SIZE=256M (write-back-journaled's --journal-size; its backing
-#       keeps a journal that large at its end, so ext4 ends before it)
+#       keeps a journal that large at its end, so ext4 ends before it);
+#       a policy written NAME:SIZE (e.g. wb-j:1G) takes SIZE instead, so one
+#       run sweeps the journal size beside the other policies (Fig. 14)
 #   KEEP_LOGS=DIR (copy each run's logs there)
 # Cleanup (unmount, loop device, nbdfuse, serve, postgres, cgroup) runs on
 # any exit; after SIGTERM, once the step in progress returns.
@@ -86,7 +88,7 @@ WCACHE=$TARGET/release/wcache
 # An unknown policy is an error of serve's own (it names the choices): ask
 # it before any run, with a throwaway cache in memory.
 for policy in $POLICIES; do
-    out=$("$WCACHE" serve --cache mem --backing mem:1M --write-policy "$policy" \
+    out=$("$WCACHE" serve --cache mem --backing mem:1M --write-policy "${policy%%:*}" \
         --socket /nonexistent/dir/w.sock 2>&1 || true)
     if echo "$out" | grep -qi "unknown write policy"; then
         die "$(echo "$out" | grep -i "unknown write policy" | head -1)"
@@ -156,21 +158,22 @@ in_cgroup() { # command... (as is, in the benchmark's memory cgroup if any)
 now() { date +%s.%N; }
 
 # Fresh ext4 on the backing file, an empty cache, serve, attach, mount.
-attach() { # policy cache-size
-    local policy=$1 cache_size=$2
+attach() { # policy[:journal-size] cache-size
+    local policy=${1%%:*} journal_size=$JOURNAL_SIZE cache_size=$2
+    [ "$1" = "$policy" ] || journal_size=${1#*:}
     rm -f "$WORK/cache.img" "$WORK/w.sock" "$WORK/w.ctl"
     truncate -s 0 "$WORK/backing.img"
     truncate -s "$BACKING_SIZE" "$WORK/backing.img"
-    # write-back-journaled keeps a JOURNAL_SIZE journal at the backing's
+    # write-back-journaled keeps a journal of journal_size at the backing's
     # end: ext4 is made to end before it.
     local fs_kib="" extra=()
     if [ "$policy" = write-back-journaled ] || [ "$policy" = wb-j ]; then
         local bytes pages region
-        bytes=$(numfmt --from=iec "$JOURNAL_SIZE")
+        bytes=$(numfmt --from=iec "$journal_size")
         pages=$((bytes / 4096))
         region=$((4096 + (pages * 16 + 4095) / 4096 * 4096 + pages * 4096))
         fs_kib=$((($(stat -c %s "$WORK/backing.img") - region) / 4096 * 4))
-        extra=(--journal-size "$JOURNAL_SIZE")
+        extra=(--journal-size "$journal_size")
     fi
     # shellcheck disable=SC2086
     mkfs.ext4 -q -F "$WORK/backing.img" ${fs_kib:+${fs_kib}k}

@@ -114,7 +114,13 @@ fn a_lost_cache_leaves_the_backing_at_a_declared_point() {
         // Every other trial over an emulated disk: checkpoints then take
         // long enough that a kill often finds one half done.
         let prefix = if trial % 2 == 1 { "emulated-hdd:" } else { "" };
-        let served = serve_journaled_on(dir.path(), prefix, &["--consistency-points", "hint"]);
+        // Checkpoints are lazy: a short maximum dirty age makes them run
+        // while the writer goes on.
+        let served = serve_journaled_on(
+            dir.path(),
+            prefix,
+            &["--consistency-points", "hint", "--max-dirty-age", "50ms"],
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let declared = Arc::new(AtomicU64::new(0));
         let writer = {

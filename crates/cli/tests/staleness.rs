@@ -112,7 +112,7 @@ fn an_idle_server_drains_to_the_backing() {
 }
 
 #[test]
-fn journaled_writes_reach_the_backing_within_the_commit_age() {
+fn journaled_writes_reach_the_backing_within_the_maximum_dirty_age() {
     let dir = tempfile::tempdir().expect("tempdir");
     let served = serve(
         dir.path(),
@@ -124,7 +124,7 @@ fn journaled_writes_reach_the_backing_within_the_commit_age() {
             "--commit-age",
             "500ms",
             "--max-dirty-age",
-            "0",
+            "500ms",
             "--idle-destages",
             "0",
         ],

@@ -171,22 +171,32 @@ fn a_maximum_dirty_age_bounds_every_page() {
     assert!(b.e.stats().expired_groups > 0);
 }
 
-/// Journaled write-back: the commit age bounds how long a page waits for
-/// its transaction's checkpoint, whatever the thresholds, and once writes
-/// stop every page reaches the backing.
-#[test]
-fn a_commit_age_bounds_journaled_staleness() {
-    let commit_age = 300 * MS;
-    let mut c = config(StalenessConfig::default());
+fn journaled(staleness: StalenessConfig) -> EngineConfig {
+    let mut c = config(staleness);
     c.write_policy = WritePolicyKind::JournaledWriteBack;
-    c.journal.commit_age_ns = commit_age;
-    let mut b = Bench::new(Engine::new(c).unwrap());
+    c.journal.commit_age_ns = 300 * MS;
+    c
+}
+
+/// Journaled write-back: checkpoints are lazy, but the maximum dirty age
+/// bounds how long a page waits for its transaction's checkpoint, whatever
+/// the thresholds, and once writes stop every page reaches the backing.
+#[test]
+fn a_maximum_dirty_age_bounds_journaled_staleness() {
+    let max_age = 600 * MS;
+    let mut b = Bench::new(
+        Engine::new(journaled(StalenessConfig {
+            max_dirty_age_ns: max_age,
+            ..StalenessConfig::default()
+        }))
+        .unwrap(),
+    );
     let written = scattered_writes(&mut b);
     let last_write = written.last().unwrap().1;
     b.run_until(last_write + 5_000 * MS);
-    // A transaction commits at most `commit_age` after its first write and
-    // waits for at most the checkpoint before it (one stage and commit).
-    let bound = commit_age + 2 * (DESTAGE_NS + WRITE_NS);
+    // An expired page commits its transaction, which then waits for at
+    // most the checkpoint before it (one stage and commit).
+    let bound = max_age + 2 * (DESTAGE_NS + WRITE_NS);
     for (page, at) in &written {
         let issued = b.destaged_at.get(page).copied();
         let issued = issued.unwrap_or_else(|| panic!("page {page} never checkpointed"));
@@ -198,6 +208,32 @@ fn a_commit_age_bounds_journaled_staleness() {
     assert_eq!(b.e.dirty_pages(), 0);
     assert_eq!(b.e.dirty_age_ns(Nanos(b.now)), 0);
     assert!(b.last_dirty_at <= last_write + bound + DESTAGE_NS + WRITE_NS);
+}
+
+/// Without a maximum age or an idle drain, committed transactions wait
+/// while the host journal is below the rate's low threshold (as write-back's
+/// dirty pages do), and are checkpointed once it is above.
+#[test]
+fn journaled_checkpoints_wait_for_the_rate() {
+    let mut b = Bench::new(Engine::new(journaled(StalenessConfig::default())).unwrap());
+    let written = scattered_writes(&mut b);
+    b.run_until(written.last().unwrap().1 + 5_000 * MS);
+    assert!(
+        b.destaged_at.is_empty(),
+        "checkpointed below the thresholds"
+    );
+    assert_eq!(b.e.dirty_pages(), written.len() as u64);
+    // A journal of 48 pages: 40 dirty pages are over its low threshold (80 %).
+    let mut c = journaled(StalenessConfig::default());
+    c.journal.journal_pages = 48;
+    let mut b = Bench::new(Engine::new(c).unwrap());
+    let written = scattered_writes(&mut b);
+    b.run_until(written.last().unwrap().1 + 5_000 * MS);
+    assert!(
+        !b.destaged_at.is_empty(),
+        "nothing checkpointed above the threshold"
+    );
+    assert!(b.e.dirty_pages() < written.len() as u64);
 }
 
 #[test]

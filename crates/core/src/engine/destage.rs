@@ -87,7 +87,7 @@ impl Engine {
     /// Destages to keep outstanding: the rate's, raised to full rate while
     /// writes wait for room, in a drain, or under a policy that keeps no
     /// dirty data, and to the idle rate once the cache is idle.
-    fn destage_target(&mut self, input: &RateInput) -> u32 {
+    pub(super) fn destage_target(&mut self, input: &RateInput) -> u32 {
         let target = self.rate.target_outstanding(input);
         if self.draining || !self.stalled.is_empty() || self.must_drain_dirty() {
             self.config.rate.destages_max

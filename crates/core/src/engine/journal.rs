@@ -7,8 +7,10 @@
 //! version of the open transaction replaces it (coalescing); an overwrite
 //! of a committed one keeps it, as an older dirty version, until its
 //! transaction is checkpointed. The open transaction commits by size or
-//! age, or at an application's consistency point; a checkpoint then
-//! stages its pages at the backing (journal region or NVRAM), commits them
+//! age, or at an application's consistency point; a checkpoint (lazy: when
+//! the destage rate over the journal's occupancy, a stall, a drain or the
+//! maximum dirty age calls for one) stages its pages at the backing
+//! (journal region or NVRAM), commits them
 //! there (`IoCommand::Commit`), and with a backing journal writes them in
 //! place and retires the journal entry. Transactions are cut when they
 //! commit, so a write is in the same or a later transaction than every
@@ -64,6 +66,9 @@ pub(super) struct Journal {
     committed: VecDeque<(u64, Vec<SlotIndex>)>,
     /// Page writes in flight per transaction (a checkpoint waits for its own).
     filling: HashMap<u64, u32>,
+    /// Committed transactions up to this one are due for checkpoint now,
+    /// whatever the rate says (a page of them passed the maximum dirty age).
+    due_through: u64,
     active: Option<Checkpoint>,
     /// Versions kept as older dirty versions (of committed transactions).
     kept: u64,
@@ -92,6 +97,7 @@ impl Journal {
             open_since: None,
             committed: VecDeque::new(),
             filling: HashMap::default(),
+            due_through: 0,
             active: None,
             kept: 0,
             commits: 0,
@@ -350,7 +356,8 @@ impl Engine {
     }
 
     /// Commit what the rules say, start the next checkpoint when the last
-    /// is done, and issue its commands up to the destage limit.
+    /// is done and one is due, and issue its commands up to the destage
+    /// limit.
     pub(super) fn start_journaled(&mut self) {
         let full = !self.stalled.is_empty();
         let expired = self.ages.has_expired();
@@ -368,10 +375,40 @@ impl Engine {
             let why = if size_rule { Why::Rule } else { Why::Forced };
             self.journal_commit(why);
         }
+        if expired {
+            // Everything committed so far goes at the next checkpoint.
+            let j = self.jrn();
+            j.due_through = j.open - 1;
+        }
         // A transaction with nothing left to write (its page writes all
         // failed) is done at once: take the next.
-        while self.jrn_ref().active.is_none() && self.begin_checkpoint() {}
+        while self.jrn_ref().active.is_none() && self.checkpoint_due() && self.begin_checkpoint() {}
         self.pump_checkpoint();
+    }
+
+    /// Whether a checkpoint should begin now. Checkpoints are lazy, as
+    /// write-back's destages are: the destage rate over the host journal's
+    /// occupancy decides (its thresholds, a stall for room, a drain, the
+    /// idle drain), and a page past the maximum dirty age makes every
+    /// transaction committed before it due. (The paper checkpoints
+    /// eagerly; on a backing that takes each page twice, into its journal
+    /// and in place, and serves the read misses, eager checkpoints compete
+    /// with the reads: `docs/consistency.md`.)
+    fn checkpoint_due(&mut self) -> bool {
+        let j = self.jrn_ref();
+        let Some(&(front, _)) = j.committed.front() else {
+            return false;
+        };
+        if front <= j.due_through {
+            return true;
+        }
+        let input = RateInput {
+            occupancy_pages: self.dirty_versions(),
+            capacity_pages: j.limit,
+            last_destage_sequential: false,
+            next_candidate_sequential: false,
+        };
+        self.destage_target(&input) > 0
     }
 
     /// Take the oldest committed transaction once its page writes are
@@ -663,7 +700,7 @@ impl Engine {
                 other => debug_assert!(false, "checkpointed slot in state {other:?}"),
             }
         }
-        self.rate
-            .destage_done(self.dirty_versions(), self.capacity_pages());
+        let limit = self.jrn_ref().limit;
+        self.rate.destage_done(self.dirty_versions(), limit);
     }
 }
