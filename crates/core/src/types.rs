@@ -12,6 +12,13 @@ pub struct PageIndex(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SlotIndex(pub u32);
 
+/// An epoch of writes the backing moves through whole: journaled
+/// write-back's transaction, numbered from 1 in commit order over the
+/// engine's life (the low 32 bits are kept per slot; live epochs span
+/// fewer than 2^32).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EpochId(pub u64);
+
 /// (volume, page) packed into one u64: volume in the top 16 bits, page in the
 /// low 48 (2^48 pages of 512 B is 128 PiB per volume). Sorting keys sorts by
 /// volume, then address, which is the order CSCAN and WOW sweep in.

@@ -31,6 +31,9 @@ struct Bench {
     destaged_at: HashMap<u64, u64>,
     /// The latest time a page was dirty (dirty count > 0 after an event).
     last_dirty_at: u64,
+    /// Journaled write-back: pages staged per checkpoint (named by its
+    /// newest transaction).
+    staged: HashMap<u64, u64>,
 }
 
 impl Bench {
@@ -47,11 +50,15 @@ impl Bench {
             seq: 0,
             destaged_at: HashMap::new(),
             last_dirty_at: 0,
+            staged: HashMap::new(),
         }
     }
 
     fn take_commands(&mut self) {
         while let Some(cmd) = self.e.poll_command() {
+            if let IoCommand::Stage { txn, slots, .. } = &cmd {
+                *self.staged.entry(*txn).or_insert(0) += slots.len() as u64;
+            }
             let latency = match &cmd {
                 // A journaled checkpoint's stage is that policy's destage.
                 IoCommand::Destage {
@@ -234,6 +241,12 @@ fn journaled_checkpoints_wait_for_the_rate() {
         "nothing checkpointed above the threshold"
     );
     assert!(b.e.dirty_pages() < written.len() as u64);
+    // The transactions committed by then (every 300 ms or 6 pages) went
+    // as one checkpoint, each page once.
+    assert_eq!(b.staged.len(), 1, "{:?}", b.staged);
+    let staged: u64 = b.staged.values().sum();
+    assert!(staged > 6, "one transaction's worth: {staged}");
+    assert_eq!(b.e.dirty_pages(), written.len() as u64 - staged);
 }
 
 #[test]

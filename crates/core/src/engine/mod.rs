@@ -34,7 +34,7 @@ use crate::policy::admission::{build_admission, Admission, Admit, WriteInfo};
 use crate::policy::destage_order::{Candidates, DestageOrder, GroupHit, GroupKey, DESTAGE_ORDERS};
 use crate::policy::destage_rate::{DestageRate, RateInput, DESTAGE_RATES};
 use crate::policy::replacement::{Replacement, REPLACEMENTS};
-use crate::policy::write_policy::{WriteAround, WritePolicy, WriteRoute};
+use crate::policy::write_policy::{FlushAction, WriteAround, WritePolicy, WriteRoute};
 use crate::time::Nanos;
 use crate::types::*;
 use dirty::{DirtySet, E_CANDIDATE, E_RECENT, E_SEQUENTIAL};

@@ -2,7 +2,6 @@
 //! pieces behind an in-flight page version, and the stall queue.
 
 use super::*;
-use crate::config::ConsistencyPoints;
 
 impl Engine {
     pub fn handle_request(&mut self, now: Nanos, req: Request) -> Result<(), SubmitError> {
@@ -68,12 +67,11 @@ impl Engine {
             RequestKind::Trim => self.admit_trim(ri),
             RequestKind::Flush => {
                 // Every acknowledged write is durable already (see IoCommand's
-                // contract); under journaled write-back with consistency
-                // points at FLUSH, the open transaction commits here.
+                // contract); the write policy says what else a FLUSH does.
                 self.stats.flushes += 1;
-                if self.config.journal.points == ConsistencyPoints::Flush && self.journal.is_some()
-                {
-                    self.journal_point();
+                match self.write_policy.flush(self.config.journal.points) {
+                    FlushAction::Answer => {}
+                    FlushAction::ConsistencyPoint => self.journal_point(),
                 }
             }
         }

@@ -6,7 +6,8 @@
 //! one transaction boundary to the next. The engine keeps the transactions
 //! (`engine/journal.rs`).
 
-use super::{WritePolicy, WriteRoute};
+use super::{FlushAction, WritePolicy, WriteRoute};
+use crate::config::ConsistencyPoints;
 
 pub struct JournaledWriteBack;
 
@@ -22,5 +23,11 @@ impl WritePolicy for JournaledWriteBack {
     }
     fn journaled(&self) -> bool {
         true
+    }
+    fn flush(&self, points: ConsistencyPoints) -> FlushAction {
+        match points {
+            ConsistencyPoints::Flush => FlushAction::ConsistencyPoint,
+            ConsistencyPoints::Size | ConsistencyPoints::Hint => FlushAction::Answer,
+        }
     }
 }

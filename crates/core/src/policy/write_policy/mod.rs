@@ -22,6 +22,7 @@ pub use write_through::WriteThrough;
 
 pub use super::registry::UnknownPolicy;
 use super::registry::{Entry, Registry};
+use crate::config::ConsistencyPoints;
 
 /// Where a write's bytes go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +36,18 @@ pub enum WriteRoute {
     CacheAndBacking,
     /// The backing only; cached clean copies of its pages are dropped.
     Backing,
+}
+
+/// What a FLUSH does beyond its answer (by the command contract every
+/// acknowledged write is durable already when it comes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushAction {
+    /// Nothing more: answered at once.
+    Answer,
+    /// An application consistency point: the open transaction commits, so
+    /// the backing alone will pass through the state of every write
+    /// answered before it.
+    ConsistencyPoint,
 }
 
 /// A write policy. `route` is asked when a write is admitted (and, while it
@@ -69,6 +82,11 @@ pub trait WritePolicy: Send {
     /// inside the open transaction and keeps the version of a committed one.
     fn journaled(&self) -> bool {
         false
+    }
+    /// What a FLUSH does, given where the configuration puts consistency
+    /// points (`--consistency-points`).
+    fn flush(&self, _points: ConsistencyPoints) -> FlushAction {
+        FlushAction::Answer
     }
 }
 
@@ -181,5 +199,25 @@ mod tests {
         assert_eq!(wa.route(&mut keep), WriteRoute::Backing);
         assert_eq!(wa.route(&mut lose), WriteRoute::CacheAndBacking);
         assert!(wa.may_bypass() && !wb.may_bypass() && !wt.may_bypass());
+    }
+
+    #[test]
+    fn a_flush_is_a_consistency_point_only_where_journaled_write_back_puts_one() {
+        for kind in WritePolicyKind::ALL {
+            for points in [
+                ConsistencyPoints::Size,
+                ConsistencyPoints::Flush,
+                ConsistencyPoints::Hint,
+            ] {
+                let point = kind == WritePolicyKind::JournaledWriteBack
+                    && points == ConsistencyPoints::Flush;
+                let want = if point {
+                    FlushAction::ConsistencyPoint
+                } else {
+                    FlushAction::Answer
+                };
+                assert_eq!(kind.build().flush(points), want, "{kind:?} {points:?}");
+            }
+        }
     }
 }
