@@ -108,6 +108,15 @@ impl Engine {
         }
     }
 
+    /// The pages the destage rate measures occupancy against: the host
+    /// journal under journaled write-back (its checkpoints are the
+    /// destages), else the cache.
+    pub(super) fn rate_capacity_pages(&self) -> u64 {
+        self.journal
+            .as_ref()
+            .map_or(self.capacity_pages(), Journal::limit)
+    }
+
     /// Ordered write-back: as many ready versions as the rate allows (a
     /// page past the maximum dirty age raises it to full rate: its
     /// dependencies must go first).

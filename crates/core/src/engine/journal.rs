@@ -401,7 +401,7 @@ impl Engine {
         }
         let input = RateInput {
             occupancy_pages: self.dirty_versions(),
-            capacity_pages: j.limit,
+            capacity_pages: self.rate_capacity_pages(),
             last_destage_sequential: false,
             next_candidate_sequential: false,
         };
@@ -701,7 +701,7 @@ impl Engine {
                 other => debug_assert!(false, "checkpointed slot in state {other:?}"),
             }
         }
-        let limit = self.jrn_ref().limit;
-        self.rate.destage_done(self.dirty_versions(), limit);
+        self.rate
+            .destage_done(self.dirty_versions(), self.rate_capacity_pages());
     }
 }

@@ -510,9 +510,10 @@ impl Engine {
     pub fn capacity_pages(&self) -> u64 {
         self.slots.len() as u64
     }
-    /// Current (low, high) destage thresholds in pages.
+    /// Current (low, high) destage thresholds in pages (of the host journal
+    /// under journaled write-back).
     pub fn thresholds_pages(&self) -> (u64, u64) {
-        self.rate.thresholds_pages(self.capacity_pages())
+        self.rate.thresholds_pages(self.rate_capacity_pages())
     }
     pub fn requests_in_flight(&self) -> u32 {
         self.reqs_live
