@@ -546,6 +546,8 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         keep_clean: o.read_cache,
         requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
         persistent,
+        // The simulator keeps buffers past answers (`Simulation::new`).
+        buffers_outlive_answers: true,
     };
     let faults = match &args.faults {
         Some(spec) => FaultPlan::parse(spec).map_err(|e| format!("--faults: {e}"))?,

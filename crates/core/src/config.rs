@@ -51,6 +51,14 @@ pub struct EngineConfig {
     /// reused only after `FreeSlots` has durably freed them. Needed for
     /// write-back across crashes; off in the simulator.
     pub persistent: bool,
+    /// The driver keeps a write's buffer readable until every command that
+    /// names it has completed, even after the write is answered (the
+    /// simulator and the engine model do). Then a bypass write promoted by
+    /// I/O criticality inheritance (`engine/promote.rs`) is answered once
+    /// its cache copy is written, before its backing write lands; else (the
+    /// real driver, which lends the client's buffer to the I/O) it is
+    /// answered when both are done.
+    pub buffers_outlive_answers: bool,
 }
 
 impl Default for EngineConfig {
@@ -73,6 +81,7 @@ impl Default for EngineConfig {
             keep_clean: true,
             requests_max: 4096,
             persistent: false,
+            buffers_outlive_answers: false,
         }
     }
 }

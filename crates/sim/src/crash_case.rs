@@ -237,6 +237,7 @@ impl CrashCase {
             keep_clean: false,
             requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
             persistent: true,
+            buffers_outlive_answers: true,
         };
         let mut c = RandomConfig::writes_closed(FOOTPRINT_KIB * 1024, OUTSTANDING);
         c.read_fraction = READ_FRACTION;

@@ -115,13 +115,19 @@ impl Engine {
     /// returns whether its hint was set before. Inherited criticality is
     /// counted apart and not changed by this.
     pub fn set_critical_issuer(&mut self, issuer: u32, on: bool) -> Result<bool, CriticalityError> {
-        self.issuers.set_hint(issuer, on)
+        let was = self.issuers.set_hint(issuer, on)?;
+        if on {
+            self.promote_for_issuer(issuer);
+        }
+        Ok(was)
     }
 
     /// `issuer` inherits criticality from one cause (a critical waiter on
     /// something it holds: CP+PI); returns the causes now in force.
     pub fn inherit_criticality(&mut self, issuer: u32) -> Result<u32, CriticalityError> {
-        self.issuers.inherit(issuer)
+        let causes = self.issuers.inherit(issuer)?;
+        self.promote_for_issuer(issuer);
+        Ok(causes)
     }
 
     /// One cause of `issuer`'s inherited criticality ended; returns the
