@@ -535,6 +535,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         replacement: o.replacement.clone(),
         admission: o.admission.clone(),
         critical_volumes: o.critical_volumes.clone(),
+        volume_admissions: Vec::new(),
         sequential_cutoff_bytes: o.sequential_cutoff,
         staleness: StalenessConfig {
             max_dirty_age_ns: o.max_dirty_age,

@@ -145,6 +145,9 @@ struct Volume {
     size_bytes: u64,
     /// The VOLUME admission policy admits its writes.
     critical: bool,
+    /// Its own admission policy (`EngineConfig::volume_admissions`), in
+    /// place of the engine's.
+    admission: Option<Box<dyn Admission>>,
 }
 
 /// A request in flight.
@@ -504,9 +507,20 @@ impl Engine {
         }
         let id = VolumeId(self.volumes.len() as u16);
         let critical = self.config.critical_volumes.contains(&id.0);
+        let admission = self
+            .config
+            .volume_admissions
+            .iter()
+            .rev()
+            .find(|(v, _)| *v == id.0);
+        let admission = admission.map(|(_, name)| {
+            build_admission(name, self.config.sequential_cutoff_bytes)
+                .expect("names checked by EngineConfig::validate")
+        });
         self.volumes.push(Volume {
             size_bytes,
             critical,
+            admission,
         });
         Ok(id)
     }
@@ -689,6 +703,12 @@ impl Engine {
             + self.order.metadata_bytes()
             + self.replacement.metadata_bytes()
             + self.admission.metadata_bytes()
+            + self
+                .volumes
+                .iter()
+                .filter_map(|v| v.admission.as_ref())
+                .map(|a| a.metadata_bytes())
+                .sum::<usize>()
             + self.issuers.metadata_bytes()
             + self.write_filter.capacity() * 8
             + (self.backing_writes_in_flight.capacity() + self.bypasses_in_flight.capacity()) * 4

@@ -51,7 +51,7 @@ impl Engine {
         }
         let mut info = self.write_info(req);
         info.flags.sync = true;
-        if self.admission.inherits_io(&info) {
+        if self.admission_of(req.volume).inherits_io(&info) {
             let vol = req.volume;
             self.promote_where(|_, b| b.volume == vol);
         }
@@ -63,22 +63,23 @@ impl Engine {
         if !self.promotion_possible() {
             return;
         }
-        let probe = Request {
-            id: RequestId(0),
-            volume: VolumeId(0),
-            kind: RequestKind::Write,
-            offset_bytes: 0,
-            len_bytes: 0,
-            flags: RequestFlags {
-                issuer,
-                sync: true,
-                ..RequestFlags::default()
-            },
+        // Asked per bypass, of its volume's policy, as a sync write of the issuer.
+        let waits = |e: &Engine, b: &Req| {
+            let probe = Request {
+                id: b.id,
+                volume: b.volume,
+                kind: RequestKind::Write,
+                offset_bytes: b.offset_bytes,
+                len_bytes: b.len_bytes,
+                flags: RequestFlags {
+                    sync: true,
+                    ..b.flags
+                },
+            };
+            e.admission_of(b.volume).inherits_io(&e.write_info(&probe))
         };
-        if self.admission.inherits_io(&self.write_info(&probe)) {
-            // The reissued pages' completions admit any write that waited.
-            self.promote_where(|_, b| b.flags.issuer == issuer);
-        }
+        // The reissued pages' completions admit any write that waited.
+        self.promote_where(|e, b| b.flags.issuer == issuer && waits(e, b));
     }
 
     fn first_page(&self, r: &Req) -> u64 {

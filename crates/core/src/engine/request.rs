@@ -50,8 +50,9 @@ impl Engine {
             RequestKind::Read => self.admit_read(ri),
             RequestKind::Write | RequestKind::WriteZeroes => {
                 let write = self.write_info(&req);
-                let bypass = self.admission.admit_write(&write) == Admit::Bypass;
-                let inherits_io = !bypass && self.admission.inherits_io(&write);
+                let admission = self.admission_of_mut(req.volume);
+                let bypass = admission.admit_write(&write) == Admit::Bypass;
+                let inherits_io = !bypass && admission.inherits_io(&write);
                 let r = self.req_mut(ri);
                 (r.bypass, r.inherits_io) = (bypass, inherits_io);
                 self.promote_for_write(ri);
