@@ -155,6 +155,11 @@ fn a_critical_overwrite_promotes_the_bypass_it_waits_on() {
             early,
             "early answers only where buffers outlive them"
         );
+        assert_eq!(
+            b.kept.contains(&old),
+            early,
+            "the answer says its buffer is in use"
+        );
         // The newer version is dirty, and is not destaged while the original may land.
         b.e.start_drain();
         b.pump();

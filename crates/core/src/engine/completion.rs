@@ -120,6 +120,12 @@ impl Engine {
             Err(e) => {
                 self.fail(req, e);
                 self.req_mut(req).finalize.retain(|&s| s != slot);
+                if through && self.req(req).backing_in_flight {
+                    // The backing may still take the new bytes after the
+                    // older version comes back: that version's destage
+                    // waits for it (found by the engine model's soak).
+                    self.hold_pages(req);
+                }
                 self.revert_fill(slot, old, undo);
                 if let Some((o, _)) = old {
                     self.unpin(o);
@@ -160,8 +166,13 @@ impl Engine {
     fn complete_backing_write(&mut self, req: u32, around: bool, result: Result<(), IoError>) {
         let r = self.req_mut(req);
         r.bypass_io = None;
+        r.backing_in_flight = false;
+        let holds = std::mem::take(&mut r.holds);
         let (vol, off, len, promoted) = (r.volume, r.offset_bytes, r.len_bytes, r.promoted);
         self.backing_write_landed(vol, off, len, around && !promoted);
+        if holds {
+            self.release_pages(vol, off, len);
+        }
         match result {
             // A promoted bypass is in the cache: its pages get there from
             // the cached version whatever became of the original.

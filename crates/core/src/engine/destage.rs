@@ -201,15 +201,41 @@ impl Engine {
         }
     }
 
-    /// No destage of `key`'s page while a backing write to its filter
-    /// bucket is in flight: a write-through's, or a bypass's original
-    /// (promoted or not). Either could land after the destage, or the
-    /// destage after it; an older version landing last would leave the
-    /// backing behind what the cache answers (a through write whose cache
-    /// copy failed restores the older version, whose destage then raced
-    /// the newer backing write: the engine model's soak found it).
+    /// No destage of `key`'s page while a backing write that could land
+    /// after it is in flight (`held_pages`): a promoted bypass's original,
+    /// or a write through the cache whose cache copy failed (the older
+    /// version came back, and its destage raced the newer backing write:
+    /// the engine model's soak found it).
     pub(super) fn destage_held(&self, key: PageKey) -> bool {
-        self.backing_writes_in_flight[Self::write_bucket(key)] > 0
+        !self.held_pages.is_empty() && self.held_pages.contains_key(&key.0)
+    }
+
+    /// Hold the destages of request `ri`'s pages until its backing write
+    /// lands (once per request).
+    pub(super) fn hold_pages(&mut self, ri: u32) {
+        let r = self.req_mut(ri);
+        if std::mem::replace(&mut r.holds, true) {
+            return;
+        }
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        for piece in self.geometry.pieces(off, len) {
+            *self
+                .held_pages
+                .entry(PageKey::new(vol, piece.page).0)
+                .or_default() += 1;
+        }
+    }
+
+    /// A held backing write of these bytes landed.
+    pub(super) fn release_pages(&mut self, vol: VolumeId, off: u64, len: u64) {
+        for piece in self.geometry.pieces(off, len) {
+            let key = PageKey::new(vol, piece.page).0;
+            let n = self.held_pages.get_mut(&key).expect("a held page");
+            *n -= 1;
+            if *n == 0 {
+                self.held_pages.remove(&key);
+            }
+        }
     }
 
     pub(super) fn issue_destage(

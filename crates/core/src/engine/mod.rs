@@ -173,6 +173,10 @@ struct Req {
     bypass_io: Option<IoId>,
     /// Promoted: reissued to the cache while its bypass was in flight.
     promoted: bool,
+    /// Its pages are in `held_pages` until its backing write lands.
+    holds: bool,
+    /// Its backing write (write-through or bypass) is in flight.
+    backing_in_flight: bool,
     /// Ordered write-back: the write's issue number (`NO_NODE`: none).
     node: u64,
 }
@@ -311,12 +315,15 @@ pub struct Engine {
     draining: bool,
     write_seq: u64,
     write_filter: Vec<u64>,
-    /// Backing writes in flight per filter bucket (write-through, bypass,
-    /// a promoted bypass's original). No dirty version of a page in a busy
-    /// bucket is destaged: the two writes could land in either order, and
-    /// an older version landing last would leave the backing behind the
-    /// cache (`Engine::destage_held`).
+    /// Backing writes in flight per filter bucket.
     backing_writes_in_flight: Vec<u32>,
+    /// Pages whose cached versions wait to be destaged until a backing
+    /// write of them lands (a promoted bypass's original, or a write
+    /// through the cache whose cache copy failed), with how many such
+    /// writes are in flight: the two could land in either order, and an
+    /// older version landing last would leave the backing behind the cache
+    /// (`Engine::destage_held`).
+    held_pages: HashMap<u64, u32>,
     /// Of those, bypass writes: a write through the cache to one of their
     /// pages waits for them (its page base could be read from the backing
     /// before the bypass lands, and bring old bytes back over it).
@@ -390,6 +397,7 @@ impl Engine {
             backing_writes_in_flight: vec![0; WRITE_FILTER_BUCKETS],
             bypasses_in_flight: vec![0; WRITE_FILTER_BUCKETS],
             bypass_writes_live: 0,
+            held_pages: HashMap::default(),
             positions: Vec::with_capacity(geometry.group_pages() as usize),
             timers: Timers::default(),
             ages: Ages::new(slots as usize, config.staleness.max_dirty_age_ns),
@@ -710,6 +718,7 @@ impl Engine {
             + self.write_filter.capacity() * 8
             + (self.backing_writes_in_flight.capacity() + self.bypasses_in_flight.capacity()) * 4
             + self.reqs.capacity() * std::mem::size_of::<Option<Req>>()
+            + self.held_pages.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
     }
 
     pub fn poll_command(&mut self) -> Option<IoCommand> {

@@ -193,16 +193,14 @@ impl Engine {
         self.stats.reissued_writes += 1;
         self.stats.reissued_pages += self.pages_of(off, len);
         self.req_mut(b).promoted = true;
+        self.hold_pages(b);
         self.reserve_slots(b);
         for piece in self.geometry.pieces(off, len) {
             self.issue_write_piece(b, piece, false);
         }
         if self.config.buffers_outlive_answers {
-            let io = self
-                .req_mut(b)
-                .bypass_io
-                .take()
-                .expect("a bypass in flight");
+            // `bypass_io` stays: the answer says whether it is still in flight.
+            let io = self.req(b).bypass_io.expect("a bypass in flight");
             let ctx = self
                 .io_ctx_mut(io)
                 .expect("the bypass's backing write is in flight");
@@ -227,6 +225,7 @@ impl Engine {
         result: Result<(), IoError>,
     ) {
         self.stats.discarded_completions += 1;
+        self.release_pages(volume, offset_bytes, len_bytes);
         if result.is_err() {
             self.stats.io_errors += 1;
         }

@@ -127,6 +127,8 @@ impl Engine {
             bypass: false,
             bypass_io: None,
             promoted: false,
+            holds: false,
+            backing_in_flight: false,
             node: NO_NODE,
         });
         self.reqs_live += 1;

@@ -217,6 +217,7 @@ impl Engine {
         self.bypass_writes_live += around as u32;
         self.req_mut(ri).pending += 1;
         let io = self.new_io(IoCtx::WriteBacking { req: ri, around });
+        self.req_mut(ri).backing_in_flight = true;
         if around {
             self.req_mut(ri).bypass_io = Some(io);
         }
