@@ -277,3 +277,40 @@ fn without_room_nothing_is_promoted() {
     assert!(b.answered(new) && b.answered(old));
     assert_eq!(b.backing_byte(7), 0xC0);
 }
+
+/// Process criticality inheritance on wcache's own wait, the stall queue:
+/// a critical write does not wait behind a stalled non-critical write it
+/// does not depend on, and still waits behind one of the same page (writes
+/// of a page stay in order); under `cp-pi` it waits behind both.
+#[test]
+fn a_critical_write_goes_past_a_stalled_write_of_other_pages() {
+    for (policy, passes) in [("cp-pi-ioi", true), ("cp-pi", false)] {
+        let mut b = Bench::new(policy, true, 64);
+        b.write(4, 0x41, 1); // critical: cached, dirty
+        b.complete_while(|c| matches!(c, IoCommand::WritePage { .. }));
+        b.e.start_drain();
+        b.pump();
+        assert_eq!(b.destages(), 1, "page 4's destage in flight");
+        // A non-critical write of page 4 goes through the cache (its page
+        // is dirty) and must wait for the destage: it stalls.
+        let slow = b.write(4, 0x42, 2);
+        assert_eq!(b.e.stats().stalls, 1);
+        let other = b.write(9, 0x91, 1);
+        let same = b.write(4, 0x43, 1);
+        assert_eq!(b.e.stats().stall_overtakes, passes as u64, "{policy}");
+        b.complete_while(|c| matches!(c, IoCommand::WritePage { .. }));
+        assert_eq!(
+            b.answered(other),
+            passes,
+            "{policy}: the other page's write"
+        );
+        assert!(
+            !b.answered(slow) && !b.answered(same),
+            "{policy}: page 4 stays in order"
+        );
+        b.drain();
+        assert!(b.answered(slow) && b.answered(same));
+        assert_eq!(b.backing_byte(4), 0x43, "{policy}");
+        assert_eq!(b.backing_byte(9), 0x91, "{policy}");
+    }
+}
