@@ -416,6 +416,26 @@ pub(crate) fn exp_ns(rng: &mut rand::rngs::SmallRng, mean_ns: f64) -> u64 {
     (-(1.0 - u).ln() * mean_ns) as u64
 }
 
+/// Every named value is positive, and those in `blocks` whole 4 KiB blocks.
+pub(crate) fn check_sizes(
+    positive: &[(&str, u64)],
+    blocks: &[(&str, u64)],
+) -> Result<(), super::WorkloadError> {
+    if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+        return Err(invalid(name, "must be positive"));
+    }
+    if let Some((name, v)) = blocks
+        .iter()
+        .find(|(_, v)| *v == 0 || !v.is_multiple_of(super::BLOCK_BYTES))
+    {
+        return Err(invalid(
+            name,
+            format!("{v} is not a positive whole number of 4 KiB blocks"),
+        ));
+    }
+    Ok(())
+}
+
 /// A bad parameter, named.
 pub(crate) fn invalid(field: &str, problem: impl std::fmt::Display) -> super::WorkloadError {
     super::WorkloadError::InvalidConfig(format!("{field}: {problem}"))

@@ -11,7 +11,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wcache_core::time::Nanos;
 
-use super::app::{exp_ns, invalid, AppMeter, Blocking, Journal};
+use super::app::{check_sizes, exp_ns, invalid, AppMeter, Blocking, Journal};
 use super::{
     AppReport, CriticalityHint, IoRequest, ReqKind, Stop, Workload, WorkloadError, WorkloadStats,
     BLOCK_BYTES,
@@ -106,7 +106,7 @@ impl PgLikeConfig {
             checkpoint_wal_bytes: 64 << 20,
             checkpointer_outstanding: 16,
             kworker_outstanding: 8,
-            dirty_pages_max: 32_768,
+            dirty_pages_max: 131_072,
             mix: PgWriteMix::paper(),
             journal_bytes: 32 << 20,
             journal_commit_bytes: 16 * 1024,
@@ -128,43 +128,25 @@ impl PgLikeConfig {
                 format!("{} (must be >= 0)", self.cpu_us_mean),
             ));
         }
-        for (name, v) in [
-            ("wal_record_bytes", self.wal_record_bytes),
-            ("wal_write_bytes_max", self.wal_write_bytes_max),
-            ("wal_bytes", self.wal_bytes),
-            ("wal_segment_bytes", self.wal_segment_bytes),
-            ("data_bytes", self.data_bytes),
-            ("checkpoint_wal_bytes", self.checkpoint_wal_bytes),
-            ("journal_bytes", self.journal_bytes),
-            ("journal_commit_bytes", self.journal_commit_bytes),
-        ] {
-            if v == 0 {
-                return Err(invalid(name, "must be positive"));
-            }
-        }
-        for (name, v) in [
-            ("wal_write_bytes_max", self.wal_write_bytes_max),
-            ("wal_bytes", self.wal_bytes),
-            ("data_bytes", self.data_bytes),
-            ("journal_bytes", self.journal_bytes),
-            ("journal_commit_bytes", self.journal_commit_bytes),
-        ] {
-            if !v.is_multiple_of(BLOCK_BYTES) {
-                return Err(invalid(
-                    name,
-                    format!("{v} is not a whole number of 4 KiB blocks"),
-                ));
-            }
-        }
-        if self.wal_record_bytes > self.wal_write_bytes_max {
-            return Err(invalid(
-                "wal_record_bytes",
-                format!(
-                    "{} exceeds wal_write_bytes_max {}",
-                    self.wal_record_bytes, self.wal_write_bytes_max
-                ),
-            ));
-        }
+        check_sizes(
+            &[
+                ("wal_record_bytes", self.wal_record_bytes),
+                ("wal_write_bytes_max", self.wal_write_bytes_max),
+                ("wal_bytes", self.wal_bytes),
+                ("wal_segment_bytes", self.wal_segment_bytes),
+                ("data_bytes", self.data_bytes),
+                ("checkpoint_wal_bytes", self.checkpoint_wal_bytes),
+                ("journal_bytes", self.journal_bytes),
+                ("journal_commit_bytes", self.journal_commit_bytes),
+            ],
+            &[
+                ("wal_write_bytes_max", self.wal_write_bytes_max),
+                ("wal_bytes", self.wal_bytes),
+                ("data_bytes", self.data_bytes),
+                ("journal_bytes", self.journal_bytes),
+                ("journal_commit_bytes", self.journal_commit_bytes),
+            ],
+        )?;
         if self.wal_write_bytes_max > self.wal_bytes {
             return Err(invalid("wal_write_bytes_max", "exceeds wal_bytes"));
         }
@@ -779,7 +761,7 @@ impl Workload for PgLikeWorkload {
     }
 
     fn finished(&self) -> bool {
-        self.stopped && self.in_flight == 0
+        self.stopped && self.in_flight == 0 && self.ready_at.iter().all(Option::is_none)
     }
 
     fn volume_sizes_bytes(&self) -> Vec<u64> {

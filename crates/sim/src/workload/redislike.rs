@@ -14,7 +14,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wcache_core::time::Nanos;
 
-use super::app::{exp_ns, invalid, AppMeter, Blocker, Blocking, Journal};
+use super::app::{check_sizes, exp_ns, invalid, AppMeter, Blocker, Blocking, Journal};
 use super::{
     AppReport, CriticalityHint, IoRequest, ReqKind, Stop, Workload, WorkloadError, WorkloadStats,
     BLOCK_BYTES,
@@ -96,37 +96,25 @@ impl RedisLikeConfig {
                 format!("{} (must be >= 0)", self.cpu_us_mean),
             ));
         }
-        for (name, v) in [
-            ("aof_record_bytes", self.aof_record_bytes),
-            ("dataset_bytes", self.dataset_bytes),
-            ("snapshot_interval_ns", self.snapshot_interval_ns),
-            ("aof_rewrite_growth_bytes", self.aof_rewrite_growth_bytes),
-            ("child_write_bytes", self.child_write_bytes),
-            ("journal_bytes", self.journal_bytes),
-            ("journal_commit_bytes", self.journal_commit_bytes),
-            ("journal_interval_ns", self.journal_interval_ns),
-        ] {
-            if v == 0 {
-                return Err(invalid(name, "must be positive"));
-            }
-        }
-        for (name, v) in [
-            ("dataset_bytes", self.dataset_bytes),
-            ("aof_rewrite_growth_bytes", self.aof_rewrite_growth_bytes),
-            ("child_write_bytes", self.child_write_bytes),
-            ("journal_bytes", self.journal_bytes),
-            ("journal_commit_bytes", self.journal_commit_bytes),
-        ] {
-            if !v.is_multiple_of(BLOCK_BYTES) {
-                return Err(invalid(
-                    name,
-                    format!("{v} is not a whole number of 4 KiB blocks"),
-                ));
-            }
-        }
-        if self.child_write_bytes > self.dataset_bytes {
-            return Err(invalid("child_write_bytes", "exceeds dataset_bytes"));
-        }
+        check_sizes(
+            &[
+                ("aof_record_bytes", self.aof_record_bytes),
+                ("dataset_bytes", self.dataset_bytes),
+                ("snapshot_interval_ns", self.snapshot_interval_ns),
+                ("aof_rewrite_growth_bytes", self.aof_rewrite_growth_bytes),
+                ("child_write_bytes", self.child_write_bytes),
+                ("journal_bytes", self.journal_bytes),
+                ("journal_commit_bytes", self.journal_commit_bytes),
+                ("journal_interval_ns", self.journal_interval_ns),
+            ],
+            &[
+                ("dataset_bytes", self.dataset_bytes),
+                ("aof_rewrite_growth_bytes", self.aof_rewrite_growth_bytes),
+                ("child_write_bytes", self.child_write_bytes),
+                ("journal_bytes", self.journal_bytes),
+                ("journal_commit_bytes", self.journal_commit_bytes),
+            ],
+        )?;
         if self.journal_commit_bytes > self.journal_bytes {
             return Err(invalid("journal_commit_bytes", "exceeds journal_bytes"));
         }
@@ -549,7 +537,7 @@ impl Workload for RedisLikeWorkload {
     }
 
     fn finished(&self) -> bool {
-        self.stopped && self.in_flight == 0
+        self.stopped && self.in_flight == 0 && self.ready_at.iter().all(Option::is_none)
     }
 
     fn volume_sizes_bytes(&self) -> Vec<u64> {
