@@ -201,6 +201,10 @@ struct OneRun {
     /// as many; 48-152 KiB each, so the volume is about 300 KiB per file).
     #[arg(long, default_value_t = 2000)]
     files: u64,
+    /// pglike, redislike: mean CPU time per transaction or command, in
+    /// microseconds (default: the workload's, docs/workloads.md).
+    #[arg(long)]
+    cpu_us: Option<f64>,
     /// Footprint in bytes, with an optional binary unit (K, M, G, T; e.g.
     /// 3635200K), rounded down to whole 4 KiB pages (default: the whole
     /// backing device).
@@ -709,15 +713,19 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
             if o.workload == "pglike" {
                 let n = o.outstanding.unwrap_or(rdc::PG_BACKENDS as u64);
                 workload_label = format!("pglike ({n} backends)");
-                WorkloadSpec::PgLike(PgLikeConfig::tpcc_like(
-                    u32::try_from(n).unwrap_or(u32::MAX),
-                ))
+                let mut c = PgLikeConfig::tpcc_like(u32::try_from(n).unwrap_or(u32::MAX));
+                if let Some(us) = o.cpu_us {
+                    c.cpu_us_mean = us;
+                }
+                WorkloadSpec::PgLike(c)
             } else {
                 let n = o.outstanding.unwrap_or(rdc::REDIS_CLIENTS as u64);
                 workload_label = format!("redislike ({n} clients)");
-                WorkloadSpec::RedisLike(RedisLikeConfig::ycsb_a(
-                    u32::try_from(n).unwrap_or(u32::MAX),
-                ))
+                let mut c = RedisLikeConfig::ycsb_a(u32::try_from(n).unwrap_or(u32::MAX));
+                if let Some(us) = o.cpu_us {
+                    c.cpu_us_mean = us;
+                }
+                WorkloadSpec::RedisLike(c)
             }
         }
         "fileserver" => {

@@ -18,16 +18,18 @@ use wcache_core::EngineConfig;
 
 pub const EXPERIMENTS: &[&str] = &["rdc-capacity", "rdc-ssd", "rdc-redis"];
 
-/// The paper's policies, in its order; the names are the engine's.
-/// `wal` is the `volume` policy with the WAL volume marked critical.
-pub const POLICIES: &[&str] = &["all", "sync", "wal", "cp", "cp-pi", "cp-pi-ioi"];
+/// No cache (the paper's "No NVWC", which Fig. 1 normalizes to), then the
+/// paper's policies in its order; the names are the engine's. `none` is the
+/// `volume` policy with no volume marked (every write bypasses), `wal` the
+/// `volume` policy with the WAL volume marked critical.
+pub const POLICIES: &[&str] = &["none", "all", "sync", "wal", "cp", "cp-pi", "cp-pi-ioi"];
 
 /// The policies this build can run (`cp-pi-ioi` only once the engine has it).
 pub fn policies_available() -> Vec<&'static str> {
     POLICIES
         .iter()
         .copied()
-        .filter(|p| *p == "wal" || ADMISSIONS.find(p).is_ok())
+        .filter(|p| ["none", "wal"].contains(p) || ADMISSIONS.find(p).is_ok())
         .collect()
 }
 
@@ -51,6 +53,7 @@ pub struct UnknownExperiment(pub String);
 fn engine(policy: &str, cache_pages: u64, wal_volume: Option<u32>) -> EngineConfig {
     let (admission, critical_volumes) = match (policy, wal_volume) {
         ("wal", Some(v)) => ("volume".to_string(), vec![v as u16]),
+        ("none", _) => ("volume".to_string(), Vec::new()),
         _ => (policy.to_string(), Vec::new()),
     };
     EngineConfig {

@@ -28,8 +28,9 @@ const PROCESS_BITS: u32 = 8;
 
 /// Shares of writes per process role (Table 1 of the paper; fractions of
 /// all writes, summing to 1). The background roles' writes are paid for by
-/// the backends' WAL writes: each adds `role / backends` of a write to the
-/// role's credit.
+/// the transactions: each commit adds `role / backends` of a write to the
+/// role's credit (so the mix is Table 1's while each commit is a WAL write
+/// of its own; group commit lowers the backends' share).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PgWriteMix {
     pub backends: f64,
@@ -97,7 +98,7 @@ impl PgLikeConfig {
     pub fn tpcc_like(backends: u32) -> PgLikeConfig {
         PgLikeConfig {
             backends,
-            cpu_us_mean: 4_000.0,
+            cpu_us_mean: 12_000.0,
             wal_record_bytes: 4096,
             wal_write_bytes_max: 256 * 1024,
             wal_bytes: 256 << 20,
@@ -275,6 +276,9 @@ pub struct PgLikeWorkload {
     burst_left: u64,
     /// Background data writes in flight: (request id, page), per slot.
     bg_in_flight: Vec<Option<(u64, u64)>>,
+    /// Where the checkpointer's and the kworker's sweeps are.
+    cp_cursor: u64,
+    kw_cursor: u64,
     checkpointer_in_flight: u32,
     kworker_in_flight: u32,
     next_seq: u64,
@@ -328,6 +332,8 @@ impl PgLikeWorkload {
             credit_jbd2: 0.0,
             burst_left: 0,
             bg_in_flight: vec![None; slots],
+            cp_cursor: 0,
+            kw_cursor: 0,
             checkpointer_in_flight: 0,
             kworker_in_flight: 0,
             next_seq: 0,
@@ -340,6 +346,8 @@ impl PgLikeWorkload {
             meter: AppMeter::new("transactions"),
             config,
         };
+        w.cp_cursor = w.random_data_page();
+        w.kw_cursor = w.random_data_page();
         for p in 0..b {
             w.start_transaction(p, Nanos::ZERO);
         }
@@ -410,6 +418,23 @@ impl PgLikeWorkload {
         self.credit_checkpointer + self.credit_kworker + self.burst_left as f64
     }
 
+    /// The next page of a background writer's sweep: dirty pages written
+    /// back in address order (the kernel's writeback and its elevator), at
+    /// the density of dirty pages in the buffer pool: gaps of 1 + an
+    /// exponential draw with mean `data pages / dirty_pages_max - 1`.
+    fn sweep_page(&mut self, checkpointer: bool) -> u64 {
+        let pages = self.config.data_bytes / BLOCK_BYTES;
+        let mean_gap = (pages as f64 / self.config.dirty_pages_max.max(1) as f64 - 1.0).max(0.0);
+        let gap = 1 + exp_ns(&mut self.rng, mean_gap);
+        let cursor = if checkpointer {
+            &mut self.cp_cursor
+        } else {
+            &mut self.kw_cursor
+        };
+        *cursor = (*cursor + gap) % pages;
+        *cursor
+    }
+
     fn random_data_page(&mut self) -> u64 {
         self.rng.gen_range(0..self.config.data_bytes / BLOCK_BYTES)
     }
@@ -455,6 +480,7 @@ impl PgLikeWorkload {
 
     /// Insert the commit record and take the WAL lock.
     fn commit(&mut self, p: usize, now: Nanos) -> Option<IoRequest> {
+        self.pay_background(now);
         self.wal_inserted += self.config.wal_record_bytes;
         self.lsn[p] = self.wal_inserted;
         self.backends[p] = Backend::Lock;
@@ -505,11 +531,12 @@ impl PgLikeWorkload {
         let (offset, len, upto, _) = self.wal_write(false);
         self.backends[p] = Backend::Wal { upto };
         self.counts.wal_writes_backends += 1;
-        self.pay_background(now);
         Some(self.request(p, WAL_VOLUME, offset, len, true))
     }
 
-    /// A backend WAL write pays the background roles' credits.
+    /// A transaction's commit pays the background roles' credits (the pages
+    /// it dirtied, the log and journal work it causes), as if its commit
+    /// were one backend write: Table 1's mix when commits are not grouped.
     fn pay_background(&mut self, now: Nanos) {
         let m = self.config.mix;
         self.credit_checkpointer += m.checkpointer / m.backends;
@@ -645,7 +672,7 @@ impl PgLikeWorkload {
         }
         let checkpointer = p == self.checkpointer;
         let slot = self.bg_slot_free();
-        let page = self.random_data_page();
+        let page = self.sweep_page(checkpointer);
         if checkpointer {
             debug_assert!(self.burst_left > 0);
             self.burst_left -= 1;
