@@ -266,11 +266,12 @@ fn print_stats(s: &Snapshot) {
         ratio(v("read_page_hits"), v("read_pages"))
     );
     println!(
-        "writes     {} ({} pages, {:.1} % page hits), {} bypassed, {} stalled ({} ms)",
+        "writes     {} ({} pages, {:.1} % page hits), {} bypassed ({} reissued), {} stalled ({} ms)",
         v("writes"),
         v("write_pages"),
         ratio(v("write_page_hits"), v("write_pages")),
         v("write_bypasses"),
+        v("reissued_writes"),
         v("stalls"),
         v("stall_ns_total") / 1_000_000
     );

@@ -129,9 +129,19 @@ pub struct ServeArgs {
     /// Destage rate: linear, adaptive.
     #[arg(long, default_value = "adaptive")]
     pub(crate) rate: String,
-    /// Admission: all (every write enters the cache).
+    /// Admission: all (every write enters the cache), sync (FUA writes
+    /// only: NBD writes name no issuer), volume (writes to --critical
+    /// exports), cp, cp-pi, cp-pi-ioi (docs/experiments/admission.md).
     #[arg(long, default_value = "all")]
     pub(crate) admission: String,
+    /// The admission policy of one export, EXPORT=POLICY, in place of
+    /// --admission for its writes (repeat for several exports).
+    #[arg(long = "export-admission", value_name = "EXPORT=POLICY")]
+    pub(crate) export_admissions: Vec<String>,
+    /// An export whose writes the volume admission policy admits (the
+    /// paper's WAL volume; repeat for several).
+    #[arg(long = "critical", value_name = "EXPORT")]
+    pub(crate) critical_exports: Vec<String>,
     /// Writes continuing a sequential stream of this many bytes go around
     /// the cache to the backing (e.g. 4M; 0: no cutoff).
     #[arg(long, default_value = "0")]
@@ -222,6 +232,64 @@ pub enum ServeError {
         what: String,
         source: std::io::Error,
     },
+    #[error("--{option} {value}: no export is called {name:?} (the exports: {exports})")]
+    UnknownExport {
+        option: &'static str,
+        value: String,
+        name: String,
+        exports: String,
+    },
+    #[error("--export-admission {0:?}: expected EXPORT=POLICY, e.g. db=cp-pi-ioi")]
+    ExportAdmission(String),
+}
+
+/// The volume number of export `name` among `volumes`, for `option`'s `value`.
+fn export_id(
+    volumes: &[VolumeSpec],
+    option: &'static str,
+    value: &str,
+    name: &str,
+) -> Result<u16, ServeError> {
+    match volumes.iter().position(|v| v.name == name) {
+        Some(i) => Ok(i as u16),
+        None => Err(ServeError::UnknownExport {
+            option,
+            value: value.to_string(),
+            name: name.to_string(),
+            exports: volumes
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+/// Critical volumes, and volumes with their own admission policy.
+type ExportPolicies = (Vec<u16>, Vec<(u16, String)>);
+
+/// `--critical` and `--export-admission` as the engine's volume numbers.
+fn export_policies(args: &ServeArgs, volumes: &[VolumeSpec]) -> Result<ExportPolicies, ServeError> {
+    let critical = args
+        .critical_exports
+        .iter()
+        .map(|name| export_id(volumes, "critical", name, name))
+        .collect::<Result<_, _>>()?;
+    let admissions = args
+        .export_admissions
+        .iter()
+        .map(|spec| {
+            let (name, policy) = spec
+                .split_once('=')
+                .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+                .ok_or_else(|| ServeError::ExportAdmission(spec.clone()))?;
+            Ok((
+                export_id(volumes, "export-admission", spec, name)?,
+                policy.to_string(),
+            ))
+        })
+        .collect::<Result<_, ServeError>>()?;
+    Ok((critical, admissions))
 }
 
 /// One volume served over NBD: every call goes to the cache's volume handle.
@@ -568,6 +636,7 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
             format!("emulated-hdd:{}", file.display()),
         ));
     }
+    let (critical_volumes, volume_admissions) = export_policies(args, &volumes)?;
     Ok(CacheConfig {
         cache: CacheDeviceSpec::parse(&cache_spec, cache_size_bytes, cache_sync, args.direct),
         volumes,
@@ -580,6 +649,8 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
             destage_order: args.order.clone(),
             destage_rate: args.rate.clone(),
             admission: args.admission.clone(),
+            critical_volumes,
+            volume_admissions,
             sequential_cutoff_bytes: size_arg("sequential-cutoff", &args.sequential_cutoff)?,
             staleness: StalenessConfig {
                 max_dirty_age_ns: duration_ns_arg("max-dirty-age", &args.max_dirty_age)?,
@@ -960,12 +1031,26 @@ fn print_banner(
         }
     );
     println!("  data path: {}", cache.data_path());
-    for v in volumes {
+    for (i, v) in volumes.iter().enumerate() {
+        let id = i as u16;
+        let own = config
+            .engine
+            .volume_admissions
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == id);
         println!(
-            "  export {}: {} ({} MiB)",
+            "  export {}: {} ({} MiB){}{}",
             v.name(),
             v.backing_name(),
-            v.backing_size_bytes() >> 20
+            v.backing_size_bytes() >> 20,
+            own.map(|(_, p)| format!(", admission {p}"))
+                .unwrap_or_default(),
+            if config.engine.critical_volumes.contains(&id) {
+                ", critical"
+            } else {
+                ""
+            }
         );
         let tail = v.backing_size_bytes() - v.size_bytes();
         if tail > 0 {
@@ -1031,6 +1116,14 @@ fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
         stats.cache_flushes,
         stats.backing_flushes
     );
+    tracing::info!(
+        "admission: {} writes admitted to the cache, {} bypassed it, {} reissued to it \
+         while bypassing (I/O criticality inheritance; {} late completions discarded)",
+        v("writes") - v("write_bypasses"),
+        v("write_bypasses"),
+        v("reissued_writes"),
+        v("discarded_completions")
+    );
     for r in snap.requests.iter().filter(|r| r.count > 0) {
         tracing::info!(
             "export {} {}: {} requests, response time p50 {} us, p99 {} us, max {} us",
@@ -1090,5 +1183,42 @@ fn report_errors(monitor: &Monitor, stop: &AtomicBool) {
             );
             seen = (s.backing_errors, s.cache_errors);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    #[test]
+    fn critical_exports_and_export_admissions_become_volume_numbers() {
+        let args = Serve::parse_from([
+            "serve",
+            "--export",
+            "db=/tmp/db.img",
+            "--export",
+            "wal=/tmp/wal.img",
+            "--admission",
+            "volume",
+            "--critical",
+            "wal",
+            "--export-admission",
+            "db=cp-pi-ioi",
+        ])
+        .args;
+        let config = cache_config(&args).expect("valid");
+        assert_eq!(config.engine.admission, "volume");
+        assert_eq!(config.engine.critical_volumes, vec![1]);
+        assert_eq!(
+            config.engine.volume_admissions,
+            vec![(0, "cp-pi-ioi".to_string())]
+        );
     }
 }

@@ -81,6 +81,10 @@ struct ServeFile {
     order: Option<Spanned<String>>,
     rate: Option<Spanned<String>>,
     admission: Option<Spanned<String>>,
+    #[serde(rename = "export-admission")]
+    export_admissions: Option<Spanned<Vec<String>>>,
+    #[serde(rename = "critical")]
+    critical_exports: Option<Spanned<Vec<String>>>,
     sequential_cutoff: Option<Spanned<Size>>,
     max_dirty_age: Option<Spanned<String>>,
     idle_after: Option<Spanned<String>>,
@@ -183,10 +187,11 @@ pub fn apply(
     let err = |offset: usize, field: &str, message: String| ConfigFileError::Value {
         path: shown.clone(),
         line: line_of(&text, offset),
-        key: if field == "exports" {
-            "export".into()
-        } else {
-            field.replace('_', "-")
+        key: match field {
+            "exports" => "export".into(),
+            "export_admissions" => "export-admission".into(),
+            "critical_exports" => "critical".into(),
+            _ => field.replace('_', "-"),
         },
         message,
     };
@@ -212,6 +217,8 @@ pub fn apply(
         order: val, registered(&DESTAGE_ORDERS);
         rate: val, registered(&DESTAGE_RATES);
         admission: val, registered(&ADMISSIONS);
+        export_admissions: val, no_check as Check<Vec<String>>;
+        critical_exports: val, no_check as Check<Vec<String>>;
         sequential_cutoff: val, size("sequential-cutoff");
         max_dirty_age: val, duration("max-dirty-age");
         idle_after: val, duration("idle-after");

@@ -325,6 +325,19 @@ fn bad_serve_settings_touch_no_file() {
         (["--order", "fifo"], "\"fifo\""),
         (["--rate", "fast"], "\"fast\""),
         (["--admission", "some"], "admission policy \"some\""),
+        (
+            ["--critical", "wal"],
+            "--critical wal: no export is called \"wal\" (the exports: disk)",
+        ),
+        (
+            ["--export-admission", "wal=cp"],
+            "no export is called \"wal\" (the exports: disk)",
+        ),
+        (["--export-admission", "disk"], "expected EXPORT=POLICY"),
+        (
+            ["--export-admission", "disk=cpx"],
+            "admission policy \"cpx\"",
+        ),
         (["--sequential-cutoff", "4X"], "\"4X\""),
         (["--export", "bad"], "expected NAME=BACKING"),
         (["--cache-sync", "sometimes"], "\"sometimes\""),

@@ -76,6 +76,11 @@ pub enum IoError {
 pub struct Response {
     pub id: RequestId,
     pub result: Result<(), IoError>,
+    /// A command still in flight reads the request's buffer: a promoted
+    /// bypass answered from the cache before its original backing write
+    /// landed (only with `EngineConfig::buffers_outlive_answers`). Keep the
+    /// buffer, and the id unused, until the `WriteBacking` naming it completes.
+    pub buffer_in_use: bool,
 }
 
 /// Where bytes of a patch come from.

@@ -27,6 +27,9 @@ pub struct EngineConfig {
     /// Volumes (by id, in `add_volume` order) whose writes the VOLUME
     /// admission policy admits; `Engine::set_critical_volume` changes them online.
     pub critical_volumes: Vec<u16>,
+    /// Admission policies of single volumes (by id), by name, in place of
+    /// `admission` for their writes (`wcache serve --export-admission`).
+    pub volume_admissions: Vec<(u16, String)>,
     /// Writes continuing a sequential stream of at least this many bytes
     /// bypass the cache (0: no cutoff).
     pub sequential_cutoff_bytes: u64,
@@ -51,6 +54,14 @@ pub struct EngineConfig {
     /// reused only after `FreeSlots` has durably freed them. Needed for
     /// write-back across crashes; off in the simulator.
     pub persistent: bool,
+    /// The driver keeps a write's buffer readable until every command that
+    /// names it has completed, even after the write is answered (the
+    /// simulator and the engine model do). Then a bypass write promoted by
+    /// I/O criticality inheritance (`engine/promote.rs`) is answered once
+    /// its cache copy is written, before its backing write lands; else (the
+    /// real driver, which lends the client's buffer to the I/O) it is
+    /// answered when both are done.
+    pub buffers_outlive_answers: bool,
 }
 
 impl Default for EngineConfig {
@@ -62,6 +73,7 @@ impl Default for EngineConfig {
             write_policy: WritePolicyKind::WriteBack,
             admission: "all".into(),
             critical_volumes: Vec::new(),
+            volume_admissions: Vec::new(),
             sequential_cutoff_bytes: 0,
             destage_order: "wow".into(),
             destage_rate: "adaptive".into(),
@@ -73,6 +85,7 @@ impl Default for EngineConfig {
             keep_clean: true,
             requests_max: 4096,
             persistent: false,
+            buffers_outlive_answers: false,
         }
     }
 }
@@ -257,6 +270,9 @@ impl EngineConfig {
         DESTAGE_RATES.find(&self.destage_rate)?;
         REPLACEMENTS.find(&self.replacement)?;
         ADMISSIONS.find(&self.admission)?;
+        for (_, name) in &self.volume_admissions {
+            ADMISSIONS.find(name)?;
+        }
         self.rate.validate()?;
         if self.requests_max == 0 {
             return Err(ConfigError::NoRequests);
@@ -290,7 +306,7 @@ impl EngineConfig {
     /// backing journal that holds the whole host journal (recovery
     /// checkpoints every recovered page as one transaction).
     fn check_journaled(&self) -> Result<(), ConfigError> {
-        if self.sequential_cutoff_bytes > 0 || self.admission != "all" {
+        if !self.admits_all() {
             return Err(ConfigError::Journaled(ORDERED_ADMITS_ALL.into()));
         }
         let j = &self.journal;
@@ -311,9 +327,17 @@ impl EngineConfig {
         Ok(())
     }
 
+    /// Every write of every volume enters the cache.
+    fn admits_all(&self) -> bool {
+        let all = |name: &str| ADMISSIONS.find(name).is_ok_and(|e| e.name == "all");
+        self.sequential_cutoff_bytes == 0
+            && all(&self.admission)
+            && self.volume_admissions.iter().all(|(_, n)| all(n))
+    }
+
     /// What ordered write-back cannot be combined with (yet).
     fn check_ordered(&self) -> Result<(), ConfigError> {
-        if self.sequential_cutoff_bytes > 0 || self.admission != "all" {
+        if !self.admits_all() {
             return Err(ConfigError::Ordered(ORDERED_ADMITS_ALL));
         }
         Ok(())

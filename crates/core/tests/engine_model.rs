@@ -59,6 +59,8 @@ struct Harness {
     config: EngineConfig,
     vol_sizes: Vec<usize>,
     crashes: u64,
+    /// (reissued writes, discarded completions) of engines lost in crashes.
+    promoted_before: (u64, u64),
 }
 
 /// A failed write over unspecified bytes leaves them unspecified.
@@ -109,6 +111,7 @@ impl Harness {
             config,
             vol_sizes: vol_sizes.to_vec(),
             crashes: 0,
+            promoted_before: (0, 0),
         }
     }
 
@@ -225,7 +228,10 @@ impl Harness {
     fn respond(&mut self, r: Response) {
         let id = r.id.0;
         if let Some((vol, off, len, seq)) = self.writes.remove(&id) {
-            let data = self.bufs.remove(&id).unwrap();
+            // A promoted bypass may be answered before its backing write
+            // lands (`buffers_outlive_answers`): its buffer stays until then.
+            let data = self.bufs.get(&id).cloned().unwrap();
+            self.release_buffer(id);
             self.ticks += 1;
             let now = self.ticks;
             for i in 0..len {
@@ -295,6 +301,22 @@ impl Harness {
         }
     }
 
+    /// I/O criticality inheritance over the whole run: (reissued writes,
+    /// discarded completions of their originals).
+    fn promotions(&self) -> (u64, u64) {
+        let s = self.engine.stats();
+        let (r, d) = self.promoted_before;
+        (r + s.reissued_writes, d + s.discarded_completions)
+    }
+
+    /// Drop the buffer of answered request `id` once no command in flight names it.
+    fn release_buffer(&mut self, id: u64) {
+        let named = |c: &IoCommand| names(c) == Some(id);
+        if !self.writes.contains_key(&id) && !self.pending.iter().any(named) {
+            self.bufs.remove(&id);
+        }
+    }
+
     /// Execute one pending command (the `k`-th, modulo) and complete it.
     fn complete(&mut self, k: usize) {
         if self.pending.is_empty() {
@@ -311,6 +333,11 @@ impl Harness {
             .handle_completion(self.now, cmd.io(), result)
             .unwrap();
         self.pump();
+        if let Some(id) = names(&cmd) {
+            if !self.reads.contains_key(&id) {
+                self.release_buffer(id);
+            }
+        }
     }
 
     /// Lose power: every command in flight is lost, each of its writes
@@ -353,6 +380,7 @@ impl Harness {
         }
         // Whoever opens the backing replays its committed journal transaction.
         self.devices.replay_journals();
+        self.promoted_before = self.promotions();
         let found = self.devices.recoverable();
         let sizes: Vec<u64> = self.vol_sizes.iter().map(|&s| s as u64).collect();
         self.engine = Engine::recover(self.config.clone(), &sizes, found).unwrap();
@@ -425,6 +453,30 @@ enum Op {
     /// Set (true) or clear an issuer's criticality hint, or (None) start
     /// or end one inheritance of it.
     Critical(u32, Option<bool>),
+    /// A FLUSH of a volume with these tags (under CP+PI+IOI a critical
+    /// issuer's promotes the bypasses in flight).
+    Flush(usize, u8),
+}
+
+/// The request whose buffer `cmd` reads or fills, if any.
+fn names(cmd: &IoCommand) -> Option<u64> {
+    match cmd {
+        IoCommand::WritePage {
+            patch:
+                Patch {
+                    src: Source::Request { req, .. },
+                    ..
+                },
+            ..
+        }
+        | IoCommand::WriteBacking {
+            src: Source::Request { req, .. },
+            ..
+        }
+        | IoCommand::ReadPage { req, .. }
+        | IoCommand::ReadBacking { req, .. } => Some(req.0),
+        _ => None,
+    }
 }
 
 /// Request tags from one random byte: FUA, sync, critical, and an issuer
@@ -452,6 +504,7 @@ fn op(vol_size: usize) -> impl Strategy<Value = Op> {
         1 => Just(Op::Crash),
         1 => (1..4u32, prop_oneof![Just(Some(true)), Just(Some(false)), Just(None)])
             .prop_map(|(i, on)| Op::Critical(i, on)),
+        1 => (0..2usize, any::<u8>()).prop_map(|(v, f)| Op::Flush(v, f)),
     ]
 }
 
@@ -484,7 +537,8 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                 1 => Just("sync"),
                 1 => Just("volume"),
                 1 => Just("cp"),
-                1 => Just("cp-pi")
+                1 => Just("cp-pi"),
+                2 => Just("cp-pi-ioi")
             ],
             any::<bool>(),
         ),
@@ -530,6 +584,9 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                     admission: admission.into(),
                     critical_volumes: if volume_1_critical { vec![1] } else { vec![] },
                     persistent,
+                    // Early answers of promoted bypasses (the harness keeps
+                    // buffers until no command names them) in half the runs.
+                    buffers_outlive_answers: read_insert != keep_clean,
                     page_size_bytes: page,
                     group_size_bytes: page * group_pages,
                     cache_slots: (slots_groups * group_pages).max(24),
@@ -561,6 +618,12 @@ fn run(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> u64 {
 
 /// Run `ops`; returns (bytes checked, crashes).
 fn run_counting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u64) {
+    let (checked, crashes, _) = run_promoting(config, ops, fail_every);
+    (checked, crashes)
+}
+
+/// Run `ops`; returns (bytes checked, crashes, `Harness::promotions`).
+fn run_promoting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u64, (u64, u64)) {
     let vol_size = 40_000;
     let mut h = Harness::new(config.clone(), &[vol_size, vol_size - 333], fail_every);
     let sizes = [vol_size, vol_size - 333];
@@ -590,6 +653,7 @@ fn run_counting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u6
             Op::Tick => h.tick(),
             Op::Crash => h.crash(),
             Op::Critical(issuer, on) => h.critical(issuer, on),
+            Op::Flush(v, tags) => h.submit(v, RequestKind::Flush, 0, 0, tags),
         }
     }
     if fail_every == 0 {
@@ -597,7 +661,7 @@ fn run_counting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u6
     } else {
         h.settle();
     }
-    (h.checked_bytes, h.crashes)
+    (h.checked_bytes, h.crashes, h.promotions())
 }
 
 /// Cases per property: 300, or `ENGINE_MODEL_CASES` for a longer soak (a
@@ -702,6 +766,59 @@ fn a_long_run_with_crashes_loses_no_acknowledged_write() {
     }
 }
 
+/// CP+PI+IOI with crashes: non-critical writes bypass, critical writes,
+/// FLUSHes and issuers that become critical promote the bypasses in flight
+/// they wait on; no read sees an old version come back and the backing
+/// ends as the last acknowledged writes, answered early from the cache or
+/// not.
+#[test]
+fn promoted_bypasses_lose_nothing_and_never_land_over_newer_data() {
+    let ops = scripted_ops(0x10_1a_0d, 4000, 48, |r, (v, o, l), next| match r {
+        // Issuers 1-3, sync or not: tags carry the issuer in bits 2-3.
+        0..=15 => Op::Write(
+            v,
+            o,
+            l,
+            ((next() % 3 + 1) << 2) as u8 | ((next() % 2) << 1) as u8,
+        ),
+        16..=23 => Op::Read(v, o, l),
+        24 => Op::Trim(v, o, l),
+        25 => Op::Crash,
+        26..=27 => Op::Flush(v, ((next() % 3 + 1) << 2) as u8),
+        28..=30 => Op::Critical(
+            1 + (next() % 3) as u32,
+            [Some(true), Some(false), None][(next() % 3) as usize],
+        ),
+        _ => Op::CompleteMany(1 + (next() % 8) as usize),
+    });
+    for early in [false, true] {
+        let config = EngineConfig {
+            page_size_bytes: 4096,
+            group_size_bytes: 16384,
+            cache_slots: 48,
+            admission: "cp-pi-ioi".into(),
+            persistent: true,
+            buffers_outlive_answers: early,
+            ..EngineConfig::default()
+        };
+        let (checked, crashes, (reissued, discarded)) = run_promoting(config, ops.clone(), 0);
+        assert!(crashes > 50, "early {early}: only {crashes} crashes");
+        assert!(
+            checked > 100_000,
+            "early {early}: only {checked} bytes checked"
+        );
+        assert!(reissued > 100, "early {early}: only {reissued} promotions");
+        if early {
+            assert!(discarded > 50, "only {discarded} discarded completions");
+        } else {
+            assert_eq!(
+                discarded, 0,
+                "answered after the original: nothing discarded"
+            );
+        }
+    }
+}
+
 /// Write-around, persistent: a write through the cache (the page was being
 /// filled by a read insert) leaves a version whose dirty record waits in the
 /// free batch; a later write that bypasses the cache must not let a crash
@@ -736,4 +853,75 @@ fn write_around_bypass_is_not_undone_by_an_unfreed_older_record() {
     h.submit(0, RequestKind::Read, 0, 4096, 0);
     h.settle();
     assert!(h.checked_bytes >= 4096, "the read was checked");
+}
+
+/// Found by the soak: a write sent through the cache (a `cp` bypass over a
+/// page whose dirty version was being destaged) fails in the cache while its
+/// backing write lands; the older version comes back, and its destage must
+/// not race that backing write, or a clean copy older than the backing
+/// answers reads (one read saw the old bytes, a later one the new).
+#[test]
+fn a_through_write_failing_in_the_cache_does_not_race_the_older_destage() {
+    use Op::*;
+    let config = EngineConfig {
+        page_size_bytes: 4096,
+        group_size_bytes: 4096,
+        cache_slots: 24,
+        admission: "cp".into(),
+        destage_order: "lrw".into(),
+        destage_rate: "linear".into(),
+        read_insert: false,
+        keep_clean: true,
+        buffers_outlive_answers: true,
+        journal: JournalConfig {
+            commit_pages: 1,
+            checkpoint: CheckpointMode::Nvram,
+            ..JournalConfig::default()
+        },
+        ..EngineConfig::default()
+    };
+    let ops = vec![
+        Write(0, 0, 1, 0),
+        Write(0, 0, 1, 0),
+        Zero(0, 0, 1),
+        Write(0, 0, 1, 0),
+        Write(1, 10567, 1722, 49),
+        Write(0, 0, 1, 0),
+        Write(0, 0, 1, 64),
+        CompleteMany(8),
+        Write(0, 0, 1, 64),
+        Complete(0),
+        Write(0, 32768, 1, 49),
+        Write(1, 12288, 4097, 128),
+        Write(1, 16384, 1, 64),
+        Read(1, 4984, 7305),
+        Complete(10455527279289488971),
+        Read(0, 0, 1),
+        CompleteMany(9),
+        Write(0, 0, 1, 0),
+        Complete(0),
+        Complete(0),
+        Write(0, 0, 1, 0),
+        Complete(0),
+        Complete(0),
+        Write(0, 0, 1, 0),
+        Write(0, 14694, 5787, 0),
+        Read(1, 11542, 1382),
+        Complete(0),
+        Write(0, 0, 1, 0),
+        Zero(0, 0, 1),
+        Write(0, 0, 1, 0),
+        Write(0, 0, 1, 64),
+        Complete(0),
+        Complete(14809265782137761410),
+        Write(1, 8855, 3434, 64),
+        Write(0, 0, 1, 0),
+        Complete(0),
+        Complete(0),
+        Write(0, 0, 1, 0),
+        Write(0, 0, 1, 0),
+        Write(0, 0, 1, 0),
+        Read(1, 4677, 7613),
+    ];
+    run(config, ops, 10);
 }

@@ -5,10 +5,10 @@
 //! completes, exactly as a driver moving real bytes would.
 
 use crate::order_check::{OrderCheck, OrderError};
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use wcache_core::reference::{Partial, Reference};
 use wcache_core::types::VolumeId;
-use wcache_core::{IoCommand, RecoveredSlot};
+use wcache_core::{IoCommand, RecoveredSlot, Source};
 
 pub const SECTOR_BYTES: u64 = 512;
 
@@ -45,6 +45,8 @@ pub struct DataModel {
     devices: Reference<u64>,
     /// Request buffers, by request id, one stamp per sector.
     bufs: HashMap<u64, Vec<u64>>,
+    /// Answered writes whose buffer a backing write still reads.
+    late: HashSet<u64>,
     model: HashMap<(u16, u64), SectorModel>,
     reads: HashMap<u64, PendingRead>,
     writes: HashMap<u64, (u16, u64, u64)>, // id -> (volume, first sector, sectors)
@@ -68,6 +70,7 @@ impl DataModel {
                 volume_sizes_bytes,
             ),
             bufs: HashMap::default(),
+            late: HashSet::default(),
             model: HashMap::default(),
             reads: HashMap::default(),
             writes: HashMap::default(),
@@ -185,13 +188,25 @@ impl DataModel {
         }
     }
 
-    /// The engine answered request `id`.
-    pub fn respond(&mut self, id: u64, ok: bool) -> Result<(), IntegrityError> {
+    /// The engine answered request `id`; with `buffer_in_use` (a promoted
+    /// bypass answered early: `Response::buffer_in_use`) its buffer stays
+    /// until the backing write naming it is done.
+    pub fn respond(
+        &mut self,
+        id: u64,
+        ok: bool,
+        buffer_in_use: bool,
+    ) -> Result<(), IntegrityError> {
         if let Some(o) = &mut self.order {
             o.answer(id, ok);
         }
         if let Some((volume, first, n)) = self.writes.remove(&id) {
-            let data = self.bufs.remove(&id).unwrap_or_default();
+            let data = if buffer_in_use {
+                self.late.insert(id);
+                self.bufs.get(&id).cloned().unwrap_or_default()
+            } else {
+                self.bufs.remove(&id).unwrap_or_default()
+            };
             self.ticks += 1;
             for i in 0..n {
                 let Some(m) = self.model.get_mut(&(volume, first + i)) else {
@@ -253,6 +268,21 @@ impl DataModel {
     /// Apply the data effect of a command that completed successfully.
     pub fn execute(&mut self, cmd: &IoCommand) {
         self.devices.execute(cmd, &mut self.bufs);
+        self.done(cmd);
+    }
+
+    /// A command is done (landed or failed): the buffer of an answered
+    /// request it was the last to read goes.
+    pub fn done(&mut self, cmd: &IoCommand) {
+        if let IoCommand::WriteBacking {
+            src: Source::Request { req, .. },
+            ..
+        } = cmd
+        {
+            if self.late.remove(&req.0) {
+                self.bufs.remove(&req.0);
+            }
+        }
     }
 
     /// Sectors `cmd` writes (records for `FreeSlots`).
@@ -300,6 +330,7 @@ impl DataModel {
         self.reads.clear();
         self.writes.clear();
         self.bufs.clear();
+        self.late.clear();
         if let Some(o) = &mut self.order {
             o.crash(lose_cache);
         }

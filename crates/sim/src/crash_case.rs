@@ -212,6 +212,7 @@ impl CrashCase {
             replacement: "lru".into(),
             admission: "all".into(),
             critical_volumes: Vec::new(),
+            volume_admissions: Vec::new(),
             sequential_cutoff_bytes: self.sequential_cutoff_bytes,
             staleness: StalenessConfig {
                 max_dirty_age_ns: self.max_dirty_age_ms * 1_000_000,
@@ -237,6 +238,7 @@ impl CrashCase {
             keep_clean: false,
             requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
             persistent: true,
+            buffers_outlive_answers: true,
         };
         let mut c = RandomConfig::writes_closed(FOOTPRINT_KIB * 1024, OUTSTANDING);
         c.read_fraction = READ_FRACTION;

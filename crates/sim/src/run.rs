@@ -227,12 +227,15 @@ fn align_down(x: u64) -> u64 {
 
 impl Simulation {
     pub fn new(
-        config: EngineConfig,
+        mut config: EngineConfig,
         cache: Box<dyn DeviceModel>,
         backing: Box<dyn DeviceModel>,
         workload: Box<dyn Workload>,
         check_data: bool,
     ) -> Result<Simulation, SimError> {
+        // This driver keeps a buffer until no command names it (the data
+        // model's `respond`), so a promoted bypass is answered early.
+        config.buffers_outlive_answers = true;
         let page_bytes = config.page_size_bytes;
         let need = config.cache_slots * page_bytes;
         if need > cache.capacity_bytes() {
@@ -626,8 +629,12 @@ impl Simulation {
             // A failed operation changes nothing on the device, unless the
             // plan says failed writes land (docs/sim-faults.md).
             let lands = pending.writing && self.faults.as_ref().is_some_and(|f| f.plan.eio_lands);
-            if let (true, Some(d)) = (lands, &mut self.data) {
-                d.execute(&cmd);
+            if let Some(d) = &mut self.data {
+                if lands {
+                    d.execute(&cmd);
+                } else {
+                    d.done(&cmd);
+                }
             }
             self.engine
                 .handle_completion(self.now, IoId(io), Err(IoError::Io))?;
@@ -763,7 +770,7 @@ impl Simulation {
             while let Some(r) = self.engine.poll_response() {
                 moved = true;
                 if let Some(d) = &mut self.data {
-                    d.respond(r.id.0, r.result.is_ok())?;
+                    d.respond(r.id.0, r.result.is_ok(), r.buffer_in_use)?;
                 }
                 let is_write = matches!(self.arrivals.get(&r.id.0), Some((_, Class::Write { .. })));
                 if is_write && self.point_every > 0 {

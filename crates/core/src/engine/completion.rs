@@ -61,6 +61,14 @@ impl Engine {
                 self.complete_backing_write(req, around, result);
                 Some(req)
             }
+            IoCtx::PromotedOriginal {
+                volume,
+                offset_bytes,
+                len_bytes,
+            } => {
+                self.original_discarded(volume, offset_bytes, len_bytes, result);
+                None
+            }
             IoCtx::Destage { slots } => {
                 self.finish_destage(now, slots, result);
                 None
@@ -148,25 +156,38 @@ impl Engine {
         }
     }
 
-    /// A write to the backing (write-through or bypass) is done.
+    /// A write to the backing (write-through, bypass or promoted bypass) is done.
     fn complete_backing_write(&mut self, req: u32, around: bool, result: Result<(), IoError>) {
+        let r = self.req_mut(req);
+        r.bypass_io = None;
+        let (vol, off, len, promoted) = (r.volume, r.offset_bytes, r.len_bytes, r.promoted);
+        self.backing_write_landed(vol, off, len, around && !promoted);
+        match result {
+            // A promoted bypass is in the cache: its pages get there from
+            // the cached version whatever became of the original.
+            Err(_) if promoted => self.stats.io_errors += 1,
+            Err(e) => self.fail(req, e),
+            Ok(()) => {}
+        }
+    }
+
+    /// The filters' bookkeeping when a backing write of these bytes lands
+    /// (`bypass`: one not promoted, counted in the bypass filter).
+    pub(super) fn backing_write_landed(&mut self, vol: VolumeId, off: u64, len: u64, bypass: bool) {
         // A read miss issued while this write was in flight may have read
         // the old bytes: it must not insert them.
-        let r = self.req(req);
-        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        let bypass = bypass as u32;
         for piece in self.geometry.pieces(off, len) {
             self.write_seq += 1;
             let bucket = Self::write_bucket(PageKey::new(vol, piece.page));
             self.write_filter[bucket] = self.write_seq;
             debug_assert!(self.backing_writes_in_flight[bucket] > 0);
+            debug_assert!(self.bypasses_in_flight[bucket] >= bypass);
             self.backing_writes_in_flight[bucket] -= 1;
-            self.bypasses_in_flight[bucket] -= around as u32;
+            self.bypasses_in_flight[bucket] -= bypass;
         }
-        debug_assert!(!around || self.bypass_writes_live > 0);
-        self.bypass_writes_live -= around as u32;
-        if let Err(e) = result {
-            self.fail(req, e);
-        }
+        debug_assert!(self.bypass_writes_live >= bypass);
+        self.bypass_writes_live -= bypass;
     }
 
     /// Slot records were zeroed (persistent caches): the slots go back to

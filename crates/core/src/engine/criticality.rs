@@ -115,13 +115,19 @@ impl Engine {
     /// returns whether its hint was set before. Inherited criticality is
     /// counted apart and not changed by this.
     pub fn set_critical_issuer(&mut self, issuer: u32, on: bool) -> Result<bool, CriticalityError> {
-        self.issuers.set_hint(issuer, on)
+        let was = self.issuers.set_hint(issuer, on)?;
+        if on {
+            self.promote_for_issuer(issuer);
+        }
+        Ok(was)
     }
 
     /// `issuer` inherits criticality from one cause (a critical waiter on
     /// something it holds: CP+PI); returns the causes now in force.
     pub fn inherit_criticality(&mut self, issuer: u32) -> Result<u32, CriticalityError> {
-        self.issuers.inherit(issuer)
+        let causes = self.issuers.inherit(issuer)?;
+        self.promote_for_issuer(issuer);
+        Ok(causes)
     }
 
     /// One cause of `issuer`'s inherited criticality ended; returns the
@@ -151,6 +157,29 @@ impl Engine {
                     volumes,
                 })?;
         Ok(std::mem::replace(&mut vol.critical, on))
+    }
+
+    /// The admission policy of `volume`'s writes: its own, or the engine's.
+    pub(super) fn admission_of(&self, volume: VolumeId) -> &dyn Admission {
+        match self
+            .volumes
+            .get(volume.0 as usize)
+            .and_then(|v| v.admission.as_deref())
+        {
+            Some(a) => a,
+            None => &*self.admission,
+        }
+    }
+
+    pub(super) fn admission_of_mut(&mut self, volume: VolumeId) -> &mut dyn Admission {
+        match self
+            .volumes
+            .get_mut(volume.0 as usize)
+            .and_then(|v| v.admission.as_deref_mut())
+        {
+            Some(a) => a,
+            None => &mut *self.admission,
+        }
     }
 
     /// What admission learns about write request `req` besides its tags.
@@ -245,6 +274,39 @@ mod tests {
             err.to_string(),
             "unknown volume 9 (the engine has 2 volumes)"
         );
+    }
+
+    #[test]
+    fn a_volume_with_its_own_admission_policy_uses_it() {
+        let config = EngineConfig {
+            cache_slots: 256,
+            admission: "all".into(),
+            volume_admissions: vec![(1, "cp".into())],
+            ..EngineConfig::default()
+        };
+        let mut e = Engine::new(config).expect("config");
+        e.add_volume(1 << 20).expect("volume");
+        e.add_volume(1 << 20).expect("volume");
+        e.set_critical_issuer(5, true).expect("hint");
+        assert!(cached(&mut e, 0, false, 0), "volume 0: all");
+        assert!(!cached(&mut e, 1, false, 0), "volume 1: cp bypasses");
+        assert!(
+            cached(&mut e, 1, true, 5),
+            "volume 1: cp caches a critical sync write"
+        );
+        let bad = EngineConfig {
+            volume_admissions: vec![(0, "cpx".into())],
+            ..EngineConfig::default()
+        };
+        let err = bad.validate().unwrap_err().to_string();
+        assert!(err.contains("cpx"), "{err}");
+        let ordered = EngineConfig {
+            write_policy: crate::config::WritePolicyKind::OrderedWriteBack,
+            volume_admissions: vec![(0, "sync".into())],
+            ..EngineConfig::default()
+        };
+        let err = ordered.validate().unwrap_err().to_string();
+        assert!(err.contains("every write must enter the cache"), "{err}");
     }
 
     #[test]

@@ -161,7 +161,8 @@ impl Engine {
             let page = key.page().0;
             let ready = self.slots.state(slot) == SlotState::Dirty
                 && !self.slots.has(slot, FLAG_DESTAGING)
-                && (self.old_versions.is_empty() || !self.old_versions.contains_key(&key.0));
+                && (self.old_versions.is_empty() || !self.old_versions.contains_key(&key.0))
+                && !self.destage_held(key);
             let breaks_run = !ready || run_start + run.len() as u64 != page;
             if breaks_run && !run.is_empty() {
                 self.issue_destage(vol, PageIndex(run_start), std::mem::take(&mut run));
@@ -198,6 +199,17 @@ impl Engine {
             self.retire(slot);
             self.release_slot_if_free(slot);
         }
+    }
+
+    /// No destage of `key`'s page while a backing write to its filter
+    /// bucket is in flight: a write-through's, or a bypass's original
+    /// (promoted or not). Either could land after the destage, or the
+    /// destage after it; an older version landing last would leave the
+    /// backing behind what the cache answers (a through write whose cache
+    /// copy failed restores the older version, whose destage then raced
+    /// the newer backing write: the engine model's soak found it).
+    pub(super) fn destage_held(&self, key: PageKey) -> bool {
+        self.backing_writes_in_flight[Self::write_bucket(key)] > 0
     }
 
     pub(super) fn issue_destage(

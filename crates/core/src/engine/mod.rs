@@ -69,6 +69,7 @@ mod criticality;
 mod destage;
 mod journal;
 mod ordered;
+mod promote;
 mod read;
 mod request;
 mod staleness;
@@ -144,6 +145,9 @@ struct Volume {
     size_bytes: u64,
     /// The VOLUME admission policy admits its writes.
     critical: bool,
+    /// Its own admission policy (`EngineConfig::volume_admissions`), in
+    /// place of the engine's.
+    admission: Option<Box<dyn Admission>>,
 }
 
 /// A request in flight.
@@ -164,6 +168,14 @@ struct Req {
     finalize: Vec<SlotIndex>,
     /// Admission sent this write around the cache.
     bypass: bool,
+    /// Its backing write while in flight, if it is a bypass (nothing of it
+    /// in the cache): the one I/O criticality inheritance may promote.
+    bypass_io: Option<IoId>,
+    /// Promoted: reissued to the cache while its bypass was in flight.
+    promoted: bool,
+    /// A critical waiter: a bypass in flight it must wait for is promoted
+    /// (the admission policy's `inherits_io`).
+    inherits_io: bool,
     /// Ordered write-back: the write's issue number (`NO_NODE`: none).
     node: u64,
 }
@@ -233,6 +245,13 @@ enum IoCtx {
     Destage {
         slots: Vec<SlotIndex>,
     },
+    /// The backing write of a promoted bypass whose request was answered
+    /// from the cache: its completion is discarded (`promote.rs`).
+    PromotedOriginal {
+        volume: VolumeId,
+        offset_bytes: u64,
+        len_bytes: u64,
+    },
     /// A command of journaled write-back's checkpoint in flight (kept to
     /// send again if it fails).
     Checkpoint {
@@ -295,7 +314,11 @@ pub struct Engine {
     draining: bool,
     write_seq: u64,
     write_filter: Vec<u64>,
-    /// Backing writes in flight per filter bucket.
+    /// Backing writes in flight per filter bucket (write-through, bypass,
+    /// a promoted bypass's original). No dirty version of a page in a busy
+    /// bucket is destaged: the two writes could land in either order, and
+    /// an older version landing last would leave the backing behind the
+    /// cache (`Engine::destage_held`).
     backing_writes_in_flight: Vec<u32>,
     /// Of those, bypass writes: a write through the cache to one of their
     /// pages waits for them (its page base could be read from the backing
@@ -484,9 +507,20 @@ impl Engine {
         }
         let id = VolumeId(self.volumes.len() as u16);
         let critical = self.config.critical_volumes.contains(&id.0);
+        let admission = self
+            .config
+            .volume_admissions
+            .iter()
+            .rev()
+            .find(|(v, _)| *v == id.0);
+        let admission = admission.map(|(_, name)| {
+            build_admission(name, self.config.sequential_cutoff_bytes)
+                .expect("names checked by EngineConfig::validate")
+        });
         self.volumes.push(Volume {
             size_bytes,
             critical,
+            admission,
         });
         Ok(id)
     }
@@ -669,6 +703,12 @@ impl Engine {
             + self.order.metadata_bytes()
             + self.replacement.metadata_bytes()
             + self.admission.metadata_bytes()
+            + self
+                .volumes
+                .iter()
+                .filter_map(|v| v.admission.as_ref())
+                .map(|a| a.metadata_bytes())
+                .sum::<usize>()
             + self.issuers.metadata_bytes()
             + self.write_filter.capacity() * 8
             + (self.backing_writes_in_flight.capacity() + self.bypasses_in_flight.capacity()) * 4

@@ -50,7 +50,12 @@ impl Engine {
             RequestKind::Read => self.admit_read(ri),
             RequestKind::Write | RequestKind::WriteZeroes => {
                 let write = self.write_info(&req);
-                self.req_mut(ri).bypass = self.admission.admit_write(&write) == Admit::Bypass;
+                let admission = self.admission_of_mut(req.volume);
+                let bypass = admission.admit_write(&write) == Admit::Bypass;
+                let inherits_io = !bypass && admission.inherits_io(&write);
+                let r = self.req_mut(ri);
+                (r.bypass, r.inherits_io) = (bypass, inherits_io);
+                self.promote_for_write(ri);
                 let route = if self.stalled.is_empty() {
                     self.route_if_room(ri)
                 } else {
@@ -69,6 +74,7 @@ impl Engine {
                 // Every acknowledged write is durable already (see IoCommand's
                 // contract); the write policy says what else a FLUSH does.
                 self.stats.flushes += 1;
+                self.promote_for_flush(&req);
                 match self.write_policy.flush(self.config.journal.points) {
                     FlushAction::Answer => {}
                     FlushAction::ConsistencyPoint => self.journal_point(),
@@ -120,6 +126,9 @@ impl Engine {
             reserved,
             finalize,
             bypass: false,
+            bypass_io: None,
+            promoted: false,
+            inherits_io: false,
             node: NO_NODE,
         });
         self.reqs_live += 1;
@@ -150,6 +159,7 @@ impl Engine {
         let response = Response {
             id: r.id,
             result: failed.map_or(Ok(()), Err),
+            buffer_in_use: r.promoted && r.bypass_io.is_some_and(|io| self.io_live(io)),
         };
         let r = self.reqs[ri as usize].as_mut().expect("live request");
         r.pending = u32::MAX; // poison: a dead request
@@ -223,6 +233,21 @@ impl Engine {
         Some(ctx)
     }
 
+    /// I/O `io` is still in flight.
+    pub(super) fn io_live(&self, io: IoId) -> bool {
+        let idx = (io.0 & 0xffff_ffff) as usize;
+        self.io_gens.get(idx) == Some(&((io.0 >> 32) as u32)) && self.ios[idx].is_some()
+    }
+
+    /// The context of I/O `io` in flight, to change what its completion means.
+    pub(super) fn io_ctx_mut(&mut self, io: IoId) -> Option<&mut IoCtx> {
+        let idx = (io.0 & 0xffff_ffff) as usize;
+        if self.io_gens.get(idx) != Some(&((io.0 >> 32) as u32)) {
+            return None;
+        }
+        self.ios[idx].as_mut()
+    }
+
     /// Answers every stalled write (never admitted: it holds no slot, no
     /// command names its buffer, nothing of it was acknowledged) with
     /// `error`, oldest first, and returns how many. For a stop that must end
@@ -246,7 +271,10 @@ impl Engine {
     /// Admit stalled writes, oldest first, while room allows.
     pub(super) fn drain_stalls(&mut self, now: Nanos) {
         while let Some(&ri) = self.stalled.front() {
-            let Some(route) = self.route_if_room(ri) else {
+            let route = self
+                .route_if_room(ri)
+                .or_else(|| self.promote_for_write(ri).then(|| self.route_if_room(ri))?);
+            let Some(route) = route else {
                 return;
             };
             self.stalled.pop_front();

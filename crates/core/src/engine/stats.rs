@@ -60,6 +60,14 @@ counters! {
     /// Write requests sent to the backing only (write-around, or not
     /// admitted), their cached clean copies dropped.
     write_bypasses: u64,
+    /// Bypass writes in flight reissued to the cache (promoted) by I/O
+    /// criticality inheritance, for a critical request that waited on them.
+    reissued_writes: u64,
+    /// Pages those reissues wrote to the cache.
+    reissued_pages: u64,
+    /// Backing writes of promoted bypasses that landed after their request
+    /// was answered from the cache: their completions were discarded.
+    discarded_completions: u64,
     /// Trim requests.
     trims: u64,
     /// Flush requests.

@@ -155,7 +155,7 @@ impl Engine {
     /// pool has one (its pages then reach the cache device in one write),
     /// else one by one. `reserved` is popped from the end, piece by piece,
     /// so it holds the slots in descending order.
-    fn reserve_slots(&mut self, ri: u32) {
+    pub(super) fn reserve_slots(&mut self, ri: u32) {
         let r = self.req(ri);
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
         let n = self.pages_of(off, len) as u32;
@@ -217,6 +217,9 @@ impl Engine {
         self.bypass_writes_live += around as u32;
         self.req_mut(ri).pending += 1;
         let io = self.new_io(IoCtx::WriteBacking { req: ri, around });
+        if around {
+            self.req_mut(ri).bypass_io = Some(io);
+        }
         self.commands.push_back(IoCommand::WriteBacking {
             io,
             volume,

@@ -14,6 +14,7 @@
 mod all;
 mod cp;
 mod cp_pi;
+mod cp_pi_ioi;
 mod sequential_cutoff;
 mod sync;
 mod volume;
@@ -21,6 +22,7 @@ mod volume;
 pub use all::All;
 pub use cp::Cp;
 pub use cp_pi::CpPi;
+pub use cp_pi_ioi::CpPiIoi;
 pub use sequential_cutoff::SequentialCutoff;
 pub use sync::Sync;
 pub use volume::Volume;
@@ -65,6 +67,14 @@ pub trait Admission: Send {
     fn name(&self) -> &'static str;
     /// Decide for one write (called once, when it arrives).
     fn admit_write(&mut self, write: &WriteInfo) -> Admit;
+    /// I/O criticality inheritance: whether a bypass write in flight that
+    /// `waiter` must wait for is reissued to the cache (promoted) so the
+    /// waiter goes on at once. `waiter` is the request that waits (a write,
+    /// or a FLUSH or an issuer that inherits criticality, asked as a sync
+    /// write of its issuer). No policy but CP+PI+IOI promotes.
+    fn inherits_io(&self, _waiter: &WriteInfo) -> bool {
+        false
+    }
     /// Heap bytes of the policy's own state.
     fn metadata_bytes(&self) -> usize {
         0
@@ -106,6 +116,12 @@ pub static ADMISSIONS: Registry<dyn Admission, ()> = Registry {
             aliases: &["cp+pi"],
             help: "cp, with issuers also critical while they inherit criticality",
             build: |()| Box::new(CpPi),
+        },
+        Entry {
+            name: "cp-pi-ioi",
+            aliases: &["cp+pi+ioi"],
+            help: "cp-pi, and a bypass write a critical request waits on is reissued to the cache",
+            build: |()| Box::new(CpPiIoi),
         },
     ],
 };

@@ -92,6 +92,9 @@ impl Admission for SequentialCutoff {
             inner
         }
     }
+    fn inherits_io(&self, waiter: &WriteInfo) -> bool {
+        self.inner.inherits_io(waiter)
+    }
     fn metadata_bytes(&self) -> usize {
         self.streams.capacity() * std::mem::size_of::<Stream>() + self.inner.metadata_bytes()
     }

@@ -1,0 +1,230 @@
+//! I/O criticality inheritance (Kim et al., ATC'15 §4.2.2): a bypass write
+//! in flight that a critical request must wait for is reissued to the
+//! cache at once (*promoted*), so the waiter goes on. The original backing
+//! write still lands; its completion is discarded, and no cached version of
+//! its pages is destaged before it has landed, so it never lands over newer
+//! data.
+//!
+//! Who waits, and so promotes (when the admission policy's `inherits_io`
+//! says the waiter is critical): a write to the cache that overlaps a
+//! bypass in flight (it would stall until the bypass lands), a FLUSH (an
+//! fsync waits for the writeback it covers: every bypass of its volume),
+//! and an issuer that becomes critical (it waits for its own writes; the
+//! cascade of Fig. 3c ends at one of them). Promotion takes the bypass's
+//! pages together with every other bypass in flight over them (a cached
+//! version must hold every byte the backing will hold), all or none, and
+//! only under plain write-back: ordered and journaled write-back admit
+//! every write, and a policy that keeps no dirty data has nowhere to keep
+//! the promoted version.
+
+use super::*;
+
+impl Engine {
+    /// A bypass in flight could be promoted now (cheap: the common case is
+    /// no bypass at all).
+    fn promotion_possible(&self) -> bool {
+        self.bypass_writes_live > 0
+            && self.ordered.is_none()
+            && self.journal.is_none()
+            && self.write_policy.keeps_dirty()
+    }
+
+    /// Write `ri`, a critical waiter going to the cache, would wait for a
+    /// bypass in flight to one of its pages: promote the bypasses over its
+    /// pages. True if any was.
+    pub(super) fn promote_for_write(&mut self, ri: u32) -> bool {
+        if !self.promotion_possible() || !self.req(ri).inherits_io || !self.overlaps_bypass(ri) {
+            return false;
+        }
+        let r = self.req(ri);
+        let (vol, first, last) = (r.volume, self.first_page(r), self.last_page(r));
+        self.promote_where(|e, b| {
+            b.volume == vol && e.first_page(b) <= last && first <= e.last_page(b)
+        })
+    }
+
+    /// A FLUSH: when its issuer is critical, every bypass in flight on its
+    /// volume is promoted (the writeback an fsync waits for).
+    pub(super) fn promote_for_flush(&mut self, req: &Request) {
+        if !self.promotion_possible() {
+            return;
+        }
+        let mut info = self.write_info(req);
+        info.flags.sync = true;
+        if self.admission_of(req.volume).inherits_io(&info) {
+            let vol = req.volume;
+            self.promote_where(|_, b| b.volume == vol);
+        }
+    }
+
+    /// `issuer` became critical (a hint or an inheritance): the bypasses it
+    /// has in flight, which it waits for, are promoted.
+    pub(super) fn promote_for_issuer(&mut self, issuer: u32) {
+        if !self.promotion_possible() {
+            return;
+        }
+        // Asked per bypass, of its volume's policy, as a sync write of the issuer.
+        let waits = |e: &Engine, b: &Req| {
+            let probe = Request {
+                id: b.id,
+                volume: b.volume,
+                kind: RequestKind::Write,
+                offset_bytes: b.offset_bytes,
+                len_bytes: b.len_bytes,
+                flags: RequestFlags {
+                    sync: true,
+                    ..b.flags
+                },
+            };
+            e.admission_of(b.volume).inherits_io(&e.write_info(&probe))
+        };
+        // The reissued pages' completions admit any write that waited.
+        self.promote_where(|e, b| b.flags.issuer == issuer && waits(e, b));
+    }
+
+    fn first_page(&self, r: &Req) -> u64 {
+        self.geometry.page_of(r.offset_bytes).0
+    }
+
+    fn last_page(&self, r: &Req) -> u64 {
+        self.geometry
+            .page_of(r.offset_bytes + r.len_bytes.max(1) - 1)
+            .0
+    }
+
+    /// A request that is a bypass in flight, not promoted: its backing
+    /// write is the only copy of its bytes in flight.
+    fn promotable(r: &Req) -> bool {
+        r.pending != u32::MAX && !r.promoted && r.bypass_io.is_some()
+    }
+
+    /// Promote the bypasses `pick` selects, with every other bypass in
+    /// flight over their pages, oldest first; all or none (room). True if
+    /// any was promoted. Scans the request table: promotions are rare, and
+    /// the bypass filter keeps the common path free of any bookkeeping.
+    fn promote_where(&mut self, pick: impl Fn(&Engine, &Req) -> bool) -> bool {
+        let live = |e: &Engine| {
+            e.reqs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    r.as_ref()
+                        .filter(|r| Self::promotable(r))
+                        .map(|r| (i as u32, r))
+                })
+                .map(|(i, r)| (r.id, i))
+                .collect::<Vec<_>>()
+        };
+        let candidates = live(self);
+        let mut chosen: Vec<(RequestId, u32)> = candidates
+            .iter()
+            .copied()
+            .filter(|&(_, b)| pick(self, self.req(b)))
+            .collect();
+        if chosen.is_empty() {
+            return false;
+        }
+        // Close over shared pages: any bypass over a chosen page joins.
+        loop {
+            let before = chosen.len();
+            for &(id, b) in &candidates {
+                if chosen.iter().any(|&(c, _)| c == id) {
+                    continue;
+                }
+                let rb = self.req(b);
+                let joins = chosen.iter().any(|&(_, c)| {
+                    let rc = self.req(c);
+                    rc.volume == rb.volume
+                        && self.first_page(rc) <= self.last_page(rb)
+                        && self.first_page(rb) <= self.last_page(rc)
+                });
+                if joins {
+                    chosen.push((id, b));
+                }
+            }
+            if chosen.len() == before {
+                break;
+            }
+        }
+        let need: u64 = chosen
+            .iter()
+            .map(|&(_, b)| self.pages_of(self.req(b).offset_bytes, self.req(b).len_bytes))
+            .sum();
+        if self.slots.free_count() + self.slots.evictable() < need {
+            return false;
+        }
+        chosen.sort_unstable();
+        for (_, b) in chosen {
+            self.promote(b);
+            self.maybe_finish(b);
+        }
+        true
+    }
+
+    /// Reissue bypass `b` to the cache: its pages become dirty versions
+    /// written from its buffer, its bytes leave the bypass filter (the
+    /// original still counts as a backing write in flight, so destages of
+    /// its pages wait for it: `destage_held`), and,
+    /// when the driver keeps buffers past answers, it is answered from the
+    /// cache and the original's completion is discarded.
+    fn promote(&mut self, b: u32) {
+        let r = self.req(b);
+        debug_assert!(Self::promotable(r));
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        for piece in self.geometry.pieces(off, len) {
+            let key = PageKey::new(vol, piece.page);
+            let bucket = Self::write_bucket(key);
+            debug_assert!(
+                self.slots
+                    .lookup(key)
+                    .is_none_or(|s| self.slots.state(s) == SlotState::Filling),
+                "a page under a bypass has no cached version but a promoted one"
+            );
+            debug_assert!(self.bypasses_in_flight[bucket] > 0);
+            // Still a backing write in flight: its pages' destages wait.
+            self.bypasses_in_flight[bucket] -= 1;
+        }
+        self.bypass_writes_live -= 1;
+        self.stats.reissued_writes += 1;
+        self.stats.reissued_pages += self.pages_of(off, len);
+        self.req_mut(b).promoted = true;
+        self.reserve_slots(b);
+        for piece in self.geometry.pieces(off, len) {
+            self.issue_write_piece(b, piece, false);
+        }
+        if self.config.buffers_outlive_answers {
+            let io = self
+                .req_mut(b)
+                .bypass_io
+                .take()
+                .expect("a bypass in flight");
+            let ctx = self
+                .io_ctx_mut(io)
+                .expect("the bypass's backing write is in flight");
+            debug_assert!(matches!(ctx, IoCtx::WriteBacking { around: true, .. }));
+            *ctx = IoCtx::PromotedOriginal {
+                volume: vol,
+                offset_bytes: off,
+                len_bytes: len,
+            };
+            self.req_mut(b).pending -= 1;
+        }
+    }
+
+    /// The original of a promoted bypass landed after its request was
+    /// answered from the cache: its completion is discarded (an error
+    /// loses nothing, the cached version goes to the backing).
+    pub(super) fn original_discarded(
+        &mut self,
+        volume: VolumeId,
+        offset_bytes: u64,
+        len_bytes: u64,
+        result: Result<(), IoError>,
+    ) {
+        self.stats.discarded_completions += 1;
+        if result.is_err() {
+            self.stats.io_errors += 1;
+        }
+        self.backing_write_landed(volume, offset_bytes, len_bytes, false);
+    }
+}

@@ -1,0 +1,274 @@
+//! I/O criticality inheritance (Kim et al., ATC'15 §4.2.2, Fig. 3): each
+//! way a critical request waits on a bypass write in flight — an overwrite
+//! of its page, a FLUSH, an issuer that inherits criticality — promotes it
+//! to the cache; the waiter goes on, the late original never lands over
+//! newer data, and under policies without IOI the same requests wait. The
+//! devices are the reference interpreter, so every check is on bytes.
+
+use std::collections::HashMap;
+use wcache_core::reference::Reference;
+use wcache_core::time::Nanos;
+use wcache_core::types::{RequestId, VolumeId};
+use wcache_core::{Engine, EngineConfig, IoCommand, Request, RequestFlags, RequestKind};
+
+const PAGE: u64 = 4096;
+
+struct Bench {
+    e: Engine,
+    dev: Reference<u8>,
+    bufs: HashMap<u64, Vec<u8>>,
+    cmds: Vec<IoCommand>,
+    answered: Vec<u64>,
+    /// Answered while a backing write still reads their buffer.
+    kept: Vec<u64>,
+    next_id: u64,
+}
+
+fn is_original(c: &IoCommand) -> bool {
+    matches!(c, IoCommand::WriteBacking { .. })
+}
+
+impl Bench {
+    fn new(admission: &str, early: bool, slots: u64) -> Bench {
+        let config = EngineConfig {
+            cache_slots: slots,
+            group_size_bytes: 4 * PAGE,
+            admission: admission.into(),
+            buffers_outlive_answers: early,
+            ..EngineConfig::default()
+        };
+        let mut e = Engine::new(config).unwrap();
+        e.add_volume(1 << 20).unwrap();
+        e.add_volume(1 << 20).unwrap();
+        e.set_critical_issuer(1, true).unwrap();
+        Bench {
+            e,
+            dev: Reference::new(PAGE, 1, slots, &[1 << 20, 1 << 20]),
+            bufs: HashMap::new(),
+            cmds: Vec::new(),
+            answered: Vec::new(),
+            kept: Vec::new(),
+            next_id: 1,
+        }
+    }
+
+    fn pump(&mut self) {
+        while let Some(c) = self.e.poll_command() {
+            self.cmds.push(c);
+        }
+        while let Some(r) = self.e.poll_response() {
+            assert!(r.result.is_ok(), "{r:?}");
+            self.answered.push(r.id.0);
+            if r.buffer_in_use {
+                self.kept.push(r.id.0);
+            }
+        }
+    }
+
+    fn submit(&mut self, volume: u16, kind: RequestKind, page: u64, byte: u8, issuer: u32) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let len = if kind == RequestKind::Write { PAGE } else { 0 };
+        if kind == RequestKind::Write {
+            self.bufs.insert(id, vec![byte; PAGE as usize]);
+        }
+        let req = Request {
+            id: RequestId(id),
+            volume: VolumeId(volume),
+            kind,
+            offset_bytes: page * PAGE,
+            len_bytes: len,
+            flags: RequestFlags {
+                sync: true,
+                issuer,
+                ..RequestFlags::default()
+            },
+        };
+        self.e.handle_request(Nanos(0), req).unwrap();
+        self.pump();
+        id
+    }
+
+    fn write(&mut self, page: u64, byte: u8, issuer: u32) -> u64 {
+        self.submit(0, RequestKind::Write, page, byte, issuer)
+    }
+
+    /// Complete commands `pick` selects, and those they lead to, until none is left.
+    fn complete_while(&mut self, pick: impl Fn(&IoCommand) -> bool) -> usize {
+        let mut n = 0;
+        while let Some(k) = self.cmds.iter().position(&pick) {
+            let c = self.cmds.remove(k);
+            self.dev.execute(&c, &mut self.bufs);
+            self.e.handle_completion(Nanos(0), c.io(), Ok(())).unwrap();
+            self.pump();
+            n += 1;
+        }
+        n
+    }
+
+    fn answered(&self, id: u64) -> bool {
+        self.answered.contains(&id)
+    }
+
+    fn backing_byte(&self, page: u64) -> u8 {
+        self.dev.backing_unit(VolumeId(0), page * PAGE)
+    }
+
+    fn destages(&self) -> usize {
+        self.cmds
+            .iter()
+            .filter(|c| matches!(c, IoCommand::Destage { .. }))
+            .count()
+    }
+
+    /// Drain: every command completes, originals last.
+    fn drain(&mut self) {
+        self.e.start_drain();
+        self.pump();
+        self.complete_while(|c| !is_original(c));
+        self.complete_while(|_| true);
+        assert!(self.e.is_idle() && self.e.dirty_pages() == 0);
+    }
+}
+
+/// Fig. 3(b): a critical write to a page under a non-critical bypass
+/// goes on at once; the bypass is reissued to the cache, and (with
+/// buffers that outlive answers) answered from it; the late original is
+/// held off the page's destage, so the backing ends with the newer data.
+#[test]
+fn a_critical_overwrite_promotes_the_bypass_it_waits_on() {
+    for early in [false, true] {
+        let mut b = Bench::new("cp-pi-ioi", early, 64);
+        let old = b.write(7, 0xB0, 2);
+        assert_eq!(b.cmds.len(), 1, "a bypass: one backing write");
+        assert!(is_original(&b.cmds[0]));
+        let new = b.write(7, 0xC0, 1);
+        assert_eq!(b.e.stats().reissued_writes, 1);
+        assert_eq!(b.e.stats().stalls, 0, "the critical write did not stall");
+        b.complete_while(|c| !is_original(c));
+        assert!(
+            b.answered(new),
+            "the critical write is answered before the original lands"
+        );
+        assert_eq!(
+            b.answered(old),
+            early,
+            "early answers only where buffers outlive them"
+        );
+        // The newer version is dirty, and is not destaged while the original may land.
+        b.e.start_drain();
+        b.pump();
+        b.complete_while(|c| !is_original(c));
+        assert_eq!(
+            b.destages(),
+            0,
+            "a destage went out before the original landed"
+        );
+        assert_eq!(b.e.dirty_pages(), 1);
+        b.complete_while(is_original);
+        assert!(b.answered(old));
+        assert_eq!(b.e.stats().discarded_completions, early as u64);
+        b.complete_while(|_| true);
+        assert_eq!(
+            b.backing_byte(7),
+            0xC0,
+            "early {early}: the original landed last"
+        );
+        assert_eq!(b.e.dirty_pages(), 0);
+    }
+}
+
+/// Without I/O criticality inheritance the same write waits for the
+/// original (the policies' difference the rdc experiments measure).
+#[test]
+fn under_cp_pi_the_overwrite_waits_for_the_bypass() {
+    let mut b = Bench::new("cp-pi", true, 64);
+    let old = b.write(7, 0xB0, 2);
+    let new = b.write(7, 0xC0, 1);
+    assert_eq!(b.e.stats().stalls, 1);
+    b.complete_while(|c| !is_original(c));
+    assert!(!b.answered(new) && !b.answered(old));
+    b.complete_while(|_| true);
+    assert!(b.answered(new) && b.answered(old));
+    assert_eq!(b.e.stats().reissued_writes, 0);
+    b.drain();
+    assert_eq!(b.backing_byte(7), 0xC0);
+}
+
+/// A FLUSH of a critical issuer promotes every bypass in flight on its
+/// volume (the writeback an fsync waits for); a non-critical one, or one
+/// on another volume, promotes nothing.
+#[test]
+fn a_critical_flush_promotes_the_bypasses_of_its_volume() {
+    let mut b = Bench::new("cp-pi-ioi", true, 64);
+    let w1 = b.write(3, 0x31, 2);
+    let w2 = b.write(5, 0x51, 3);
+    let other = b.submit(1, RequestKind::Write, 5, 0x77, 2);
+    b.submit(0, RequestKind::Flush, 0, 0, 2);
+    assert_eq!(
+        b.e.stats().reissued_writes,
+        0,
+        "a non-critical FLUSH waits for nothing"
+    );
+    b.submit(0, RequestKind::Flush, 0, 0, 1);
+    assert_eq!(b.e.stats().reissued_writes, 2);
+    b.complete_while(|c| !is_original(c));
+    assert!(b.answered(w1) && b.answered(w2), "answered from the cache");
+    assert!(!b.answered(other), "volume 1's bypass is not covered");
+    b.drain();
+    assert_eq!((b.backing_byte(3), b.backing_byte(5)), (0x31, 0x51));
+    assert_eq!(b.e.stats().discarded_completions, 2);
+}
+
+/// The end of a cascade (Fig. 3(c)): an issuer that inherits criticality
+/// has its bypasses in flight promoted, together with any other bypass
+/// over the same page (the cached version must hold every byte the backing
+/// will); when the cascade ends the issuer's writes bypass again.
+#[test]
+fn an_issuer_that_inherits_criticality_has_its_bypasses_promoted() {
+    let mut b = Bench::new("cp-pi-ioi", true, 64);
+    let mine = b.write(9, 0x91, 3);
+    let same_page = b.write(9, 0x92, 4);
+    let elsewhere = b.write(11, 0xB1, 4);
+    assert_eq!(b.e.inherit_criticality(3), Ok(1));
+    b.pump();
+    assert_eq!(
+        b.e.stats().reissued_writes,
+        2,
+        "its bypass and the one over its page"
+    );
+    b.complete_while(|c| !is_original(c));
+    assert!(b.answered(mine) && b.answered(same_page) && !b.answered(elsewhere));
+    assert_eq!(b.e.end_inherited_criticality(3), Ok(0));
+    b.write(20, 0x20, 3);
+    assert!(
+        is_original(b.cmds.last().unwrap()),
+        "not critical any more: a bypass"
+    );
+    b.drain();
+    assert_eq!(
+        b.backing_byte(9),
+        0x92,
+        "the later write of the page stays on top"
+    );
+    assert_eq!(b.backing_byte(11), 0xB1);
+}
+
+/// Promotion takes room; with none free or evictable, nothing is
+/// promoted and the waiter waits as under CP+PI.
+#[test]
+fn without_room_nothing_is_promoted() {
+    let mut b = Bench::new("cp-pi-ioi", true, 16);
+    for page in 100..116 {
+        b.write(page, 0x11, 1);
+    }
+    b.complete_while(|c| matches!(c, IoCommand::WritePage { .. }));
+    assert_eq!(b.e.dirty_pages(), 16, "the cache is full of dirty pages");
+    let old = b.write(7, 0xB0, 2);
+    let new = b.write(7, 0xC0, 1);
+    assert_eq!(b.e.stats().reissued_writes, 0);
+    assert!(!b.answered(new) && !b.answered(old));
+    b.drain();
+    assert!(b.answered(new) && b.answered(old));
+    assert_eq!(b.backing_byte(7), 0xC0);
+}
