@@ -561,11 +561,13 @@ fn print_app(o: &OneRun, r: &SimReport) {
         a.per_s, a.unit, a.requests, a.latency_ms_mean, a.latency_ms_p50, a.latency_ms_p99, a.latency_ms_p999, a.latency_ms_p9999
     );
     println!(
-        "admission           {}: {} of {} writes cached ({:.1} %), {} stalls, {} inheritances in the window ({} over the run, {} still open)",
+        "admission           {}: {} of {} writes cached ({:.1} %; {:.1} % of pages; {} reissued), {} stalls, {} inheritances in the window ({} over the run, {} still open)",
         o.admission,
-        s.writes - s.write_bypasses,
+        rdc::writes_cached(r),
         s.writes,
-        if s.writes == 0 { 0.0 } else { 100.0 * (s.writes - s.write_bypasses) as f64 / s.writes as f64 },
+        100.0 * rdc::writes_cached(r) as f64 / s.writes.max(1) as f64,
+        100.0 * rdc::cached_pages_fraction(r),
+        s.reissued_writes,
         s.stalls,
         a.inherits,
         a.inherits_total,

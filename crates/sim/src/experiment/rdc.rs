@@ -8,7 +8,7 @@
 use super::series;
 use super::svg::{Chart, Series};
 use super::{Point, Row, BACKING_PER_VOLUME};
-use crate::run::RunLimits;
+use crate::run::{RunLimits, SimReport};
 use crate::workload::{
     pglike::WAL_VOLUME, PgLikeConfig, RedisLikeConfig, WorkloadSpec, OUTSTANDING_MAX_DEFAULT,
 };
@@ -186,16 +186,16 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
     Ok(points)
 }
 
-pub const CSV_HEADER: &str = "experiment,backend,cache_device,policy,cache_mib,clients,seed,app_per_s,latency_ms_mean,latency_ms_p50,latency_ms_p99,latency_ms_p999,latency_ms_p9999,app_requests,writes,writes_cached,cached_fraction,stalls,inherits,inherits_open,io_per_s,warmup_s,window_s,share_critical_role,share_checkpointer,share_kworker";
+pub const CSV_HEADER: &str = "experiment,backend,cache_device,policy,cache_mib,clients,seed,app_per_s,latency_ms_mean,latency_ms_p50,latency_ms_p99,latency_ms_p999,latency_ms_p9999,app_requests,writes,writes_cached,cached_fraction,cached_pages_fraction,reissued_writes,stalls,inherits,inherits_open,io_per_s,warmup_s,window_s,share_critical_role,share_checkpointer,share_kworker";
 
 pub fn csv_row(r: &Row) -> String {
     let p = &r.point;
     let m = &r.report;
     let app = m.app.clone().unwrap_or_default();
-    let cached = m.stats.writes - m.stats.write_bypasses;
+    let cached = writes_cached(m);
     let share = |role: &str| app.write_share(role);
     format!(
-        "{},{},{},{},{},{},{},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{:.4},{},{},{},{:.1},{:.1},{:.1},{:.4},{:.4},{:.4}",
+        "{},{},{},{},{},{},{},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{:.4},{:.4},{},{},{},{},{:.1},{:.1},{:.1},{:.4},{:.4},{:.4}",
         p.experiment,
         p.backend,
         p.cache_device,
@@ -217,6 +217,8 @@ pub fn csv_row(r: &Row) -> String {
         } else {
             cached as f64 / m.stats.writes as f64
         },
+        cached_pages_fraction(m),
+        m.stats.reissued_writes,
         m.stats.stalls,
         app.inherits,
         app.inherits_open,
@@ -227,6 +229,27 @@ pub fn csv_row(r: &Row) -> String {
         share("checkpointer"),
         share("kworker"),
     )
+}
+
+/// Write requests that reached the cache: admitted, or reissued to it
+/// (I/O criticality inheritance) after bypassing.
+pub fn writes_cached(m: &SimReport) -> u64 {
+    m.stats.writes - m.stats.write_bypasses + m.stats.reissued_writes
+}
+
+/// The share of written pages that reached the cache (the paper counts
+/// cached 4 KB blocks): pages written, less those the backing took
+/// without a destage (bypasses), plus the reissued ones.
+pub fn cached_pages_fraction(m: &SimReport) -> f64 {
+    let page = 4096;
+    let pages = m.stats.write_pages;
+    if pages == 0 {
+        return 0.0;
+    }
+    let to_backing = m.backing.write_bytes.div_ceil(page);
+    let bypassed = to_backing.saturating_sub(m.stats.destaged_pages);
+    let cached = (pages + m.stats.reissued_pages).saturating_sub(bypassed);
+    (cached as f64 / pages as f64).clamp(0.0, 1.0)
 }
 
 pub fn to_csv(rows: &[Row]) -> String {
@@ -254,8 +277,7 @@ pub fn charts(name: &str, rows: &[Row]) -> Vec<(String, String)> {
             };
             out.push(("rdc-capacity.svg".into(), c.render()));
             let efficiency = |r: &Row| {
-                let s = &r.report.stats;
-                let cached = (s.writes - s.write_bypasses).max(1) as f64;
+                let cached = writes_cached(&r.report).max(1) as f64;
                 app_per_s(r) * r.report.window_ns as f64 / 1e9 / cached
             };
             let c = Chart {
