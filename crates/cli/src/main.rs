@@ -583,6 +583,14 @@ fn print_app(o: &OneRun, r: &SimReport) {
         "write mix           {} (whole run, {total} writes)",
         mix.join(", ")
     );
+    for (what, w) in &a.waits {
+        println!(
+            "critical waits      {what}: {} waits, mean {:.3} ms, max {:.3} ms (whole run)",
+            w.count,
+            w.mean_ms(),
+            w.max_ms()
+        );
+    }
 }
 
 fn sim_one(args: &SimArgs) -> Result<(), AnyError> {

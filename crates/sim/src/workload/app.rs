@@ -42,6 +42,9 @@ pub struct AppReport {
     pub inherits_open: u64,
     /// Write requests per process role over the whole run, in a fixed order.
     pub writes_by_role: Vec<(&'static str, u64)>,
+    /// What the critical processes waited for, by kind, over the whole run
+    /// (the paper's Table 2 for this application).
+    pub waits: Vec<(&'static str, WaitStat)>,
 }
 
 impl AppReport {
@@ -58,6 +61,35 @@ impl AppReport {
         } else {
             mine as f64 / total as f64
         }
+    }
+}
+
+/// Waits of one kind: how many, their total and the longest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitStat {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+impl WaitStat {
+    pub(crate) fn add(&mut self, ns: u64) {
+        self.count += 1;
+        self.total_ns += ns;
+        self.max_ns = self.max_ns.max(ns);
+    }
+}
+
+impl WaitStat {
+    pub fn mean_ms(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.total_ns as f64 / self.count as f64 / 1e6
+        }
+    }
+    pub fn max_ms(&self) -> f64 {
+        self.max_ns as f64 / 1e6
     }
 }
 
@@ -118,6 +150,7 @@ impl AppMeter {
         &self,
         hints: &Hints,
         writes_by_role: Vec<(&'static str, u64)>,
+        waits: Vec<(&'static str, WaitStat)>,
     ) -> AppReport {
         let window_ns = match (self.start, self.stop) {
             (Some(a), Some(b)) => b.0.saturating_sub(a.0),
@@ -153,6 +186,7 @@ impl AppMeter {
             inherits_total: hints.inherits,
             inherits_open: hints.inherits - hints.ends,
             writes_by_role,
+            waits,
         }
     }
 }

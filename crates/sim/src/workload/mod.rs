@@ -18,15 +18,15 @@ pub mod spc1;
 pub mod spec;
 pub mod trace;
 
-pub use app::{AppReport, CriticalityHint};
+pub use app::{AppReport, CriticalityHint, WaitStat};
 pub use fileserver::{
     FileServerConfig, FileServerCounts, FileServerLayout, FileServerRegion, FileServerWorkload,
 };
 pub use gate::OUTSTANDING_MAX_DEFAULT;
 pub use issuers::IssuerMix;
-pub use pglike::{PgLikeConfig, PgLikeWorkload, PgWriteMix};
+pub use pglike::{PgLikeConfig, PgLikeCounts, PgLikeWorkload, PgWriteMix};
 pub use random::{RandomConfig, RandomWorkload};
-pub use redislike::{RedisLikeConfig, RedisLikeWorkload};
+pub use redislike::{RedisLikeConfig, RedisLikeCounts, RedisLikeWorkload};
 pub use spc1::{HrrwModel, Spc1Config, Spc1Layout, Spc1Stream, Spc1Workload};
 pub use spec::{WorkloadSpec, WORKLOAD_NAMES};
 pub use trace::{

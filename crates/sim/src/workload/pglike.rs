@@ -11,7 +11,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wcache_core::time::Nanos;
 
-use super::app::{check_sizes, exp_ns, invalid, AppMeter, Blocking, Journal};
+use super::app::{check_sizes, exp_ns, invalid, AppMeter, Blocking, Journal, WaitStat};
 use super::{
     AppReport, CriticalityHint, IoRequest, ReqKind, Stop, Workload, WorkloadError, WorkloadStats,
     BLOCK_BYTES,
@@ -244,6 +244,13 @@ pub struct PgLikeCounts {
     pub journal_waits: u64,
     /// Waits for the WAL lock (any process).
     pub lock_waits: u64,
+    /// The backends' waits: for the WAL lock, for the journal, for their
+    /// WAL writes, for buffer evictions, for pages under writeback.
+    pub wait_lock: WaitStat,
+    pub wait_journal: WaitStat,
+    pub wait_wal: WaitStat,
+    pub wait_eviction: WaitStat,
+    pub wait_overwrite: WaitStat,
 }
 
 pub struct PgLikeWorkload {
@@ -261,6 +268,8 @@ pub struct PgLikeWorkload {
     began: Vec<Nanos>,
     /// LSN each backend's commit must see flushed.
     lsn: Vec<u64>,
+    /// When each backend's current wait began.
+    wait_since: Vec<Nanos>,
     log_state: LogWriter,
     lock_waiters: std::collections::VecDeque<usize>,
     blocking: Blocking,
@@ -312,6 +321,7 @@ impl PgLikeWorkload {
             backends: vec![Backend::Work; b],
             began: vec![Nanos::ZERO; b],
             lsn: vec![0; b],
+            wait_since: vec![Nanos::ZERO; b],
             log_state: LogWriter::Idle,
             lock_waiters: std::collections::VecDeque::with_capacity(processes),
             blocking: Blocking::new(processes, 1, &hinted),
@@ -452,6 +462,7 @@ impl PgLikeWorkload {
             }
             self.counts.evictions += 1;
             self.backends[p] = Backend::DataWrite { overwrite: false };
+            self.wait_since[p] = now;
             self.ready_at[p] = None;
             let page = self.random_data_page();
             return Some(self.request(p, DATA_VOLUME, page * BLOCK_BYTES, BLOCK_BYTES, true));
@@ -471,6 +482,7 @@ impl PgLikeWorkload {
                     .expect("counted");
                 self.counts.writeback_overwrites += 1;
                 self.backends[p] = Backend::DataWrite { overwrite: true };
+                self.wait_since[p] = now;
                 self.ready_at[p] = None;
                 return Some(self.request(p, DATA_VOLUME, page * BLOCK_BYTES, BLOCK_BYTES, true));
             }
@@ -490,6 +502,7 @@ impl PgLikeWorkload {
         } else {
             self.counts.lock_waits += 1;
             self.lock_waiters.push_back(p);
+            self.wait_since[p] = now;
             None
         }
     }
@@ -524,12 +537,14 @@ impl PgLikeWorkload {
         if new_segment && self.backends[p] != Backend::Journal {
             self.counts.journal_waits += 1;
             self.backends[p] = Backend::Journal;
+            self.wait_since[p] = now;
             self.journal.wait(p, &mut self.blocking);
             self.wake_journal(now);
             return None;
         }
         let (offset, len, upto, _) = self.wal_write(false);
         self.backends[p] = Backend::Wal { upto };
+        self.wait_since[p] = now;
         self.counts.wal_writes_backends += 1;
         Some(self.request(p, WAL_VOLUME, offset, len, true))
     }
@@ -590,6 +605,9 @@ impl PgLikeWorkload {
         if let Some(q) = self.lock_waiters.pop_front() {
             self.blocking.grant(q, WAL_LOCK);
             self.ready_at[q] = Some(now);
+            if q < self.b {
+                self.counts.wait_lock.add(now.0 - self.wait_since[q].0);
+            }
         }
     }
 
@@ -637,7 +655,11 @@ impl PgLikeWorkload {
                 }
                 Backend::Commit => self.commit(p, now),
                 // Granted the lock, or the journal committed.
-                Backend::Lock | Backend::Journal => self.holding_lock(p, now),
+                Backend::Lock => self.holding_lock(p, now),
+                Backend::Journal => {
+                    self.counts.wait_journal.add(now.0 - self.wait_since[p].0);
+                    self.holding_lock(p, now)
+                }
                 other => unreachable!("backend {p} stepped while {other:?}"),
             };
         }
@@ -699,12 +721,19 @@ impl PgLikeWorkload {
     fn completed(&mut self, p: usize, id: u64, now: Nanos) {
         if p < self.b {
             match self.backends[p] {
-                Backend::DataWrite { .. } => {
+                Backend::DataWrite { overwrite } => {
+                    let waited = now.0 - self.wait_since[p].0;
+                    if overwrite {
+                        self.counts.wait_overwrite.add(waited);
+                    } else {
+                        self.counts.wait_eviction.add(waited);
+                    }
                     // Commit at the next poll (a completion issues nothing).
                     self.backends[p] = Backend::Commit;
                     self.ready_at[p] = Some(now);
                 }
                 Backend::Wal { upto } => {
+                    self.counts.wait_wal.add(now.0 - self.wait_since[p].0);
                     self.wal_flushed = self.wal_flushed.max(upto);
                     self.backends[p] = Backend::Lock;
                     // Flushed far enough? Else flush on (the ring end cut it).
@@ -835,6 +864,14 @@ impl Workload for PgLikeWorkload {
 
     fn app_report(&self) -> Option<AppReport> {
         let roles = ROLES.iter().copied().zip(self.writes).collect();
-        Some(self.meter.report(&self.blocking.hints, roles))
+        let c = &self.counts;
+        let waits = vec![
+            ("WAL lock", c.wait_lock),
+            ("journal commit", c.wait_journal),
+            ("WAL write", c.wait_wal),
+            ("buffer eviction", c.wait_eviction),
+            ("page under writeback", c.wait_overwrite),
+        ];
+        Some(self.meter.report(&self.blocking.hints, roles, waits))
     }
 }

@@ -14,7 +14,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wcache_core::time::Nanos;
 
-use super::app::{check_sizes, exp_ns, invalid, AppMeter, Blocker, Blocking, Journal};
+use super::app::{check_sizes, exp_ns, invalid, AppMeter, Blocker, Blocking, Journal, WaitStat};
 use super::{
     AppReport, CriticalityHint, IoRequest, ReqKind, Stop, Workload, WorkloadError, WorkloadStats,
     BLOCK_BYTES,
@@ -178,6 +178,11 @@ pub struct RedisLikeCounts {
     pub journal_commits: u64,
     /// Times the main process waited for the rewriting child.
     pub rewrite_waits: u64,
+    /// The main process's waits (the paper's Table 2 for this app): for its
+    /// log writes, for journal commits, for the rewriting child.
+    pub wait_aof: WaitStat,
+    pub wait_journal: WaitStat,
+    pub wait_rewrite: WaitStat,
 }
 
 pub struct RedisLikeWorkload {
@@ -189,6 +194,8 @@ pub struct RedisLikeWorkload {
     /// Arrival times of queued commands, oldest first.
     queue: VecDeque<Nanos>,
     current_arrival: Nanos,
+    /// When the main process's current wait began.
+    wait_since: Nanos,
     blocking: Blocking,
     journal: Journal,
     /// Which AOF region is current (0 or 1), its length, and its length
@@ -223,6 +230,7 @@ impl RedisLikeWorkload {
             main: Main::Idle,
             queue,
             current_arrival: Nanos::ZERO,
+            wait_since: Nanos::ZERO,
             blocking: Blocking::new(PROCESSES, 0, &[MAIN]),
             journal: Journal::new(
                 JBD2,
@@ -299,6 +307,7 @@ impl RedisLikeWorkload {
             {
                 self.counts.rewrite_waits += 1;
                 self.main = Main::RewriteEnd;
+                self.wait_since = now;
                 self.blocking.block(MAIN, Blocker::Event(REWRITE_CHILD));
                 self.ready_at[REWRITE_CHILD] = Some(now);
                 return;
@@ -407,6 +416,7 @@ impl RedisLikeWorkload {
             MAIN => match self.main {
                 Main::Cpu { update: true } => {
                     self.main = Main::Aof;
+                    self.wait_since = now;
                     Some(self.aof_write())
                 }
                 Main::Cpu { update: false } => {
@@ -414,6 +424,7 @@ impl RedisLikeWorkload {
                     None
                 }
                 Main::Journal => {
+                    self.counts.wait_journal.add(now.0 - self.wait_since.0);
                     self.reply(now);
                     None
                 }
@@ -460,6 +471,7 @@ impl RedisLikeWorkload {
         if p == REWRITE_CHILD {
             // The main process switches to the rewritten log.
             debug_assert_eq!(self.main, Main::RewriteEnd);
+            self.counts.wait_rewrite.add(now.0 - self.wait_since.0);
             self.blocking.unblock(MAIN);
             self.aof_region = 1 - self.aof_region;
             self.aof_len = self.config.dataset_bytes;
@@ -517,7 +529,9 @@ impl Workload for RedisLikeWorkload {
             MAIN => {
                 debug_assert_eq!(self.main, Main::Aof);
                 // fdatasync of a grown file: a journal commit.
+                self.counts.wait_aof.add(now.0 - self.wait_since.0);
                 self.main = Main::Journal;
+                self.wait_since = now;
                 self.journal.wait(MAIN, &mut self.blocking);
                 if self.journal.should_start() {
                     self.ready_at[JBD2] = Some(now);
@@ -584,6 +598,12 @@ impl Workload for RedisLikeWorkload {
 
     fn app_report(&self) -> Option<AppReport> {
         let roles = ROLES.iter().copied().zip(self.writes).collect();
-        Some(self.meter.report(&self.blocking.hints, roles))
+        let c = &self.counts;
+        let waits = vec![
+            ("log write", c.wait_aof),
+            ("journal commit", c.wait_journal),
+            ("rewriting child", c.wait_rewrite),
+        ];
+        Some(self.meter.report(&self.blocking.hints, roles, waits))
     }
 }
