@@ -186,7 +186,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
     Ok(points)
 }
 
-pub const CSV_HEADER: &str = "experiment,backend,cache_device,policy,cache_mib,clients,seed,app_per_s,latency_ms_mean,latency_ms_p50,latency_ms_p99,latency_ms_p999,latency_ms_p9999,app_requests,writes,writes_cached,cached_fraction,cached_pages_fraction,reissued_writes,stalls,inherits,inherits_open,io_per_s,warmup_s,window_s,share_critical_role,share_checkpointer,share_kworker";
+pub const CSV_HEADER: &str = "experiment,backend,cache_device,policy,cache_mib,clients,seed,app_per_s,latency_ms_mean,latency_ms_p50,latency_ms_p99,latency_ms_p999,latency_ms_p9999,app_requests,writes,writes_cached,cached_fraction,cached_pages_fraction,reissued_writes,stalls,inherits,inherits_open,io_per_s,warmup_s,window_s,share_critical_role,share_checkpointer,share_kworker,critical_waits_mean_max_ms";
 
 pub fn csv_row(r: &Row) -> String {
     let p = &r.point;
@@ -195,7 +195,7 @@ pub fn csv_row(r: &Row) -> String {
     let cached = writes_cached(m);
     let share = |role: &str| app.write_share(role);
     format!(
-        "{},{},{},{},{},{},{},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{:.4},{:.4},{},{},{},{},{:.1},{:.1},{:.1},{:.4},{:.4},{:.4}",
+        "{},{},{},{},{},{},{},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{:.4},{:.4},{},{},{},{},{:.1},{:.1},{:.1},{:.4},{:.4},{:.4},{}",
         p.experiment,
         p.backend,
         p.cache_device,
@@ -228,6 +228,11 @@ pub fn csv_row(r: &Row) -> String {
         share("backends") + share("main"),
         share("checkpointer"),
         share("kworker"),
+        app.waits
+            .iter()
+            .map(|(what, w)| format!("{what} {:.3}/{:.1}", w.mean_ms(), w.max_ms()))
+            .collect::<Vec<_>>()
+            .join("; "),
     )
 }
 
