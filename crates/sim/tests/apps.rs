@@ -9,6 +9,7 @@ use wcache_core::EngineConfig;
 use wcache_models::build_device;
 use wcache_models::HddParams;
 use wcache_sim::experiment::backing_per_volume;
+use wcache_sim::faults::FaultPlan;
 use wcache_sim::run::{RunLimits, SimReport, Simulation};
 use wcache_sim::workload::{
     CriticalityHint, IoRequest, PgLikeConfig, PgLikeWorkload, PgWriteMix, RedisLikeConfig,
@@ -236,6 +237,10 @@ fn a_cascade_through_the_lock_and_the_journal_makes_both_inherit() {
 }
 
 fn pg_sim(admission: &str, stop_s: u64) -> (SimReport, Simulation) {
+    pg_sim_crashing(admission, stop_s, None)
+}
+
+fn pg_sim_crashing(admission: &str, stop_s: u64, crash_at: Option<u64>) -> (SimReport, Simulation) {
     // 24 backends, an NV-DRAM cache of 32 MiB, data and WAL on their own disks.
     let mut c = PgLikeConfig::tpcc_like(24);
     c.stop = Stop {
@@ -249,9 +254,10 @@ fn pg_sim(admission: &str, stop_s: u64) -> (SimReport, Simulation) {
         group_size_bytes: 64 * 1024,
         cache_slots: 8192,
         admission: admission.into(),
+        persistent: crash_at.is_some(),
         ..EngineConfig::default()
     };
-    let mut sim = Simulation::new(
+    let sim = Simulation::new(
         config,
         build_device("nvram").expect("model"),
         backing,
@@ -259,6 +265,12 @@ fn pg_sim(admission: &str, stop_s: u64) -> (SimReport, Simulation) {
         true,
     )
     .expect("simulation");
+    let mut sim = match crash_at {
+        Some(k) => sim
+            .with_faults(FaultPlan::default(), 1, Some(k))
+            .expect("a persistent engine"),
+        None => sim,
+    };
     let r = sim
         .run(RunLimits {
             warmup_ns: 1_000_000_000,
@@ -294,6 +306,30 @@ fn every_inheritance_is_ended_by_the_end_of_a_simulation_and_data_checks() {
         r.backing_sectors_checked > 0,
         "the drained backing was checked"
     );
+}
+
+#[test]
+fn inheritances_in_force_at_a_crash_are_given_to_the_recovered_engine() {
+    // Without them, the first end after the crash would be refused by the
+    // new engine (SimError::Hint) and the run would fail. (cp-pi: a crash
+    // under cp-pi-ioi panics in the data model today, with any workload:
+    // docs/experiments/rdc.md.)
+    let (r, sim) = pg_sim_crashing("cp-pi", 10, Some(20_000));
+    assert_eq!(r.faults.crashes, 1);
+    let app = r.app.expect("an application");
+    assert!(app.inherits_total > 0);
+    assert_eq!(app.inherits_open, 0, "{app:?}");
+    for issuer in 1..=28 {
+        assert!(
+            !sim.engine().issuer_criticality(issuer).1,
+            "issuer {issuer}"
+        );
+    }
+    assert!(
+        sim.engine().issuer_criticality(1).0,
+        "hinted again after the crash"
+    );
+    assert!(r.backing_sectors_checked > 0);
 }
 
 #[test]
