@@ -194,7 +194,9 @@ struct OneRun {
     #[arg(long)]
     read_cache: bool,
     /// Workload: random, spc1, trace, fileserver (PostMark-like: small
-    /// files, appends, creates, deletes, journal commits; docs/workloads.md).
+    /// files, appends, creates, deletes, journal commits), pglike
+    /// (PostgreSQL-like: backends, WAL lock, checkpointer; use --backend
+    /// hdd-per-volume), redislike (Redis-like: AOF, snapshots); docs/workloads.md.
     #[arg(long, default_value = "random")]
     workload: String,
     /// Files at the start of the fileserver workload (its table holds twice
@@ -215,7 +217,8 @@ struct OneRun {
     #[arg(long)]
     disk_queue_depth: Option<usize>,
     /// Closed loop with this many requests outstanding (random, spc1, trace
-    /// replay; default 16). With wow-spc1 it replaces the sweep's 64.
+    /// replay; default 16); pglike backends (24), redislike clients (40).
+    /// With wow-spc1 it replaces the sweep's 64.
     #[arg(long)]
     outstanding: Option<u64>,
     /// Open loop at this target IOPS instead of closed loop (random, spc1).
