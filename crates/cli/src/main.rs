@@ -539,11 +539,12 @@ fn print_admission(o: &OneRun, r: &SimReport) {
     }
     let s = &r.stats;
     println!(
-        "admission           {}: {} of {} writes cached ({} bypassed)",
+        "admission           {}: {} of {} writes cached ({} bypassed, {} of them reissued to the cache)",
         o.admission,
         s.writes - s.write_bypasses,
         s.writes,
-        s.write_bypasses
+        s.write_bypasses,
+        s.reissued_writes
     );
     for (name, c) in [("critical", &r.critical_writes), ("other", &r.other_writes)] {
         println!(

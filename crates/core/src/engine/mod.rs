@@ -173,9 +173,6 @@ struct Req {
     bypass_io: Option<IoId>,
     /// Promoted: reissued to the cache while its bypass was in flight.
     promoted: bool,
-    /// A critical waiter: a bypass in flight it must wait for is promoted
-    /// (the admission policy's `inherits_io`).
-    inherits_io: bool,
     /// Ordered write-back: the write's issue number (`NO_NODE`: none).
     node: u64,
 }

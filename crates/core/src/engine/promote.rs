@@ -29,14 +29,29 @@ impl Engine {
             && self.write_policy.keeps_dirty()
     }
 
-    /// Write `ri`, a critical waiter going to the cache, would wait for a
-    /// bypass in flight to one of its pages: promote the bypasses over its
-    /// pages. True if any was.
+    /// Write `ri`, going to the cache, would wait for a bypass in flight to
+    /// one of its pages: if it is a critical waiter (asked now, so a
+    /// criticality gained while it stalled counts), promote the bypasses
+    /// over its pages. True if any was.
     pub(super) fn promote_for_write(&mut self, ri: u32) -> bool {
-        if !self.promotion_possible() || !self.req(ri).inherits_io || !self.overlaps_bypass(ri) {
+        if !self.promotion_possible() || !self.overlaps_bypass(ri) {
             return false;
         }
         let r = self.req(ri);
+        let waiter = Request {
+            id: r.id,
+            volume: r.volume,
+            kind: r.kind,
+            offset_bytes: r.offset_bytes,
+            len_bytes: r.len_bytes,
+            flags: r.flags,
+        };
+        if !self
+            .admission_of(r.volume)
+            .inherits_io(&self.write_info(&waiter))
+        {
+            return false;
+        }
         let (vol, first, last) = (r.volume, self.first_page(r), self.last_page(r));
         self.promote_where(|e, b| {
             b.volume == vol && e.first_page(b) <= last && first <= e.last_page(b)
@@ -65,17 +80,7 @@ impl Engine {
         }
         // Asked per bypass, of its volume's policy, as a sync write of the issuer.
         let waits = |e: &Engine, b: &Req| {
-            let probe = Request {
-                id: b.id,
-                volume: b.volume,
-                kind: RequestKind::Write,
-                offset_bytes: b.offset_bytes,
-                len_bytes: b.len_bytes,
-                flags: RequestFlags {
-                    sync: true,
-                    ..b.flags
-                },
-            };
+            let probe = as_request(b, true);
             e.admission_of(b.volume).inherits_io(&e.write_info(&probe))
         };
         // The reissued pages' completions admit any write that waited.
@@ -226,5 +231,17 @@ impl Engine {
             self.stats.io_errors += 1;
         }
         self.backing_write_landed(volume, offset_bytes, len_bytes, false);
+    }
+}
+
+/// Request `r` as admission sees it, sync if `sync`.
+fn as_request(r: &Req, sync: bool) -> Request {
+    Request {
+        id: r.id,
+        volume: r.volume,
+        kind: r.kind,
+        offset_bytes: r.offset_bytes,
+        len_bytes: r.len_bytes,
+        flags: RequestFlags { sync, ..r.flags },
     }
 }

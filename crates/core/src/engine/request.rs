@@ -50,12 +50,11 @@ impl Engine {
             RequestKind::Read => self.admit_read(ri),
             RequestKind::Write | RequestKind::WriteZeroes => {
                 let write = self.write_info(&req);
-                let admission = self.admission_of_mut(req.volume);
-                let bypass = admission.admit_write(&write) == Admit::Bypass;
-                let inherits_io = !bypass && admission.inherits_io(&write);
-                let r = self.req_mut(ri);
-                (r.bypass, r.inherits_io) = (bypass, inherits_io);
-                self.promote_for_write(ri);
+                let bypass = self.admission_of_mut(req.volume).admit_write(&write) == Admit::Bypass;
+                self.req_mut(ri).bypass = bypass;
+                if self.bypass_writes_live > 0 && !bypass {
+                    self.promote_for_write(ri);
+                }
                 let route = if self.stalled.is_empty() {
                     self.route_if_room(ri)
                 } else {
@@ -128,7 +127,6 @@ impl Engine {
             bypass: false,
             bypass_io: None,
             promoted: false,
-            inherits_io: false,
             node: NO_NODE,
         });
         self.reqs_live += 1;
@@ -271,9 +269,10 @@ impl Engine {
     /// Admit stalled writes, oldest first, while room allows.
     pub(super) fn drain_stalls(&mut self, now: Nanos) {
         while let Some(&ri) = self.stalled.front() {
-            let route = self
-                .route_if_room(ri)
-                .or_else(|| self.promote_for_write(ri).then(|| self.route_if_room(ri))?);
+            let route = self.route_if_room(ri).or_else(|| {
+                (!self.req(ri).bypass && self.promote_for_write(ri))
+                    .then(|| self.route_if_room(ri))?
+            });
             let Some(route) = route else {
                 return;
             };
