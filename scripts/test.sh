@@ -64,6 +64,8 @@ tmp=$(mktemp -d)
 test -s "$tmp/wow-random.csv" || { echo "FAILED: no CSV written"; exit 1; }
 rows=$(($(wc -l < "$tmp/wow-random.csv") - 1))
 [ "$rows" -gt 0 ] || { echo "FAILED: empty CSV"; exit 1; }
+"${CARGO_TARGET_DIR:-./target}"/ci/wcache sim rdc-capacity --quick --out "$tmp"
+test -s "$tmp/rdc-capacity.csv" || { echo "FAILED: no rdc CSV written"; exit 1; }
 rm -rf "$tmp"
 
 log "all checks passed ($passed tests)"

@@ -26,11 +26,12 @@ use wcache_core::policy::replacement::REPLACEMENTS;
 use wcache_core::policy::write_policy::WRITE_POLICIES;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_models::{build_device, build_device_with, HddParams};
-use wcache_sim::experiment::{self, wow};
+use wcache_sim::experiment::{self, rdc, wow};
 use wcache_sim::faults::FaultPlan;
 use wcache_sim::workload::{
-    FileServerConfig, HrrwModel, IssuerMix, Loop, RandomConfig, Replay, Spc1Config, TraceConfig,
-    TraceFormat, WorkloadSpec, OUTSTANDING_MAX_DEFAULT, WORKLOAD_NAMES,
+    FileServerConfig, HrrwModel, IssuerMix, Loop, PgLikeConfig, RandomConfig, RedisLikeConfig,
+    Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec, OUTSTANDING_MAX_DEFAULT,
+    WORKLOAD_NAMES,
 };
 use wcache_sim::{RunLimits, SimReport, Simulation, TimelineSample};
 
@@ -47,7 +48,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Simulate: a named experiment (wow-random, wow-spc1, wow-latency) or, with no name, one configuration.
+    /// Simulate: a named experiment (wow-random, wow-spc1, wow-latency,
+    /// rdc-capacity, rdc-ssd, rdc-redis) or, with no name, one configuration.
     Sim(Box<SimArgs>),
     /// Serve cached volumes over NBD (no arguments: a demo in ./wcache-data).
     Serve(Box<serve::ServeArgs>),
@@ -112,7 +114,8 @@ struct SimArgs {
 /// One configuration (used when no experiment is named).
 #[derive(Args)]
 struct OneRun {
-    /// Backing device model: hdd, raid10, raid5, raid5-md (RAID-5 with a stripe cache), ssd, nvram.
+    /// Backing device model: hdd, raid10, raid5, raid5-md (RAID-5 with a stripe cache), ssd, nvram,
+    /// hdd-per-volume (one disk per volume: pglike's data and WAL).
     /// With a named experiment, raid5-md replaces its RAID-5 array.
     #[arg(long, default_value = "raid5")]
     backend: String,
@@ -191,13 +194,19 @@ struct OneRun {
     #[arg(long)]
     read_cache: bool,
     /// Workload: random, spc1, trace, fileserver (PostMark-like: small
-    /// files, appends, creates, deletes, journal commits; docs/workloads.md).
+    /// files, appends, creates, deletes, journal commits), pglike
+    /// (PostgreSQL-like: backends, WAL lock, checkpointer; use --backend
+    /// hdd-per-volume), redislike (Redis-like: AOF, snapshots); docs/workloads.md.
     #[arg(long, default_value = "random")]
     workload: String,
     /// Files at the start of the fileserver workload (its table holds twice
     /// as many; 48-152 KiB each, so the volume is about 300 KiB per file).
     #[arg(long, default_value_t = 2000)]
     files: u64,
+    /// pglike, redislike: mean CPU time per transaction or command, in
+    /// microseconds (default: the workload's, docs/workloads.md).
+    #[arg(long)]
+    cpu_us: Option<f64>,
     /// Footprint in bytes, with an optional binary unit (K, M, G, T; e.g.
     /// 3635200K), rounded down to whole 4 KiB pages (default: the whole
     /// backing device).
@@ -208,7 +217,8 @@ struct OneRun {
     #[arg(long)]
     disk_queue_depth: Option<usize>,
     /// Closed loop with this many requests outstanding (random, spc1, trace
-    /// replay; default 16). With wow-spc1 it replaces the sweep's 64.
+    /// replay; default 16); pglike backends (24), redislike clients (40).
+    /// With wow-spc1 it replaces the sweep's 64.
     #[arg(long)]
     outstanding: Option<u64>,
     /// Open loop at this target IOPS instead of closed loop (random, spc1).
@@ -363,6 +373,9 @@ fn sim(args: SimArgs) -> Result<(), AnyError> {
 }
 
 fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
+    if name.starts_with("rdc-") {
+        return sim_rdc(name, args);
+    }
     let rate = DESTAGE_RATES.find(&args.one.rate)?.name;
     let opts = wow::Options {
         quick: args.quick,
@@ -381,24 +394,7 @@ fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
             .unwrap_or(HddParams::ultrastar_10k().queue_depth),
     };
     let points = wow::points(name, &opts)?;
-    let threads = args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
-    let bar = ProgressBar::new(points.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{bar:40}] {pos}/{len} points, {elapsed_precise} (eta {eta})",
-        )?
-        .progress_chars("=> "),
-    );
-    bar.set_message(name.to_string());
-    let started = std::time::Instant::now();
-    let rows = experiment::run_points(points, threads, &|done, _| bar.set_position(done as u64))?;
-    bar.finish();
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    let (rows, threads, seconds) = run_with_progress(name, points, args)?;
     let csv_path = args.out.join(format!("{name}.csv"));
     std::fs::write(&csv_path, experiment::to_csv(&rows))
         .map_err(|e| format!("cannot write {}: {e}", csv_path.display()))?;
@@ -425,12 +421,73 @@ fn sim_experiment(name: &str, args: &SimArgs) -> Result<(), AnyError> {
         );
     }
     println!(
-        "wrote {} ({} runs, {:.1} s on {threads} threads)",
+        "wrote {} ({} runs, {seconds:.1} s on {threads} threads)",
         csv_path.display(),
         rows.len(),
-        started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The admission paper's experiments: their own CSV columns and charts.
+fn sim_rdc(name: &str, args: &SimArgs) -> Result<(), AnyError> {
+    let opts = rdc::Options {
+        quick: args.quick,
+        seeds: args.seeds,
+        check_data: args.check,
+        disk_queue_depth: args
+            .one
+            .disk_queue_depth
+            .unwrap_or(HddParams::ultrastar_10k().queue_depth),
+    };
+    let points = rdc::points(name, &opts)?;
+    if !rdc::policies_available().contains(&"cp-pi-ioi") {
+        eprintln!("note: this engine has no cp-pi-ioi admission policy; {name} runs without it");
+    }
+    let (rows, threads, seconds) = run_with_progress(name, points, args)?;
+    let csv_path = args.out.join(format!("{name}.csv"));
+    let csv = rdc::to_csv(&rows);
+    std::fs::write(&csv_path, &csv)
+        .map_err(|e| format!("cannot write {}: {e}", csv_path.display()))?;
+    for (file, svg) in rdc::charts(name, &rows) {
+        let path = args.out.join(file);
+        std::fs::write(&path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    for line in csv.lines() {
+        println!("{}", line.split(',').take(20).collect::<Vec<_>>().join(","));
+    }
+    println!(
+        "wrote {} ({} runs, {seconds:.1} s on {threads} threads)",
+        csv_path.display(),
+        rows.len(),
+    );
+    Ok(())
+}
+
+/// Run an experiment's points with a progress bar; (rows, threads, seconds).
+fn run_with_progress(
+    name: &str,
+    points: Vec<experiment::Point>,
+    args: &SimArgs,
+) -> Result<(Vec<experiment::Row>, usize, f64), AnyError> {
+    let threads = args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let bar = ProgressBar::new(points.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:40}] {pos}/{len} points, {elapsed_precise} (eta {eta})",
+        )?
+        .progress_chars("=> "),
+    );
+    bar.set_message(name.to_string());
+    let started = std::time::Instant::now();
+    let rows = experiment::run_points(points, threads, &|done, _| bar.set_position(done as u64))?;
+    bar.finish();
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    Ok((rows, threads, started.elapsed().as_secs_f64()))
 }
 
 /// Journaled write-back's settings from `--journal-pages`, `--commit-pages`,
@@ -497,6 +554,49 @@ fn print_admission(o: &OneRun, r: &SimReport) {
     }
 }
 
+/// An application workload's own measures, and admission's effect on it.
+fn print_app(o: &OneRun, r: &SimReport) {
+    let Some(a) = &r.app else {
+        return;
+    };
+    let s = &r.stats;
+    println!(
+        "application         {:.1} {}/s ({} in the window); latency ms mean {:.3}, p50 {:.3}, p99 {:.3}, p99.9 {:.3}, p99.99 {:.3}",
+        a.per_s, a.unit, a.requests, a.latency_ms_mean, a.latency_ms_p50, a.latency_ms_p99, a.latency_ms_p999, a.latency_ms_p9999
+    );
+    println!(
+        "admission           {}: {} of {} writes cached ({:.1} %; {:.1} % of pages; {} reissued), {} stalls, {} inheritances in the window ({} over the run, {} still open)",
+        o.admission,
+        rdc::writes_cached(r),
+        s.writes,
+        100.0 * rdc::writes_cached(r) as f64 / s.writes.max(1) as f64,
+        100.0 * rdc::cached_pages_fraction(r),
+        s.reissued_writes,
+        s.stalls,
+        a.inherits,
+        a.inherits_total,
+        a.inherits_open
+    );
+    let total: u64 = a.writes_by_role.iter().map(|w| w.1).sum();
+    let mix: Vec<String> = a
+        .writes_by_role
+        .iter()
+        .map(|(role, n)| format!("{role} {:.1} %", 100.0 * *n as f64 / total.max(1) as f64))
+        .collect();
+    println!(
+        "write mix           {} (whole run, {total} writes)",
+        mix.join(", ")
+    );
+    for (what, w) in &a.waits {
+        println!(
+            "critical waits      {what}: {} waits, mean {:.3} ms, max {:.3} ms (whole run)",
+            w.count,
+            w.mean_ms(),
+            w.max_ms()
+        );
+    }
+}
+
 fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     let o = &args.one;
     let hrrw = HrrwModel::from_name(&o.hrrw).ok_or_else(|| {
@@ -511,7 +611,12 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     if let Some(depth) = o.disk_queue_depth {
         disk = disk.with_queue_depth(depth);
     }
-    let backing = build_device_with(&o.backend, &disk)?;
+    let per_volume = o.backend == experiment::BACKING_PER_VOLUME;
+    let backing = if per_volume {
+        None
+    } else {
+        Some(build_device_with(&o.backend, &disk)?)
+    };
     let cache = build_device(&o.cache_device)?;
     let group = o.group_size.unwrap_or(if o.backend.starts_with("raid5") {
         256 * 1024
@@ -555,7 +660,11 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         Some(spec) => FaultPlan::parse(spec).map_err(|e| format!("--faults: {e}"))?,
         None => FaultPlan::default(),
     };
-    let footprint = o.footprint.unwrap_or(backing.capacity_bytes()) / 4096 * 4096;
+    let footprint = o
+        .footprint
+        .unwrap_or(backing.as_ref().map_or(0, |b| b.capacity_bytes()))
+        / 4096
+        * 4096;
     let outstanding = o.outstanding.unwrap_or(16);
     let arrivals = match o.target_iops {
         Some(rate_iops) => Loop::Open {
@@ -610,6 +719,32 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
             };
             WorkloadSpec::Trace(c)
         }
+        "pglike" | "redislike" => {
+            if o.target_iops.is_some() {
+                return Err(format!(
+                    "--workload {} is a closed loop of clients (--outstanding); --target-iops does not apply",
+                    o.workload
+                )
+                .into());
+            }
+            if o.workload == "pglike" {
+                let n = o.outstanding.unwrap_or(rdc::PG_BACKENDS as u64);
+                workload_label = format!("pglike ({n} backends)");
+                let mut c = PgLikeConfig::tpcc_like(u32::try_from(n).unwrap_or(u32::MAX));
+                if let Some(us) = o.cpu_us {
+                    c.cpu_us_mean = us;
+                }
+                WorkloadSpec::PgLike(c)
+            } else {
+                let n = o.outstanding.unwrap_or(rdc::REDIS_CLIENTS as u64);
+                workload_label = format!("redislike ({n} clients)");
+                let mut c = RedisLikeConfig::ycsb_a(u32::try_from(n).unwrap_or(u32::MAX));
+                if let Some(us) = o.cpu_us {
+                    c.cpu_us_mean = us;
+                }
+                WorkloadSpec::RedisLike(c)
+            }
+        }
         "fileserver" => {
             if o.target_iops.is_some() {
                 return Err("--workload fileserver is a closed loop (one request per \
@@ -629,9 +764,15 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         }
     };
     let workload = spec.build(o.seed)?;
-    // The fileserver workload lays out its own volume.
+    let backing = match backing {
+        Some(b) => b,
+        None => experiment::backing_per_volume(&disk, &workload.volume_sizes_bytes()),
+    };
+    // The fileserver and the applications lay out their own volumes.
     let footprint = match spec {
-        WorkloadSpec::FileServer(_) => workload.volume_sizes_bytes().iter().sum(),
+        WorkloadSpec::FileServer(_) | WorkloadSpec::PgLike(_) | WorkloadSpec::RedisLike(_) => {
+            workload.volume_sizes_bytes().iter().sum()
+        }
         _ => footprint,
     };
     let mut sim = Simulation::new(engine, cache, backing, workload, args.check)?;
@@ -704,6 +845,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     println!("stalls              {}", r.stats.stalls);
     println!("bypasses            {}", r.stats.write_bypasses);
     print_admission(o, &r);
+    print_app(o, &r);
     if r.order_checks > 0 {
         println!(
             "point-in-time       the backing alone was consistent at all {} crashes checked (every crash under write-back-ordered; with pit, those that lost the cache)",

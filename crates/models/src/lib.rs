@@ -18,10 +18,12 @@ use std::collections::VecDeque;
 
 use wcache_core::time::Nanos;
 
+pub mod concat;
 pub mod hdd;
 pub mod raid;
 pub mod ssd;
 
+pub use concat::ConcatModel;
 pub use hdd::{HddModel, HddParams, HddZone};
 pub use raid::{RaidConfigError, RaidLevel, RaidModel};
 pub use ssd::{NvramModel, NvramParams, SsdModel, SsdParams};

@@ -6,7 +6,9 @@ use crate::checker::{DataModel, IntegrityError, SECTOR_BYTES};
 use crate::faults::{FaultCounts, FaultPlan, Faults, OpClass, OpFate};
 use crate::latency::{ClassLatency, WriteClasses};
 use crate::order_check::OrderError;
-use crate::workload::{IoRequest, ReqKind, Workload, WorkloadError, WorkloadStats};
+use crate::workload::{
+    AppReport, CriticalityHint, IoRequest, ReqKind, Workload, WorkloadError, WorkloadStats,
+};
 use rustc_hash::FxHashMap as HashMap;
 use thiserror::Error;
 use wcache_core::config::CheckpointMode;
@@ -50,6 +52,13 @@ pub enum SimError {
     CrashNeedsPersistent,
     #[error("recovery after the crash: {0}")]
     Recovery(#[from] RecoveryError),
+    /// The workload asked for something the engine refuses (a bug in the
+    /// workload's model, e.g. ending an inheritance it never began).
+    #[error("workload criticality hint {hint:?}: {source}")]
+    Hint {
+        hint: CriticalityHint,
+        source: CriticalityError,
+    },
 }
 
 /// How long to run and what to measure.
@@ -144,6 +153,8 @@ pub struct SimReport {
     /// other writes, apart (`latency`).
     pub critical_writes: ClassLatency,
     pub other_writes: ClassLatency,
+    /// An application workload's own measures (transactions or commands).
+    pub app: Option<AppReport>,
 }
 
 #[derive(Clone, Copy)]
@@ -191,6 +202,9 @@ pub struct Simulation {
     arrivals: HashMap<u64, (Nanos, Class)>,
     /// Issuers hinted critical (`set_critical_issuer`), hinted again after a crash.
     critical_issuers: Vec<u32>,
+    /// Inheritance causes the workload's hints hold per issuer, given
+    /// again to the engine that recovers after a crash.
+    inherited: HashMap<u32, u32>,
     backlog: Vec<Request>,
     first_rejection: Option<String>,
     data: Option<DataModel>,
@@ -264,6 +278,16 @@ impl Simulation {
                 have_bytes: backing.capacity_bytes(),
             });
         }
+        // An application names its own critical processes (the paper's hint).
+        let app_critical: Vec<u32> = workload.critical_issuers().to_vec();
+        for &issuer in &app_critical {
+            engine
+                .set_critical_issuer(issuer, true)
+                .map_err(|source| SimError::Hint {
+                    hint: CriticalityHint::Inherit(issuer),
+                    source,
+                })?;
+        }
         Ok(Simulation {
             engine,
             config,
@@ -287,7 +311,8 @@ impl Simulation {
             dev_ops: HashMap::default(),
             next_op: 0,
             arrivals: HashMap::default(),
-            critical_issuers: Vec::new(),
+            critical_issuers: app_critical,
+            inherited: HashMap::default(),
             backlog: Vec::new(),
             first_rejection: None,
             data: check_data.then(|| DataModel::new(page_bytes, cache_slots, &volume_sizes_bytes)),
@@ -305,6 +330,30 @@ impl Simulation {
         self.engine.set_critical_issuer(issuer, true)?;
         if !self.critical_issuers.contains(&issuer) {
             self.critical_issuers.push(issuer);
+        }
+        Ok(())
+    }
+
+    /// Apply the criticality hints the workload has queued, in order.
+    fn apply_hints(&mut self) -> Result<(), SimError> {
+        while let Some(hint) = self.workload.take_hint() {
+            let applied = match hint {
+                CriticalityHint::Inherit(issuer) => self.engine.inherit_criticality(issuer),
+                CriticalityHint::EndInherit(issuer) => {
+                    self.engine.end_inherited_criticality(issuer)
+                }
+            };
+            applied.map_err(|source| SimError::Hint { hint, source })?;
+            match hint {
+                CriticalityHint::Inherit(issuer) => *self.inherited.entry(issuer).or_insert(0) += 1,
+                CriticalityHint::EndInherit(issuer) => {
+                    let n = self.inherited.get_mut(&issuer).expect("the engine had it");
+                    *n -= 1;
+                    if *n == 0 {
+                        self.inherited.remove(&issuer);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -661,6 +710,16 @@ impl Simulation {
                 .set_critical_issuer(issuer, true)
                 .expect("accepted before the crash");
         }
+        // Inheritances in force go on: their causes (waits) outlive the crash.
+        let mut inherited: Vec<(u32, u32)> = self.inherited.iter().map(|(&i, &n)| (i, n)).collect();
+        inherited.sort_unstable();
+        for (issuer, n) in inherited {
+            for _ in 0..n {
+                self.engine
+                    .inherit_criticality(issuer)
+                    .expect("accepted before the crash");
+            }
+        }
         if self.draining {
             self.engine.start_drain();
         }
@@ -676,6 +735,7 @@ impl Simulation {
         for id in lost_requests {
             self.arrivals.remove(&id);
             self.workload.complete(self.now, id);
+            self.apply_hints()?;
         }
         Ok(())
     }
@@ -729,6 +789,7 @@ impl Simulation {
                     );
                 }
                 self.workload.complete(self.now, r.id.0);
+                self.apply_hints()?;
             }
             if !self.backlog.is_empty()
                 && self.engine.requests_in_flight() < self.engine.config().requests_max
@@ -760,7 +821,9 @@ impl Simulation {
             // Arrivals due now.
             if !draining {
                 while self.workload.next_arrival().is_some_and(|t| t <= self.now) {
-                    let Some(r) = self.workload.poll(self.now) else {
+                    let polled = self.workload.poll(self.now);
+                    self.apply_hints()?;
+                    let Some(r) = polled else {
                         break;
                     };
                     let req = self.to_request(&r);
@@ -770,6 +833,7 @@ impl Simulation {
                         rejected += 1;
                         self.arrivals.remove(&r.id);
                         self.workload.complete(self.now, r.id);
+                        self.apply_hints()?;
                     }
                 }
                 if let Some(e) = self.workload.take_error() {
@@ -782,6 +846,7 @@ impl Simulation {
                 next_sample_ns = (self.now.0 / limits.timeline_ns + 1) * limits.timeline_ns;
             }
             if warm_stats.is_none() && m.warm() {
+                self.workload.measure_start(m.warm_at.unwrap_or(self.now));
                 warm_stats = Some((
                     self.engine.stats().clone(),
                     self.backing.stats(),
@@ -795,6 +860,7 @@ impl Simulation {
             let workload_done = self.workload.finished() && self.engine.is_idle();
             if !draining && (measured_enough || out_of_time || workload_done) {
                 m.stop(self.now);
+                self.workload.measure_stop(self.now);
                 if !limits.check_data && self.crash_at.is_none() {
                     break;
                 }
@@ -827,6 +893,7 @@ impl Simulation {
             let Some(t) = next else {
                 if self.engine.is_idle() && !draining {
                     m.stop(self.now);
+                    self.workload.measure_stop(self.now);
                     break;
                 }
                 if std::env::var_os("WCACHE_DEBUG_STUCK").is_some() {
@@ -908,6 +975,7 @@ impl Simulation {
             order_checks: self.data.as_ref().map_or(0, DataModel::order_checks),
             critical_writes: m.classes.report().0,
             other_writes: m.classes.report().1,
+            app: self.workload.app_report(),
         })
     }
 }

@@ -2,6 +2,7 @@
 //! figures, run on all cores, written as CSV (one row per run) and SVG.
 //! Every parameter a point uses is in its row or in `docs/experiments/`.
 
+pub mod rdc;
 pub mod svg;
 pub mod wow;
 
@@ -10,14 +11,34 @@ use crate::workload::WorkloadSpec;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use wcache_core::EngineConfig;
-use wcache_models::{build_device, build_device_with, DeviceModel, HddParams};
+use wcache_models::{build_device, build_device_with, ConcatModel, DeviceModel, HddParams};
+
+/// A backing of one disk per volume of the workload, each volume at the
+/// start of its own disk (the admission paper's data and log disks).
+pub const BACKING_PER_VOLUME: &str = "hdd-per-volume";
+
+/// One `disk` per volume of `sizes_bytes`, concatenated so that the
+/// simulator's volume layout (one after another) puts each on its own.
+pub fn backing_per_volume(disk: &HddParams, sizes_bytes: &[u64]) -> Box<dyn DeviceModel> {
+    let members = sizes_bytes
+        .iter()
+        .map(|&size| {
+            let d = build_device_with("hdd", disk).expect("hdd is a model");
+            (d, size.div_ceil(512) * 512)
+        })
+        .collect();
+    Box::new(ConcatModel::new(members))
+}
 
 /// One simulation to run.
 #[derive(Clone, Debug)]
 pub struct Point {
     pub experiment: &'static str,
-    /// Backing device name for the registry, e.g. "raid5".
+    /// Backing device name for the registry, e.g. "raid5", or
+    /// [`BACKING_PER_VOLUME`] (one disk per volume of the workload).
     pub backend: &'static str,
+    /// Cache device name for the registry: "nvram", "ssd".
+    pub cache_device: &'static str,
     /// "full" or "partial" (the WOW paper's footprints).
     pub footprint: &'static str,
     pub policy: String,
@@ -41,13 +62,17 @@ pub struct Row {
 
 pub fn run_point(p: &Point) -> Result<SimReport, SimError> {
     let disk = HddParams::ultrastar_10k().with_queue_depth(p.disk_queue_depth);
-    let backing: Box<dyn DeviceModel> = build_device_with(p.backend, &disk).map_err(|e| {
-        SimError::Workload(crate::workload::WorkloadError::InvalidConfig(e.to_string()))
-    })?;
-    let cache = build_device("nvram").map_err(|e| {
-        SimError::Workload(crate::workload::WorkloadError::InvalidConfig(e.to_string()))
-    })?;
     let workload = p.workload.build(p.seed)?;
+    let backing: Box<dyn DeviceModel> = if p.backend == BACKING_PER_VOLUME {
+        backing_per_volume(&disk, &workload.volume_sizes_bytes())
+    } else {
+        build_device_with(p.backend, &disk).map_err(|e| {
+            SimError::Workload(crate::workload::WorkloadError::InvalidConfig(e.to_string()))
+        })?
+    };
+    let cache = build_device(p.cache_device).map_err(|e| {
+        SimError::Workload(crate::workload::WorkloadError::InvalidConfig(e.to_string()))
+    })?;
     let mut sim = Simulation::new(
         p.engine.clone(),
         cache,
@@ -144,11 +169,42 @@ pub fn csv_row(r: &Row) -> String {
 }
 
 pub fn to_csv(rows: &[Row]) -> String {
-    let mut s = String::from(CSV_HEADER);
+    csv_with(CSV_HEADER, csv_row, rows)
+}
+
+/// A header line, then one line per row.
+pub fn csv_with(header: &str, row: fn(&Row) -> String, rows: &[Row]) -> String {
+    let mut s = String::from(header);
     s.push('\n');
     for r in rows {
-        s.push_str(&csv_row(r));
+        s.push_str(&row(r));
         s.push('\n');
     }
     s
+}
+
+/// One line per policy of `policies` that has rows: the mean over seeds of
+/// `y` against `x`, over the rows `filter` keeps.
+pub fn series(
+    rows: &[Row],
+    policies: &[&str],
+    filter: &dyn Fn(&Row) -> bool,
+    x: &dyn Fn(&Row) -> f64,
+    y: &dyn Fn(&Row) -> f64,
+) -> Vec<svg::Series> {
+    policies
+        .iter()
+        .filter(|policy| rows.iter().any(|r| r.point.policy == **policy))
+        .map(|policy| {
+            let pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.point.policy == *policy && filter(r))
+                .map(|r| (x(r), y(r)))
+                .collect();
+            svg::Series {
+                name: policy.to_string(),
+                points: svg::mean_by_x(pts),
+            }
+        })
+        .collect()
 }

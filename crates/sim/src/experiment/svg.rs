@@ -3,6 +3,25 @@
 
 use std::fmt::Write;
 
+/// Points sorted by x, with the mean of y at equal x (over seeds).
+pub fn mean_by_x(mut pts: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut merged: Vec<(f64, f64, u32)> = Vec::new();
+    for (px, py) in pts {
+        match merged.last_mut() {
+            Some(last) if last.0 == px => {
+                last.1 += py;
+                last.2 += 1;
+            }
+            _ => merged.push((px, py, 1)),
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(x, y, n)| (x, y / n as f64))
+        .collect()
+}
+
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,

@@ -116,6 +116,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                             points.push(Point {
                                 experiment: "wow-random",
                                 backend,
+                                cache_device: "nvram",
                                 footprint: "full",
                                 policy: policy.to_string(),
                                 nvs_pages: nvs,
@@ -152,6 +153,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                             points.push(Point {
                                 experiment: "wow-spc1",
                                 backend,
+                                cache_device: "nvram",
                                 footprint: "partial",
                                 policy: policy.to_string(),
                                 nvs_pages: nvs,
@@ -206,6 +208,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
                             points.push(Point {
                                 experiment: "wow-latency",
                                 backend,
+                                cache_device: "nvram",
                                 footprint,
                                 policy: policy.to_string(),
                                 nvs_pages: nvs,
@@ -231,37 +234,7 @@ pub fn charts(name: &str, rows: &[Row]) -> Vec<(String, String)> {
     let series = |filter: &dyn Fn(&Row) -> bool,
                   x: &dyn Fn(&Row) -> f64,
                   y: &dyn Fn(&Row) -> f64|
-     -> Vec<Series> {
-        POLICIES
-            .iter()
-            .map(|policy| {
-                let mut pts: Vec<(f64, f64)> = rows
-                    .iter()
-                    .filter(|r| r.point.policy == *policy && filter(r))
-                    .map(|r| (x(r), y(r)))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                // Mean over seeds at equal x.
-                let mut merged: Vec<(f64, f64, u32)> = Vec::new();
-                for (px, py) in pts {
-                    match merged.last_mut() {
-                        Some(last) if last.0 == px => {
-                            last.1 += py;
-                            last.2 += 1;
-                        }
-                        _ => merged.push((px, py, 1)),
-                    }
-                }
-                Series {
-                    name: policy.to_string(),
-                    points: merged
-                        .into_iter()
-                        .map(|(x, y, n)| (x, y / n as f64))
-                        .collect(),
-                }
-            })
-            .collect()
-    };
+     -> Vec<Series> { super::series(rows, POLICIES, filter, x, y) };
     let nvs = |r: &Row| r.point.nvs_pages as f64;
     let iops = |r: &Row| r.report.iops;
     let raid5 = rows

@@ -7,20 +7,26 @@
 
 use wcache_core::time::Nanos;
 
+pub mod app;
 pub mod fileserver;
 mod gate;
 pub mod issuers;
+pub mod pglike;
 pub mod random;
+pub mod redislike;
 pub mod spc1;
 pub mod spec;
 pub mod trace;
 
+pub use app::{AppReport, CriticalityHint, WaitStat};
 pub use fileserver::{
     FileServerConfig, FileServerCounts, FileServerLayout, FileServerRegion, FileServerWorkload,
 };
 pub use gate::OUTSTANDING_MAX_DEFAULT;
 pub use issuers::IssuerMix;
+pub use pglike::{PgLikeConfig, PgLikeCounts, PgLikeWorkload, PgWriteMix};
 pub use random::{RandomConfig, RandomWorkload};
+pub use redislike::{RedisLikeConfig, RedisLikeCounts, RedisLikeWorkload};
 pub use spc1::{HrrwModel, Spc1Config, Spc1Layout, Spc1Stream, Spc1Workload};
 pub use spec::{WorkloadSpec, WORKLOAD_NAMES};
 pub use trace::{
@@ -75,6 +81,29 @@ pub trait Workload: Send {
     /// An error that ended the workload early (a trace that became unreadable
     /// mid-replay); `finished` is true once one is reported. Taken once.
     fn take_error(&mut self) -> Option<WorkloadError> {
+        None
+    }
+    /// Issuers the application hints critical for the whole run (its
+    /// request-serving processes; the paper's `setpriority` hint). The
+    /// simulation hints them at the start and again after a crash.
+    fn critical_issuers(&self) -> &[u32] {
+        &[]
+    }
+    /// The next criticality inheritance the application asks for (a critical
+    /// process blocked on something a non-critical one must finish), in the
+    /// order they arose. The simulation drains these after every `poll` and
+    /// `complete` and applies them to the engine. Taken once each.
+    fn take_hint(&mut self) -> Option<CriticalityHint> {
+        None
+    }
+    /// Application-level measures (transactions or commands) start at `now`
+    /// (the end of the simulation's warm-up)...
+    fn measure_start(&mut self, _now: Nanos) {}
+    /// ...and stop at `now`.
+    fn measure_stop(&mut self, _now: Nanos) {}
+    /// What the application measured over its window; `None` for workloads
+    /// that are not applications (every request is its own unit there).
+    fn app_report(&self) -> Option<AppReport> {
         None
     }
 }

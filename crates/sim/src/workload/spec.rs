@@ -3,12 +3,20 @@
 //! construct workloads only through here, so a name means the same thing everywhere.
 
 use super::{
-    FileServerConfig, FileServerWorkload, RandomConfig, RandomWorkload, Spc1Config, Spc1Workload,
-    TraceConfig, TraceWorkload, Workload, WorkloadError,
+    FileServerConfig, FileServerWorkload, PgLikeConfig, PgLikeWorkload, RandomConfig,
+    RandomWorkload, RedisLikeConfig, RedisLikeWorkload, Spc1Config, Spc1Workload, TraceConfig,
+    TraceWorkload, Workload, WorkloadError,
 };
 
 /// The workload kinds, as [`WorkloadSpec::kind_name`] spells them (for CLI help).
-pub const WORKLOAD_NAMES: [&str; 4] = ["random", "spc1", "trace", "fileserver"];
+pub const WORKLOAD_NAMES: [&str; 6] = [
+    "random",
+    "spc1",
+    "trace",
+    "fileserver",
+    "pglike",
+    "redislike",
+];
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum WorkloadSpec {
@@ -17,6 +25,10 @@ pub enum WorkloadSpec {
     /// Traces ignore the seed: replay is determined by the file.
     Trace(TraceConfig),
     FileServer(FileServerConfig),
+    /// A PostgreSQL-like application (TPC-C-like transactions).
+    PgLike(PgLikeConfig),
+    /// A Redis-like application (YCSB-A-like commands).
+    RedisLike(RedisLikeConfig),
 }
 
 impl WorkloadSpec {
@@ -26,6 +38,8 @@ impl WorkloadSpec {
             WorkloadSpec::Spc1(_) => WORKLOAD_NAMES[1],
             WorkloadSpec::Trace(_) => WORKLOAD_NAMES[2],
             WorkloadSpec::FileServer(_) => WORKLOAD_NAMES[3],
+            WorkloadSpec::PgLike(_) => WORKLOAD_NAMES[4],
+            WorkloadSpec::RedisLike(_) => WORKLOAD_NAMES[5],
         }
     }
 
@@ -36,6 +50,10 @@ impl WorkloadSpec {
             WorkloadSpec::Trace(config) => Box::new(TraceWorkload::open(config.clone())?),
             WorkloadSpec::FileServer(config) => {
                 Box::new(FileServerWorkload::new(config.clone(), seed)?)
+            }
+            WorkloadSpec::PgLike(config) => Box::new(PgLikeWorkload::new(config.clone(), seed)?),
+            WorkloadSpec::RedisLike(config) => {
+                Box::new(RedisLikeWorkload::new(config.clone(), seed)?)
             }
         })
     }
