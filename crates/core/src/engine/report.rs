@@ -1,0 +1,109 @@
+//! Reports: every counter and gauge of the engine and its policies for a
+//! metrics visitor, and the heap bytes of its metadata.
+
+use super::*;
+
+impl Engine {
+    /// Report every counter and gauge of the engine and its policies, as of `now`.
+    pub fn visit_metrics(&self, now: Nanos, v: &mut dyn MetricsVisitor) {
+        self.stats.visit(v);
+        let (low, high) = self.thresholds_pages();
+        let gauges = [
+        (
+            "dirty_pages",
+            "Pages newer in the cache than on the backing.",
+            self.dirty_pages(),
+        ),
+        (
+            "dirty_groups",
+            "Write groups holding dirty pages.",
+            self.dirty_groups() as u64,
+        ),
+        (
+            "clean_pages",
+            "Clean cached pages (replaceable).",
+            self.replacement.len() as u64,
+        ),
+        (
+            "capacity_pages",
+            "Page slots of the cache device.",
+            self.capacity_pages(),
+        ),
+        (
+            "free_slots",
+            "Slots holding no page version.",
+            self.slots.free_count(),
+        ),
+        (
+            "destage_low_threshold_pages",
+            "Dirty pages below which destaging stops.",
+            low,
+        ),
+        (
+            "destage_high_threshold_pages",
+            "Dirty pages from which destaging runs at full rate.",
+            high,
+        ),
+        (
+            "requests_in_flight",
+            "Requests admitted or stalled, not yet answered.",
+            self.reqs_live as u64,
+        ),
+        (
+            "stalled_requests",
+            "Writes waiting for room.",
+            self.stalled.len() as u64,
+        ),
+        (
+            "destages_in_flight",
+            "Destage requests outstanding.",
+            self.destages_in_flight as u64,
+        ),
+        (
+            "dirty_age_ms",
+            "Upper bound on the age of the oldest dirty page, one age period coarse: how far the backing lags the acknowledged writes.",
+            self.dirty_age_ns(now) / 1_000_000,
+        ),
+        (
+            "critical_issuers",
+            "Issuers critical by a hint or an inheritance.",
+            self.issuers.len() as u64,
+        ),
+        (
+            "metadata_bytes",
+            "Heap bytes of engine metadata.",
+            self.metadata_bytes() as u64,
+        ),
+    ];
+        for (name, help, value) in gauges {
+            v.metric(MetricKind::Gauge, name, help, value);
+        }
+        self.admission.report(v);
+        if let Some(j) = &self.journal {
+            j.report(v);
+        }
+    }
+
+    /// Heap bytes of all engine metadata (directory, groups, policies, queues).
+    pub fn metadata_bytes(&self) -> usize {
+        self.slots.heap_bytes()
+            + self.dirty.heap_bytes()
+            + self.ages.heap_bytes()
+            + self.ordered.as_ref().map_or(0, Ordered::heap_bytes)
+            + self.journal.as_ref().map_or(0, Journal::heap_bytes)
+            + self.order.metadata_bytes()
+            + self.replacement.metadata_bytes()
+            + self.admission.metadata_bytes()
+            + self
+                .volumes
+                .iter()
+                .filter_map(|v| v.admission.as_ref())
+                .map(|a| a.metadata_bytes())
+                .sum::<usize>()
+            + self.issuers.metadata_bytes()
+            + self.write_filter.capacity() * 8
+            + (self.backing_writes_in_flight.capacity() + self.bypasses_in_flight.capacity()) * 4
+            + self.reqs.capacity() * std::mem::size_of::<Option<Req>>()
+            + self.held_pages.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
+    }
+}
