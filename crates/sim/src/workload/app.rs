@@ -9,6 +9,42 @@ use std::collections::VecDeque;
 use hdrhistogram::Histogram;
 use wcache_core::time::Nanos;
 
+/// The `Workload` methods every application writes the same way, from
+/// its fields `stopped`, `in_flight`, `ready_at`, `issued`, `completed`,
+/// `critical`, `blocking` and `meter`.
+macro_rules! app_workload_methods {
+    () => {
+        fn finished(&self) -> bool {
+            self.stopped && self.in_flight == 0 && self.ready_at.iter().all(Option::is_none)
+        }
+
+        fn stats(&self) -> WorkloadStats {
+            WorkloadStats {
+                requests_issued: self.issued,
+                requests_completed: self.completed,
+                ..WorkloadStats::default()
+            }
+        }
+
+        fn critical_issuers(&self) -> &[u32] {
+            &self.critical
+        }
+
+        fn take_hint(&mut self) -> Option<CriticalityHint> {
+            self.blocking.hints.take()
+        }
+
+        fn measure_start(&mut self, now: Nanos) {
+            self.meter.start(now, self.blocking.hints.inherits);
+        }
+
+        fn measure_stop(&mut self, now: Nanos) {
+            self.meter.stop(now, self.blocking.hints.inherits);
+        }
+    };
+}
+pub(crate) use app_workload_methods;
+
 /// A criticality hint from an application to the engine. Issuers are
 /// numbered from 1 (0 is the untagged issuer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

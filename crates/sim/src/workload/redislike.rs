@@ -14,7 +14,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wcache_core::time::Nanos;
 
-use super::app::{check_sizes, exp_ns, invalid, AppMeter, Blocker, Blocking, Journal, WaitStat};
+use super::app::{
+    app_workload_methods, check_sizes, exp_ns, invalid, AppMeter, Blocker, Blocking, Journal,
+    WaitStat,
+};
 use super::{
     AppReport, CriticalityHint, IoRequest, ReqKind, Stop, Workload, WorkloadError, WorkloadStats,
     BLOCK_BYTES,
@@ -550,10 +553,6 @@ impl Workload for RedisLikeWorkload {
         }
     }
 
-    fn finished(&self) -> bool {
-        self.stopped && self.in_flight == 0 && self.ready_at.iter().all(Option::is_none)
-    }
-
     fn volume_sizes_bytes(&self) -> Vec<u64> {
         vec![
             2 * self.config.aof_region_bytes()
@@ -572,29 +571,7 @@ impl Workload for RedisLikeWorkload {
         )
     }
 
-    fn stats(&self) -> WorkloadStats {
-        WorkloadStats {
-            requests_issued: self.issued,
-            requests_completed: self.completed,
-            ..WorkloadStats::default()
-        }
-    }
-
-    fn critical_issuers(&self) -> &[u32] {
-        &self.critical
-    }
-
-    fn take_hint(&mut self) -> Option<CriticalityHint> {
-        self.blocking.hints.take()
-    }
-
-    fn measure_start(&mut self, now: Nanos) {
-        self.meter.start(now, self.blocking.hints.inherits);
-    }
-
-    fn measure_stop(&mut self, now: Nanos) {
-        self.meter.stop(now, self.blocking.hints.inherits);
-    }
+    app_workload_methods!();
 
     fn app_report(&self) -> Option<AppReport> {
         let roles = ROLES.iter().copied().zip(self.writes).collect();
