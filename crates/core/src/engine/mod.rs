@@ -81,9 +81,6 @@ mod write;
 pub const VOLUMES_MAX: usize = 1 << 16;
 /// Buckets of the recent-write filter that guards read-miss insertion.
 const WRITE_FILTER_BUCKETS: usize = 4096;
-
-/// How deep into the stall queue a critical waiter is looked for (`overtake_stalls`).
-const OVERTAKE_SCAN: usize = 256;
 /// Persistent caches free slot records in batches of this many...
 const FREE_BATCH_SLOTS: usize = 32;
 /// ...or at most this late.
@@ -181,9 +178,6 @@ struct Req {
     holds: bool,
     /// Its backing write (write-through or bypass) is in flight.
     backing_in_flight: bool,
-    /// Stalled as a critical waiter (`Admission::inherits_io`): it may
-    /// overtake stalled writes it does not depend on (`drain_stalls`).
-    critical_stalled: bool,
     /// Ordered write-back: the write's issue number (`NO_NODE`: none).
     node: u64,
 }
@@ -288,10 +282,6 @@ pub struct Engine {
     reqs_free: Vec<u32>,
     reqs_live: u32,
     stalled: VecDeque<u32>,
-    /// Of those, critical waiters.
-    critical_stalled: u32,
-    /// Pages of the stalled writes a critical one passed (scratch).
-    passed: Vec<(VolumeId, u64, u64)>,
     deferred: HashMap<u32, VecDeque<Deferred>>,
     /// Pages with old versions not yet gone for good: still being destaged,
     /// or (persistent caches) whose record still names the page. Their newer
@@ -387,8 +377,6 @@ impl Engine {
             reqs_free: Vec::new(),
             reqs_live: 0,
             stalled: VecDeque::with_capacity(requests_max),
-            critical_stalled: 0,
-            passed: Vec::new(),
             deferred: HashMap::default(),
             old_versions: HashMap::default(),
             to_free: Vec::new(),

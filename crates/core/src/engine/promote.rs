@@ -87,11 +87,11 @@ impl Engine {
         self.promote_where(|e, b| b.flags.issuer == issuer && waits(e, b));
     }
 
-    pub(super) fn first_page(&self, r: &Req) -> u64 {
+    fn first_page(&self, r: &Req) -> u64 {
         self.geometry.page_of(r.offset_bytes).0
     }
 
-    pub(super) fn last_page(&self, r: &Req) -> u64 {
+    fn last_page(&self, r: &Req) -> u64 {
         self.geometry
             .page_of(r.offset_bytes + r.len_bytes.max(1) - 1)
             .0

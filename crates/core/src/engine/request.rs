@@ -64,10 +64,7 @@ impl Engine {
                     self.admit_write(ri, route);
                 } else {
                     self.stats.stalls += 1;
-                    let critical = !bypass && self.admission_of(req.volume).inherits_io(&write);
-                    self.critical_stalled += critical as u32;
-                    let r = self.req_mut(ri);
-                    (r.stalled_at, r.critical_stalled) = (Some(now), critical);
+                    self.req_mut(ri).stalled_at = Some(now);
                     self.stalled.push_back(ri);
                 }
             }
@@ -132,7 +129,6 @@ impl Engine {
             promoted: false,
             holds: false,
             backing_in_flight: false,
-            critical_stalled: false,
             node: NO_NODE,
         });
         self.reqs_live += 1;
@@ -272,14 +268,14 @@ impl Engine {
         failed_count
     }
 
-    /// Admit stalled writes, oldest first, while room allows; then let
-    /// critical waiters past a head that cannot go.
+    /// Admit stalled writes, oldest first, while room allows.
     pub(super) fn drain_stalls(&mut self, now: Nanos) {
         while let Some(&ri) = self.stalled.front() {
-            let Some(route) = self.route_now(ri) else {
-                if self.critical_stalled > 0 {
-                    self.overtake_stalls(now);
-                }
+            let route = self.route_if_room(ri).or_else(|| {
+                (!self.req(ri).bypass && self.promote_for_write(ri))
+                    .then(|| self.route_if_room(ri))?
+            });
+            let Some(route) = route else {
                 return;
             };
             self.stalled.pop_front();
@@ -289,62 +285,13 @@ impl Engine {
         }
     }
 
-    /// Stalled write `ri`'s route if it can go now, promoting the bypasses
-    /// it waits on if it is a critical waiter.
-    fn route_now(&mut self, ri: u32) -> Option<WriteRoute> {
-        self.route_if_room(ri).or_else(|| {
-            (!self.req(ri).bypass && self.promote_for_write(ri)).then(|| self.route_if_room(ri))?
-        })
-    }
-
-    /// Process criticality inheritance on the stall queue, wcache's own
-    /// wait: a critical waiter (`Admission::inherits_io`) does not wait
-    /// behind stalled writes it does not depend on. It goes past them when
-    /// it can go now, overlaps none of their pages (writes of a page stay
-    /// in order), and leaves the room the head needs (the head is not
-    /// starved of room). Looks `OVERTAKE_SCAN` entries deep.
-    fn overtake_stalls(&mut self, now: Nanos) {
-        let head = self.stalled[0];
-        let head_need = match self.route_of(head) {
-            WriteRoute::Backing => 0,
-            _ => self.pages_of(self.req(head).offset_bytes, self.req(head).len_bytes),
-        };
-        let mut passed = std::mem::take(&mut self.passed);
-        passed.clear();
-        let mut i = 0;
-        while i < self.stalled.len().min(OVERTAKE_SCAN) && self.critical_stalled > 0 {
-            let ri = self.stalled[i];
-            let r = self.req(ri);
-            let span = (r.volume, self.first_page(r), self.last_page(r));
-            let overlaps =
-                |&(v, f, l): &(VolumeId, u64, u64)| v == span.0 && f <= span.2 && span.1 <= l;
-            let need = self.pages_of(r.offset_bytes, r.len_bytes);
-            let room = self.slots.free_count() + self.slots.evictable() >= need + head_need;
-            if i > 0 && r.critical_stalled && room && !passed.iter().any(overlaps) {
-                if let Some(route) = self.route_now(ri) {
-                    self.stalled.remove(i);
-                    self.stats.stall_overtakes += 1;
-                    self.end_stall(ri, now);
-                    self.admit_write(ri, route);
-                    self.maybe_finish(ri);
-                    continue;
-                }
-            }
-            passed.push(span);
-            i += 1;
-        }
-        self.passed = passed;
-    }
-
     /// A request leaves the stall queue: its wait is counted.
     fn end_stall(&mut self, ri: u32, now: Nanos) {
-        let r = self.req_mut(ri);
-        let since = r
+        let since = self
+            .req_mut(ri)
             .stalled_at
             .take()
             .expect("stalled request has a stall time");
-        let critical = std::mem::take(&mut r.critical_stalled);
-        self.critical_stalled -= critical as u32;
         self.stats.stall_ns_total += now.saturating_sub(since).0;
     }
 }

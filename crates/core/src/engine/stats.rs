@@ -74,9 +74,6 @@ counters! {
     flushes: u64,
     /// Write requests that found no room and waited for destages.
     stalls: u64,
-    /// Stalled critical waiters admitted past stalled writes they did not
-    /// depend on (`drain_stalls`).
-    stall_overtakes: u64,
     /// Time stalled writes waited for room, summed.
     stall_ns_total: u64,
     /// Destage requests issued (one contiguous run within a group each).
