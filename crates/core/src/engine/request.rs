@@ -52,6 +52,14 @@ impl Engine {
                 let write = self.write_info(&req);
                 let bypass = self.admission_of_mut(req.volume).admit_write(&write) == Admit::Bypass;
                 self.req_mut(ri).bypass = bypass;
+                if !bypass {
+                    let pages = self.pages_of(req.offset_bytes, req.len_bytes);
+                    if write.issuer_hinted || write.flags.critical {
+                        self.stats.admitted_pages_hinted += pages;
+                    } else if write.issuer_inherited {
+                        self.stats.admitted_pages_inherited += pages;
+                    }
+                }
                 if self.bypass_writes_live > 0 && !bypass {
                     self.promote_for_write(ri);
                 }

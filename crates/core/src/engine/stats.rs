@@ -60,6 +60,12 @@ counters! {
     /// Write requests sent to the backing only (write-around, or not
     /// admitted), their cached clean copies dropped.
     write_bypasses: u64,
+    /// Pages of writes admitted to the cache whose issuer was critical by a
+    /// hint, or that the front end marked critical (the paper's CP).
+    admitted_pages_hinted: u64,
+    /// Pages of writes admitted to the cache whose issuer was critical by
+    /// inheritance only (what process criticality inheritance adds).
+    admitted_pages_inherited: u64,
     /// Bypass writes in flight reissued to the cache (promoted) by I/O
     /// criticality inheritance, for a critical request that waited on them.
     reissued_writes: u64,

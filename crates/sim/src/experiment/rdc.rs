@@ -186,7 +186,7 @@ pub fn points(name: &str, opts: &Options) -> Result<Vec<Point>, UnknownExperimen
     Ok(points)
 }
 
-pub const CSV_HEADER: &str = "experiment,backend,cache_device,policy,cache_mib,clients,seed,app_per_s,latency_ms_mean,latency_ms_p50,latency_ms_p99,latency_ms_p999,latency_ms_p9999,app_requests,writes,writes_cached,cached_fraction,cached_pages_fraction,reissued_writes,stalls,inherits,inherits_open,io_per_s,warmup_s,window_s,share_critical_role,share_checkpointer,share_kworker,critical_waits_mean_max_ms";
+pub const CSV_HEADER: &str = "experiment,backend,cache_device,policy,cache_mib,clients,seed,app_per_s,latency_ms_mean,latency_ms_p50,latency_ms_p99,latency_ms_p999,latency_ms_p9999,app_requests,writes,writes_cached,cached_fraction,cached_pages_fraction,reissued_writes,stalls,inherits,inherits_open,io_per_s,warmup_s,window_s,share_critical_role,share_checkpointer,share_kworker,critical_waits_mean_max_ms,critical_pages_cp,critical_pages_pi,critical_pages_ioi";
 
 pub fn csv_row(r: &Row) -> String {
     let p = &r.point;
@@ -194,8 +194,9 @@ pub fn csv_row(r: &Row) -> String {
     let app = m.app.clone().unwrap_or_default();
     let cached = writes_cached(m);
     let share = |role: &str| app.write_share(role);
+    let by_cause = critical_pages_by_cause(m);
     format!(
-        "{},{},{},{},{},{},{},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{:.4},{:.4},{},{},{},{},{:.1},{:.1},{:.1},{:.4},{:.4},{:.4},{}",
+        "{},{},{},{},{},{},{},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{:.4},{:.4},{},{},{},{},{:.1},{:.1},{:.1},{:.4},{:.4},{:.4},{},{:.4},{:.4},{:.4}",
         p.experiment,
         p.backend,
         p.cache_device,
@@ -233,7 +234,30 @@ pub fn csv_row(r: &Row) -> String {
             .map(|(what, w)| format!("{what} {:.3}/{:.1}", w.mean_ms(), w.max_ms()))
             .collect::<Vec<_>>()
             .join("; "),
+        by_cause[0],
+        by_cause[1],
+        by_cause[2],
     )
+}
+
+/// The critical pages cached, by cause (the paper's Table 3): a critical
+/// issuer's own (CP), an inheriting issuer's (PI), reissued bypasses
+/// (IOI), as shares of their sum (zeros when there are none).
+pub fn critical_pages_by_cause(m: &SimReport) -> [f64; 3] {
+    let s = &m.stats;
+    let pages = [
+        s.admitted_pages_hinted,
+        s.admitted_pages_inherited,
+        s.reissued_pages,
+    ];
+    let total: u64 = pages.iter().sum();
+    pages.map(|p| {
+        if total == 0 {
+            0.0
+        } else {
+            p as f64 / total as f64
+        }
+    })
 }
 
 /// Write requests that reached the cache: admitted, or reissued to it
