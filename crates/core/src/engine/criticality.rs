@@ -256,7 +256,10 @@ mod tests {
         assert!(cached(&mut e, 0, true, 5), "the hint survived the change");
         // Cached pages by cause (Table 3): two of a hinted issuer, one inherited.
         let s = e.stats();
-        assert_eq!((s.admitted_pages_hinted, s.admitted_pages_inherited), (2, 1));
+        assert_eq!(
+            (s.admitted_pages_hinted, s.admitted_pages_inherited),
+            (2, 1)
+        );
         assert_eq!(e.end_inherited_criticality(6), Ok(0));
         assert!(!cached(&mut e, 0, true, 6));
         assert_eq!(e.set_critical_issuer(5, false), Ok(true));
