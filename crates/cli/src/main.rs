@@ -673,6 +673,21 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         },
         None => Loop::Closed { outstanding },
     };
+    let app = matches!(o.workload.as_str(), "pglike" | "redislike");
+    if o.cpu_us.is_some() && !app {
+        return Err(format!(
+            "--cpu-us applies to --workload pglike and redislike only, not {}",
+            o.workload
+        )
+        .into());
+    }
+    if o.footprint.is_some() && app {
+        return Err(format!(
+            "--footprint does not apply to --workload {}: the application's data and logs have their sizes (docs/workloads.md)",
+            o.workload
+        )
+        .into());
+    }
     if o.workload != "random" && issuer_mix(o) != IssuerMix::default() {
         return Err(format!(
             "--issuers, --critical-issuers, --sync-fraction apply to --workload random only, not {}",

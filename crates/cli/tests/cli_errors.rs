@@ -594,6 +594,39 @@ fn ordered_write_back_reports_the_point_in_time_check() {
     );
 }
 
+/// The application workloads refuse options that do not apply to them,
+/// and a CPU time the virtual clock cannot hold, by name.
+#[test]
+fn application_workload_options_name_what_is_wrong() {
+    let app = |extra: &[&'static str]| -> Vec<&'static str> {
+        ["sim", "--requests", "100"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect()
+    };
+    fails_naming(
+        &app(&["--workload", "pglike", "--cpu-us", "1e30"]),
+        "cpu_us_mean: 1000000000000000000000000000000 (must be 0 to 10000000",
+    );
+    fails_naming(
+        &app(&["--workload", "redislike", "--cpu-us=-0.5"]),
+        "cpu_us_mean: -0.5",
+    );
+    fails_naming(
+        &app(&["--workload", "random", "--cpu-us", "5"]),
+        "--cpu-us applies to --workload pglike and redislike only, not random",
+    );
+    fails_naming(
+        &app(&["--workload", "pglike", "--footprint", "1M"]),
+        "--footprint does not apply to --workload pglike",
+    );
+    fails_naming(
+        &app(&["--workload", "pglike", "--outstanding", "0"]),
+        "backends: 0 (must be 1..=200)",
+    );
+}
+
 #[test]
 fn admission_options_name_what_is_wrong() {
     let sim = [

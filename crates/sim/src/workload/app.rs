@@ -486,6 +486,22 @@ pub(crate) fn exp_ns(rng: &mut rand::rngs::SmallRng, mean_ns: f64) -> u64 {
     (-(1.0 - u).ln() * mean_ns) as u64
 }
 
+/// Longest mean CPU time of a transaction or command: 10 s (a longer one
+/// would overflow the virtual clock's arithmetic long before a run ends).
+pub(crate) const CPU_US_MAX: f64 = 1e7;
+
+/// A mean CPU time in µs: finite, 0 to `CPU_US_MAX`.
+pub(crate) fn check_cpu_us(cpu_us_mean: f64) -> Result<(), super::WorkloadError> {
+    if (0.0..=CPU_US_MAX).contains(&cpu_us_mean) {
+        Ok(())
+    } else {
+        Err(invalid(
+            "cpu_us_mean",
+            format!("{cpu_us_mean} (must be 0 to {CPU_US_MAX} µs)"),
+        ))
+    }
+}
+
 /// Every named value is positive, and those in `blocks` whole 4 KiB blocks.
 pub(crate) fn check_sizes(
     positive: &[(&str, u64)],

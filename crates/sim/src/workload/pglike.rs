@@ -12,7 +12,8 @@ use rand::{Rng, SeedableRng};
 use wcache_core::time::Nanos;
 
 use super::app::{
-    app_workload_methods, check_sizes, exp_ns, invalid, AppMeter, Blocking, Journal, WaitStat,
+    app_workload_methods, check_cpu_us, check_sizes, exp_ns, invalid, AppMeter, Blocking, Journal,
+    WaitStat,
 };
 use super::{
     AppReport, CriticalityHint, IoRequest, ReqKind, Stop, Workload, WorkloadError, WorkloadStats,
@@ -125,12 +126,7 @@ impl PgLikeConfig {
                 format!("{} (must be 1..={PGLIKE_BACKENDS_MAX})", self.backends),
             ));
         }
-        if !(self.cpu_us_mean.is_finite() && self.cpu_us_mean >= 0.0) {
-            return Err(invalid(
-                "cpu_us_mean",
-                format!("{} (must be >= 0)", self.cpu_us_mean),
-            ));
-        }
+        check_cpu_us(self.cpu_us_mean)?;
         check_sizes(
             &[
                 ("wal_record_bytes", self.wal_record_bytes),

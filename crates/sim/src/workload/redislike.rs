@@ -15,8 +15,8 @@ use rand::{Rng, SeedableRng};
 use wcache_core::time::Nanos;
 
 use super::app::{
-    app_workload_methods, check_sizes, exp_ns, invalid, AppMeter, Blocker, Blocking, Journal,
-    WaitStat,
+    app_workload_methods, check_cpu_us, check_sizes, exp_ns, invalid, AppMeter, Blocker, Blocking,
+    Journal, WaitStat,
 };
 use super::{
     AppReport, CriticalityHint, IoRequest, ReqKind, Stop, Workload, WorkloadError, WorkloadStats,
@@ -93,12 +93,7 @@ impl RedisLikeConfig {
                 format!("{} (must be within [0, 1])", self.update_fraction),
             ));
         }
-        if !(self.cpu_us_mean.is_finite() && self.cpu_us_mean >= 0.0) {
-            return Err(invalid(
-                "cpu_us_mean",
-                format!("{} (must be >= 0)", self.cpu_us_mean),
-            ));
-        }
+        check_cpu_us(self.cpu_us_mean)?;
         check_sizes(
             &[
                 ("aof_record_bytes", self.aof_record_bytes),
