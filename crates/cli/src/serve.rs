@@ -1187,14 +1187,15 @@ fn report_errors(monitor: &Monitor, stop: &AtomicBool) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use clap::Parser;
 
+    /// `wcache serve`'s arguments alone, for parsing in tests.
     #[derive(Parser)]
-    struct Serve {
+    pub(crate) struct Serve {
         #[command(flatten)]
-        args: ServeArgs,
+        pub(crate) args: ServeArgs,
     }
 
     #[test]

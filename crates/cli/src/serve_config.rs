@@ -239,13 +239,8 @@ pub fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serve::tests::Serve;
     use clap::Parser;
-
-    #[derive(Parser)]
-    struct Serve {
-        #[command(flatten)]
-        args: ServeArgs,
-    }
 
     #[test]
     fn the_example_in_docs_is_valid_and_applied() {

@@ -108,19 +108,13 @@ impl Engine {
     /// any was promoted. Scans the request table: promotions are rare, and
     /// the bypass filter keeps the common path free of any bookkeeping.
     fn promote_where(&mut self, pick: impl Fn(&Engine, &Req) -> bool) -> bool {
-        let live = |e: &Engine| {
-            e.reqs
-                .iter()
-                .enumerate()
-                .filter_map(|(i, r)| {
-                    r.as_ref()
-                        .filter(|r| Self::promotable(r))
-                        .map(|r| (i as u32, r))
-                })
-                .map(|(i, r)| (r.id, i))
-                .collect::<Vec<_>>()
-        };
-        let candidates = live(self);
+        let candidates: Vec<(RequestId, u32)> = (self.reqs.iter().enumerate())
+            .filter_map(|(i, r)| {
+                r.as_ref()
+                    .filter(|r| Self::promotable(r))
+                    .map(|r| (r.id, i as u32))
+            })
+            .collect();
         let mut chosen: Vec<(RequestId, u32)> = candidates
             .iter()
             .copied()

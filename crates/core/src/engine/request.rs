@@ -53,11 +53,11 @@ impl Engine {
                 let bypass = self.admission_of_mut(req.volume).admit_write(&write) == Admit::Bypass;
                 self.req_mut(ri).bypass = bypass;
                 if !bypass {
-                    let pages = self.pages_of(req.offset_bytes, req.len_bytes);
+                    let pages = || self.pages_of(req.offset_bytes, req.len_bytes);
                     if write.issuer_hinted || write.flags.critical {
-                        self.stats.admitted_pages_hinted += pages;
+                        self.stats.admitted_pages_hinted += pages();
                     } else if write.issuer_inherited {
-                        self.stats.admitted_pages_inherited += pages;
+                        self.stats.admitted_pages_inherited += pages();
                     }
                 }
                 if self.bypass_writes_live > 0 && !bypass {

@@ -132,6 +132,13 @@ pub struct Stop {
     pub end: Option<Nanos>,
 }
 
+impl Stop {
+    /// A workload that has issued `issued` requests stops at `now`.
+    pub fn reached(&self, now: Nanos, issued: u64) -> bool {
+        self.end.is_some_and(|e| now >= e) || self.requests_max.is_some_and(|m| issued >= m)
+    }
+}
+
 /// Counters every workload reports; zero where a workload has no such notion.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WorkloadStats {

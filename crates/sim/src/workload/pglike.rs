@@ -402,15 +402,6 @@ impl PgLikeWorkload {
         }
     }
 
-    fn stop_due(&self, now: Nanos) -> bool {
-        self.config.stop.end.is_some_and(|e| now >= e)
-            || self
-                .config
-                .stop
-                .requests_max
-                .is_some_and(|m| self.issued >= m)
-    }
-
     fn start_transaction(&mut self, p: usize, now: Nanos) {
         if self.stopped {
             self.ready_at[p] = None;
@@ -645,7 +636,7 @@ impl PgLikeWorkload {
         if p < self.b {
             return match self.backends[p] {
                 Backend::Work => {
-                    if self.stop_due(now) {
+                    if self.config.stop.reached(now, self.issued) {
                         self.stopped = true;
                         return None;
                     }

@@ -279,20 +279,11 @@ impl RedisLikeWorkload {
         }
     }
 
-    fn stop_due(&self, now: Nanos) -> bool {
-        self.config.stop.end.is_some_and(|e| now >= e)
-            || self
-                .config
-                .stop
-                .requests_max
-                .is_some_and(|m| self.issued >= m)
-    }
-
     /// The main process takes the next queued command (or waits for the
     /// rewriting child first, when a rewrite is at its end).
     fn next_command(&mut self, now: Nanos) {
         self.ready_at[MAIN] = None;
-        if self.stopped || self.stop_due(now) {
+        if self.stopped || self.config.stop.reached(now, self.issued) {
             self.stopped = true;
             self.main = Main::Idle;
             return;
