@@ -144,8 +144,15 @@ job_args() {
         w1m-qd4) echo "--rw=write --bs=1m --iodepth=4" ;;
         r4k-qd32) echo "--rw=randread --bs=4k --iodepth=32" ;;
         r1m-qd4-cold) echo "--rw=read --bs=1m --iodepth=4" ;;
+        *) return 1 ;;
     esac
 }
+for job in "${JOBS[@]}"; do
+    job_args "$job" >/dev/null || {
+        echo "unknown job '$job' in JOBS (known: w4k-qd1 w4k-qd32 w1m-qd4 r4k-qd32 r1m-qd4-cold)" >&2
+        exit 2
+    }
+done
 
 run_job() { # job
     local job=$1 t
