@@ -79,6 +79,10 @@ const DIRECT_ALIGNMENT_BYTES: usize = 4096;
 
 pub struct FileDevice {
     file: File,
+    /// The same file opened with O_DIRECT beside a buffered `file`, for the
+    /// io_uring path's large writes (`UringTarget::direct_fd`); opened on
+    /// first use, None when the file refuses O_DIRECT.
+    direct_file: std::sync::OnceLock<Option<File>>,
     path: PathBuf,
     size_bytes: u64,
     options: FileOptions,
@@ -184,6 +188,7 @@ impl FileDevice {
         };
         Ok(FileDevice {
             file,
+            direct_file: std::sync::OnceLock::new(),
             path: path.to_path_buf(),
             size_bytes,
             options,
@@ -497,10 +502,35 @@ impl BlockDevice for FileDevice {
             // Memory-like: a write is a copy, done faster where it arises.
             SyncMode::Nvram => return None,
         };
+        let direct_fd = if self.options.direct {
+            None
+        } else {
+            self.direct_file
+                .get_or_init(|| {
+                    // Through /proc: the very file open here, whatever its
+                    // path names now.
+                    let own = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+                    let direct = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .custom_flags(libc::O_DIRECT)
+                        .open(own)
+                        .ok()?;
+                    // Some filesystems open with O_DIRECT and refuse the
+                    // I/O: one aligned read tells.
+                    let mut probe = super::AlignedBuf::default();
+                    let len = DIRECT_ALIGNMENT_BYTES.min(self.size_bytes as usize);
+                    direct.read_exact_at(probe.get(len), 0).ok()?;
+                    Some(direct)
+                })
+                .as_ref()
+                .map(|f| f.as_raw_fd())
+        };
         Some(super::UringTarget {
             fd: self.file.as_raw_fd(),
             rw_flags,
             needs_flush,
+            direct_fd,
         })
     }
 

@@ -160,6 +160,12 @@ pub struct UringTarget {
     pub rw_flags: i32,
     /// A write is durable only after a later `fdatasync` (`IORING_OP_FSYNC`).
     pub needs_flush: bool,
+    /// A second descriptor of the same file opened with O_DIRECT, when `fd`
+    /// goes through the page cache and the file takes O_DIRECT: large
+    /// aligned data writes go there and skip the copy into the page cache
+    /// (same `rw_flags`, same barrier: `fdatasync` flushes the device's
+    /// cache after direct writes too). None where `fd` is O_DIRECT already.
+    pub direct_fd: Option<std::os::unix::io::RawFd>,
 }
 
 /// Checks `offset_bytes + len_bytes <= size_bytes` without overflow.
