@@ -1,9 +1,11 @@
 //! Crash loop: `wcache serve` in write-back on a cache file in /tmp
-//! (fdatasync), and again on a cache file on /dev/shm (sync mode nvram, so
-//! the cache is mapped and written by memory copies), with a file backing;
-//! four writer connections write whole
-//! pages (some with FUA, with FLUSH now and then) and note what was
-//! acknowledged; the server is killed with SIGKILL at a random moment,
+//! (fdatasync; dsync with O_DIRECT), on a loop device with O_DIRECT (a
+//! real block device, as root), and on a cache file on /dev/shm (sync mode
+//! nvram, so the cache is mapped and written by memory copies), with a file
+//! backing; four writer connections write runs of whole pages (one page
+//! mostly, up to 32 pages = 128 KiB, which the io_uring path writes
+//! through O_DIRECT; some with FUA, with FLUSH now and then) and note what
+//! was acknowledged; the server is killed with SIGKILL at a random moment,
 //! `wcache check` must pass on the cache left behind, and a new server on the
 //! same files must return, for every page, the last acknowledged version or
 //! the one in flight at the kill — never anything else, never a mix within
@@ -24,6 +26,9 @@ use rand::{Rng, SeedableRng};
 const PAGE_BYTES: usize = 4096;
 const VOLUME_PAGES: u64 = 1024;
 const WRITERS: u64 = 4;
+/// Writer `w` owns the extents e with e % WRITERS == w; a write covers
+/// pages of one extent.
+const EXTENT_PAGES: u64 = 32;
 const ITERATIONS: u32 = 24;
 
 /// A page's bytes for (page, version): a header naming both, then bytes from
@@ -68,7 +73,7 @@ struct Counts {
     flushes: u64,
 }
 
-/// Writer `w` owns the pages p with p % WRITERS == w, one write in flight.
+/// Writer `w` owns the extents e with e % WRITERS == w, one write in flight.
 fn writer(
     socket: &Path,
     w: u64,
@@ -85,34 +90,45 @@ fn writer(
         return counts;
     };
     let mut rng = SmallRng::seed_from_u64(seed ^ w);
+    let extents = VOLUME_PAGES / EXTENT_PAGES;
     while !stop.load(Ordering::Relaxed) {
-        let page = rng.gen_range(0..VOLUME_PAGES / WRITERS) * WRITERS + w;
-        let version = {
-            let mut s = state.lock().expect("state");
-            let e = &mut s[page as usize];
-            assert!(e.in_flight.is_none(), "one write per page at a time");
-            let v = e.acked + 1;
-            e.in_flight = Some(v);
-            v
+        let extent = rng.gen_range(0..extents / WRITERS) * WRITERS + w;
+        let count = if rng.gen_bool(0.8) {
+            1
+        } else {
+            rng.gen_range(2..=EXTENT_PAGES)
         };
-        let fua = rng.gen_bool(0.2);
-        if nbd
-            .write(page * PAGE_BYTES as u64, &page_image(page, version), fua)
-            .is_err()
+        let first = extent * EXTENT_PAGES + rng.gen_range(0..=EXTENT_PAGES - count);
+        let mut data = Vec::with_capacity(count as usize * PAGE_BYTES);
         {
-            return counts; // killed: this write stays in flight
+            let mut s = state.lock().expect("state");
+            for page in first..first + count {
+                let e = &mut s[page as usize];
+                assert!(e.in_flight.is_none(), "one write per page at a time");
+                let v = e.acked + 1;
+                e.in_flight = Some(v);
+                data.extend_from_slice(&page_image(page, v));
+            }
+        }
+        let fua = rng.gen_bool(0.2);
+        if let Err(e) = nbd.write(first * PAGE_BYTES as u64, &data, fua) {
+            // An error reply is a fault of the server; a lost connection
+            // is the kill (this write stays in flight).
+            assert!(!e.to_string().starts_with("write error"), "{e}");
+            return counts;
         }
         {
             let mut s = state.lock().expect("state");
-            s[page as usize] = PageState {
-                acked: version,
-                in_flight: None,
-            };
+            for page in first..first + count {
+                let e = &mut s[page as usize];
+                e.acked = e.in_flight.take().expect("in flight");
+            }
         }
         counts.writes_acked += 1;
         counts.fua += u64::from(fua);
         if rng.gen_bool(0.05) {
-            if nbd.flush().is_err() {
+            if let Err(e) = nbd.flush() {
+                assert!(!e.to_string().starts_with("flush error"), "{e}");
                 return counts;
             }
             counts.flushes += 1;
@@ -178,6 +194,67 @@ fn crash_loop_keeps_every_acknowledged_write_dsync_direct_persist_on_flush() {
     crash_loop_with(dir.path(), "dsync", &["--direct", "--persist-on-flush"]);
 }
 
+/// A loop device (a real block device) over a 2 MiB file as the cache,
+/// opened with O_DIRECT: needs root and losetup.
+#[test]
+fn crash_loop_keeps_every_acknowledged_write_on_a_loop_device_with_o_direct() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir in /tmp");
+    let Some(dev) = LoopDevice::attach(&dir.path().join("loop.img"), 2 << 20) else {
+        return;
+    };
+    crash_loop_on(dir.path(), &dev.path, "fdatasync", &["--direct"]);
+}
+
+/// A loop device over a file, detached when dropped.
+struct LoopDevice {
+    path: std::path::PathBuf,
+}
+
+impl LoopDevice {
+    /// None (after `skip_or_fail`) where loop devices cannot be set up.
+    fn attach(file: &Path, len_bytes: u64) -> Option<LoopDevice> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            common::skip_or_fail("not root: losetup needs root");
+            return None;
+        }
+        std::fs::File::create(file)
+            .and_then(|f| f.set_len(len_bytes))
+            .expect("loop device's file");
+        let out = std::process::Command::new("losetup")
+            .args(["--find", "--show", "--direct-io=on"])
+            .arg(file)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {
+                let path = String::from_utf8_lossy(&o.stdout).trim().to_string();
+                assert!(path.starts_with("/dev/loop"), "losetup printed {path:?}");
+                Some(LoopDevice { path: path.into() })
+            }
+            Ok(o) => {
+                common::skip_or_fail(&format!(
+                    "losetup failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ));
+                None
+            }
+            Err(e) => {
+                common::skip_or_fail(&format!("losetup: {e}"));
+                None
+            }
+        }
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup")
+            .arg("-d")
+            .arg(&self.path)
+            .status();
+    }
+}
+
 #[test]
 fn crash_loop_keeps_every_acknowledged_write_on_a_mapped_tmpfs_cache() {
     if !wcache_io::device::file::is_on_volatile_memory(Path::new("/dev/shm")) {
@@ -193,7 +270,12 @@ fn crash_loop(dir: &Path, cache_sync: &str) {
 }
 
 fn crash_loop_with(dir: &Path, cache_sync: &str, extra: &[&str]) {
-    let cache = dir.join("cache.img");
+    crash_loop_on(dir, &dir.join("cache.img"), cache_sync, extra);
+}
+
+/// The crash loop with the cache device at `cache` (a file made there, or
+/// a block device).
+fn crash_loop_on(dir: &Path, cache: &Path, cache_sync: &str, extra: &[&str]) {
     let backing = dir.join("backing.img");
     let socket = dir.join("w.sock");
     let (cache_s, backing_s) = (
