@@ -355,7 +355,7 @@ fn crash_loop_on(dir: &Path, cache: &Path, cache_sync: &str, extra: &[&str]) {
         warned += out.matches("WARN write in flight").count();
         if !ok {
             if let Ok(keep) = std::env::var("WCACHE_CRASH_KEEP") {
-                let _ = std::fs::copy(&cache, keep);
+                let _ = std::fs::copy(cache, keep);
             }
         }
         assert!(
