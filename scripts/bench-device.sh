@@ -32,7 +32,10 @@
 #        second wcache target "wcache-b" with these serve options (its own
 #        cache and backing files) run in the same invocation, for an A/B of
 #        two configurations; WCACHE_BIN and WCACHE_B_BIN run other builds of
-#        `wcache` for the two targets, for an A/B of two builds; JOBS picks
+#        `wcache` for the two targets, for an A/B of two builds;
+#        WCACHE_B_LOOP=1 puts wcache-b's cache on a loop device over its
+#        cache file, a real block device (root; add --direct to
+#        WCACHE_B_ARGS for O_DIRECT on it); JOBS picks
 #        some of the jobs; LOG_DIR keeps the servers' logs)
 # Last lines: the ratios.
 set -euo pipefail
@@ -62,10 +65,12 @@ case "$FSTYPE" in
 esac
 PIDS=()
 WC_PID=
+LOOP_B=
 cleanup() {
     [ -n "$WC_PID" ] && kill -TERM "$WC_PID" 2>/dev/null
     for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
+    [ -n "$LOOP_B" ] && losetup -d "$LOOP_B"
     [ -n "${LOG_DIR:-}" ] && cp "$WORK"/*.log "$LOG_DIR"/ 2>/dev/null
     rm -rf "$WORK"
 }
@@ -91,6 +96,11 @@ for t in $WCACHE_TARGETS; do
     fio --name=zero --filename="$WORK/cache-$t.img" --rw=write --bs=1M --size="$CACHE_SIZE" --direct=1 \
         --ioengine=psync --zero_buffers --output-format=terse >/dev/null
 done
+if [ "${WCACHE_B_LOOP:-0}" = 1 ]; then
+    [ -n "${WCACHE_B_ARGS}" ] || { echo "WCACHE_B_LOOP=1 needs WCACHE_B_ARGS (e.g. --direct)"; exit 2; }
+    LOOP_B=$(losetup --find --show --direct-io=on "$WORK/cache-wcache-b.img")
+    echo "wcache-b: cache on $LOOP_B (loop device over $WORK/cache-wcache-b.img)"
+fi
 
 wait_socket() { for _ in $(seq 400); do [ -S "$1" ] && return 0; sleep 0.05; done; echo "no socket $1"; exit 1; }
 
@@ -102,10 +112,11 @@ wait_socket "$WORK/kitmem.sock"
 wait_socket "$WORK/kitfile.sock"
 
 wc_start() { # target job
-    local args=$WCACHE_ARGS backing=$WORK/backing.img bin=$WCACHE
+    local args=$WCACHE_ARGS backing=$WORK/backing.img bin=$WCACHE cache=$WORK/cache-$1.img
     [ "$1" = wcache-b ] && args=$WCACHE_B_ARGS && backing=$WORK/backing-b.img && bin=$WCACHE_B
+    [ "$1" = wcache-b ] && [ -n "$LOOP_B" ] && cache=$LOOP_B
     # shellcheck disable=SC2086
-    "$bin" serve --socket "$WORK/$1.sock" --cache "$WORK/cache-$1.img" --cache-size "$CACHE_SIZE" \
+    "$bin" serve --socket "$WORK/$1.sock" --cache "$cache" --cache-size "$CACHE_SIZE" \
         --backing "$backing" --write-policy write-back $args >"$WORK/$1-$2.log" 2>&1 &
     WC_PID=$!
     wait_socket "$WORK/$1.sock"
