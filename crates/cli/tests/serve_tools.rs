@@ -281,3 +281,58 @@ fn serve_exports_whole_blocks_of_an_odd_sized_backing() {
         "{err}"
     );
 }
+
+/// Large read misses of a backing file written before the start: the
+/// backing reads them around its page cache (O_DIRECT, aligned READs from
+/// 64 KiB, whose data the server places at an aligned address), smaller or
+/// misaligned ones through it; every byte must be the file's, before and
+/// after the clean copies are in the cache.
+#[test]
+fn large_read_misses_return_the_backing_files_bytes() {
+    let disk = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let (socket, cache, backing) = (
+        disk.path().join("w.sock"),
+        disk.path().join("cache.img"),
+        disk.path().join("backing.img"),
+    );
+    let image: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&backing, &image).expect("backing file");
+    let args = [
+        "--cache",
+        cache.to_str().expect("utf8"),
+        "--cache-size",
+        "16M",
+        "--backing",
+        backing.to_str().expect("utf8"),
+        "--write-policy",
+        "write-back",
+    ];
+    let served = Served::start(&args, &socket);
+    let mut nbd = Nbd::connect_retry(&socket, "disk").expect("connect");
+    // (offset, length): aligned large, aligned at the threshold, large at
+    // a sector offset, sizes in sectors that are not whole pages (the
+    // export's block size is 512 B), and each again once cached.
+    let reads = [
+        (1u64 << 20, 1usize << 20),
+        (3 << 20, 64 << 10),
+        ((4 << 20) + 512, (1 << 20) - 512),
+        ((6 << 20) + 4096, 200 << 10),
+        ((7 << 20) + 512, 70_144),
+    ];
+    for round in ["miss", "hit"] {
+        for &(offset, len) in &reads {
+            let mut buf = vec![0u8; len];
+            nbd.read(offset, &mut buf)
+                .unwrap_or_else(|e| panic!("{round}: read of {len} at {offset}: {e}"));
+            let want = &image[offset as usize..offset as usize + len];
+            assert!(
+                buf == want,
+                "{round}: {len} bytes at {offset} differ from the backing file"
+            );
+        }
+    }
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+}

@@ -943,6 +943,7 @@ fn open_cache_device(
                 direct: *direct,
                 create_size_bytes: Some(*create_size_bytes).filter(|_| !path.exists()),
                 map: true,
+                direct_large_reads: false,
             };
             let device = FileDevice::open(path, options)?;
             let info = CacheDeviceInfo {
@@ -970,6 +971,7 @@ pub fn open_existing_cache_device(
         direct: false,
         create_size_bytes: None,
         map: false,
+        direct_large_reads: false,
     };
     let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(path, options)?);
     if CacheStore::is_blank(dev.as_ref())? {
@@ -1077,6 +1079,9 @@ pub fn open_backing(
         direct: false,
         create_size_bytes: create_size_bytes.filter(|_| !Path::new(spec).exists()),
         map: false,
+        // A large read of the backing is a read miss: from the device, no
+        // page-cache copy (destages still write through the page cache).
+        direct_large_reads: true,
     };
     Ok(Arc::new(FileDevice::open(Path::new(spec), options)?))
 }

@@ -307,6 +307,7 @@ fn file_devices_with_fdatasync_and_dsync_round_trip_through_the_driver() {
                         direct: false,
                         create_size_bytes: Some(size),
                         map: false,
+                        direct_large_reads: false,
                     },
                 )
                 .expect("open"),

@@ -37,6 +37,7 @@ fn open_file_with(
                 direct,
                 create_size_bytes: Some(size_bytes).filter(|_| !path.exists()),
                 map: false,
+                direct_large_reads: false,
             },
         )
         .expect("open cache file"),

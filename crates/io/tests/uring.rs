@@ -34,6 +34,7 @@ fn start(path: &Path, sync: SyncMode, direct: bool, backing: Arc<dyn BlockDevice
                 direct,
                 create_size_bytes: Some(8 << 20).filter(|_| !path.exists()),
                 map: false,
+                direct_large_reads: false,
             },
         )
         .expect("open cache file"),

@@ -866,7 +866,23 @@ fn transmission(
         // admit() may wait for workers: nothing batched may wait with it.
         connection.flush_replies();
         connection.admit(charge_bytes);
-        let mut buffer = connection.take_buffer(buffer_len);
+        let read_aligned = matches!(command, Command::Read { length, .. }
+            if length as usize >= READ_ALIGNED_MIN_BYTES);
+        let slack = if read_aligned {
+            READ_DATA_ALIGNMENT_BYTES
+        } else {
+            0
+        };
+        let mut buffer = connection.take_buffer(buffer_len + slack);
+        // A large READ's data starts at an aligned address (its reply
+        // header just before), so a backing can read it with direct I/O.
+        let reply_start = if read_aligned {
+            buffer[SIMPLE_REPLY_HEADER_LEN..]
+                .as_ptr()
+                .align_offset(READ_DATA_ALIGNMENT_BYTES)
+        } else {
+            0
+        };
         if let Payload::Receive(length) = decision.payload {
             if !receive(connection, reader, &mut buffer[..length as usize]) {
                 connection.release(charge_bytes);
@@ -880,6 +896,7 @@ fn transmission(
             buffer,
             charge_bytes,
             payload_start: None,
+            reply_start,
         };
         if let Err(job) = shared.queue.push(job) {
             job.connection.release(job.charge_bytes);
@@ -891,6 +908,12 @@ fn transmission(
 /// Alignment of the payload of a WRITE started with `Export::write_async`
 /// (so that direct I/O can take it from the buffer as it is).
 const ASYNC_PAYLOAD_ALIGNMENT_BYTES: usize = 4096;
+
+/// READs of this size or more that run on a worker get their data at an
+/// address aligned to `READ_DATA_ALIGNMENT_BYTES` (a backing file reads
+/// such reads with direct I/O: no copy out of the page cache).
+const READ_ALIGNED_MIN_BYTES: usize = 64 * 1024;
+const READ_DATA_ALIGNMENT_BYTES: usize = 4096;
 
 /// WRITEs up to this size are started on the connection's reader thread;
 /// larger ones go to a worker, so that the reader receives the next request
@@ -927,6 +950,7 @@ fn receive_async_write(
         buffer,
         charge_bytes,
         payload_start: Some(start),
+        reply_start: 0,
     })
 }
 
@@ -941,6 +965,7 @@ fn start_write_async(shared: &Arc<Shared>, job: Job) {
         buffer,
         charge_bytes,
         payload_start,
+        reply_start: _,
     } = job;
     let (
         Command::Write {
@@ -1189,6 +1214,8 @@ struct Job {
     charge_bytes: u64,
     /// A WRITE received for `Export::write_async`: where its payload starts.
     payload_start: Option<usize>,
+    /// Where the reply (header, then a READ's data) starts in `buffer`.
+    reply_start: usize,
 }
 
 fn worker_loop(shared: &Arc<Shared>) {
@@ -1211,18 +1238,12 @@ fn run_job(shared: &Shared, job: Job) {
         mut buffer,
         charge_bytes,
         payload_start: _,
+        reply_start,
     } = job;
     if !connection.broken.load(Ordering::SeqCst) {
-        let error = run_export(&*connection.export, command, &mut buffer);
-        reply(
-            shared,
-            &connection,
-            cookie,
-            command,
-            error,
-            &mut buffer,
-            false,
-        );
+        let area = &mut buffer[reply_start..];
+        let error = run_export(&*connection.export, command, area);
+        reply(shared, &connection, cookie, command, error, area, false);
     }
     connection.recycle(buffer);
     connection.release(charge_bytes);

@@ -60,6 +60,12 @@ pub struct FileOptions {
     /// Elsewhere, or when allocation or mapping fails, the flag is ignored
     /// (`FileDevice::is_mapped` tells).
     pub map: bool,
+    /// Reads of `DIRECT_MIN_BYTES` or more into aligned buffers, at
+    /// aligned offsets, go around the page cache (O_DIRECT on a second
+    /// descriptor; the kernel writes dirty cached pages of the range first):
+    /// no copy out of the page cache, the device's own speed. For backings,
+    /// whose large reads are read misses no one reads twice through it.
+    pub direct_large_reads: bool,
 }
 
 impl Default for FileOptions {
@@ -69,6 +75,7 @@ impl Default for FileOptions {
             direct: false,
             create_size_bytes: None,
             map: false,
+            direct_large_reads: false,
         }
     }
 }
@@ -359,6 +366,19 @@ impl BlockDevice for FileDevice {
             }
             return Ok(());
         }
+        let a = DIRECT_ALIGNMENT_BYTES;
+        if self.options.direct_large_reads
+            && buf.len() >= super::DIRECT_MIN_BYTES
+            && (buf.as_ptr() as usize).is_multiple_of(a)
+            && offset_bytes.is_multiple_of(a as u64)
+            && buf.len().is_multiple_of(a)
+        {
+            if let Some(direct) = self.direct_file() {
+                return direct
+                    .read_exact_at(buf, offset_bytes)
+                    .map_err(|e| self.io_err("read", offset_bytes, buf.len() as u64, e));
+            }
+        }
         self.file
             .read_exact_at(buf, offset_bytes)
             .map_err(|e| self.io_err("read", offset_bytes, buf.len() as u64, e))
@@ -502,30 +522,7 @@ impl BlockDevice for FileDevice {
             // Memory-like: a write is a copy, done faster where it arises.
             SyncMode::Nvram => return None,
         };
-        let direct_fd = if self.options.direct {
-            None
-        } else {
-            self.direct_file
-                .get_or_init(|| {
-                    // Through /proc: the very file open here, whatever its
-                    // path names now.
-                    let own = format!("/proc/self/fd/{}", self.file.as_raw_fd());
-                    let direct = OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .custom_flags(libc::O_DIRECT)
-                        .open(own)
-                        .ok()?;
-                    // Some filesystems open with O_DIRECT and refuse the
-                    // I/O: one aligned read tells.
-                    let mut probe = super::AlignedBuf::default();
-                    let len = DIRECT_ALIGNMENT_BYTES.min(self.size_bytes as usize);
-                    direct.read_exact_at(probe.get(len), 0).ok()?;
-                    Some(direct)
-                })
-                .as_ref()
-                .map(|f| f.as_raw_fd())
-        };
+        let direct_fd = self.direct_file().map(|f| f.as_raw_fd());
         Some(super::UringTarget {
             fd: self.file.as_raw_fd(),
             rw_flags,
@@ -544,6 +541,36 @@ impl BlockDevice for FileDevice {
 
     fn name(&self) -> String {
         self.path.display().to_string()
+    }
+}
+
+impl FileDevice {
+    /// The file opened again with O_DIRECT beside a buffered descriptor
+    /// (opened on first use); None when the file is O_DIRECT already,
+    /// mapped, or refuses O_DIRECT.
+    fn direct_file(&self) -> Option<&File> {
+        if self.options.direct || self.mapping.is_some() {
+            return None;
+        }
+        self.direct_file
+            .get_or_init(|| {
+                // Through /proc: the very file open here, whatever its
+                // path names now.
+                let own = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+                let direct = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(own)
+                    .ok()?;
+                // Some filesystems open with O_DIRECT and refuse the
+                // I/O: one aligned read tells.
+                let mut probe = super::AlignedBuf::default();
+                let len = DIRECT_ALIGNMENT_BYTES.min(self.size_bytes as usize);
+                direct.read_exact_at(probe.get(len), 0).ok()?;
+                Some(direct)
+            })
+            .as_ref()
     }
 }
 
@@ -587,6 +614,7 @@ mod tests {
                 direct: false,
                 create_size_bytes: Some(1 << 20),
                 map: false,
+                direct_large_reads: false,
             },
         )
         .expect("open");
@@ -638,6 +666,48 @@ mod tests {
     }
 
     #[test]
+    fn large_aligned_reads_go_around_the_page_cache_and_see_every_write() {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+        let dev = FileDevice::open(
+            &dir.path().join("dev"),
+            FileOptions {
+                create_size_bytes: Some(4 << 20),
+                direct_large_reads: true,
+                ..FileOptions::default()
+            },
+        )
+        .expect("open");
+        // Written through the page cache and not flushed: the direct read
+        // must still find it (the kernel writes the range back first).
+        let data: Vec<u8> = (0..super::super::DIRECT_MIN_BYTES * 2)
+            .map(|i| (i % 253) as u8)
+            .collect();
+        dev.write_at(&data, 1 << 20).expect("write");
+        let mut buf = super::super::AlignedBuf::default();
+        let aligned = buf.get(data.len());
+        dev.read_at(aligned, 1 << 20).expect("direct read");
+        assert!(aligned == data.as_slice());
+        assert!(
+            dev.direct_file.get().is_some_and(|f| f.is_some()),
+            "the large aligned read went through the O_DIRECT descriptor"
+        );
+        // Misaligned offset, buffer or length, and small reads: the page cache.
+        let mut plain = vec![0u8; data.len() + 1];
+        dev.read_at(&mut plain[1..], 1 << 20)
+            .expect("misaligned buffer");
+        assert!(plain[1..] == data[..]);
+        dev.read_at(&mut plain[..data.len() - 1], (1 << 20) + 1)
+            .expect("misaligned offset");
+        assert!(plain[..data.len() - 1] == data[1..]);
+        let small = &mut buf.get(4096)[..4096];
+        dev.read_at(small, 1 << 20).expect("small read");
+        assert!(small == &data[..4096]);
+        // The end of the device is checked before either path.
+        let too_far = buf.get(super::super::DIRECT_MIN_BYTES);
+        assert!(dev.read_at(too_far, (4 << 20) - 4096).is_err());
+    }
+
+    #[test]
     fn mapped_tmpfs_file_shares_bytes_with_pread_and_pwrite() {
         let shm = Path::new("/dev/shm");
         if !is_on_volatile_memory(shm) {
@@ -651,6 +721,7 @@ mod tests {
             direct: false,
             create_size_bytes: Some(1 << 20),
             map,
+            direct_large_reads: false,
         };
         let mapped = FileDevice::open(&path, options(true)).expect("open mapped");
         assert!(mapped.is_mapped());
@@ -686,6 +757,7 @@ mod tests {
                 direct: false,
                 create_size_bytes: Some(8192),
                 map: true,
+                direct_large_reads: false,
             },
         )
         .expect("open");

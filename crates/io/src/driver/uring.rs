@@ -36,13 +36,6 @@ const ENTER_GETEVENTS: u32 = 1;
 /// wake-ups, and replies sent together, when many are in flight.
 const REAP_BATCH_MAX: u32 = 16;
 const REAP_WAIT_US: u32 = 50;
-/// Data runs of at least this many bytes, aligned, go to the device's
-/// O_DIRECT descriptor when its main one is buffered
-/// (`UringTarget::direct_fd`): a large write then costs no copy into the
-/// page cache and no writeback work at the barrier, while small writes
-/// keep the page cache, whose writeback merges neighbouring slots (4 KiB
-/// writes at QD32 ran at 0.6x with every write O_DIRECT; docs/benchmarks.md).
-const DIRECT_RUN_MIN_BYTES: usize = 64 << 10;
 /// O_DIRECT's alignment of offsets, lengths and buffers.
 const DIRECT_ALIGN_BYTES: usize = 4096;
 
@@ -322,7 +315,7 @@ impl Uring {
             let offset = shared.slot_offset_bytes(slot);
             let fd = match self.target.direct_fd {
                 Some(direct)
-                    if len >= DIRECT_RUN_MIN_BYTES
+                    if len >= crate::device::DIRECT_MIN_BYTES
                         && (ptr as usize).is_multiple_of(DIRECT_ALIGN_BYTES)
                         && offset.is_multiple_of(DIRECT_ALIGN_BYTES as u64)
                         && len.is_multiple_of(DIRECT_ALIGN_BYTES) =>
