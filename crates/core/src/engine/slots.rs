@@ -49,8 +49,12 @@ pub struct Slots {
     state: Vec<u8>,
     index: KeyIndex,
     free: FreePool,
-    /// In-flight readers of a slot's contents (reads, merges into a newer version).
-    pins: HashMap<u32, u32>,
+    /// In-flight readers of a slot's contents (reads, merges into a newer
+    /// version, a new version's fill keeping the one it supersedes): one
+    /// bit per slot says "pinned at least once" (the common case costs no
+    /// hash lookup), and `extra_pins` counts the pins beyond the first.
+    pinned: Vec<u64>,
+    extra_pins: HashMap<u32, u32>,
     /// Clean slots with no pins: what eviction can hand out right now.
     evictable: u64,
 }
@@ -62,7 +66,8 @@ impl Slots {
             state: vec![SlotState::Free as u8; slots as usize],
             index: KeyIndex::fixed(slots as usize),
             free: FreePool::new(slots),
-            pins: HashMap::with_capacity_and_hasher(pins_hint, Default::default()),
+            pinned: vec![0; (slots as usize).div_ceil(64)],
+            extra_pins: HashMap::with_capacity_and_hasher(pins_hint, Default::default()),
             evictable: 0,
         }
     }
@@ -102,7 +107,23 @@ impl Slots {
         &self.key
     }
     pub fn pins(&self, slot: SlotIndex) -> u32 {
-        self.pins.get(&slot.0).copied().unwrap_or(0)
+        if !self.is_pinned(slot) {
+            return 0;
+        }
+        1 + self.extra_pins.get(&slot.0).copied().unwrap_or(0)
+    }
+
+    fn is_pinned(&self, slot: SlotIndex) -> bool {
+        self.pinned[slot.0 as usize / 64] & (1 << (slot.0 % 64)) != 0
+    }
+
+    fn set_pinned(&mut self, slot: SlotIndex, on: bool) {
+        let (word, bit) = (slot.0 as usize / 64, 1u64 << (slot.0 % 64));
+        if on {
+            self.pinned[word] |= bit;
+        } else {
+            self.pinned[word] &= !bit;
+        }
     }
     pub fn free_count(&self) -> u64 {
         self.free.len()
@@ -114,7 +135,7 @@ impl Slots {
     /// Change the state, keeping `evictable` right. Flags are kept.
     pub fn set_state(&mut self, slot: SlotIndex, new: SlotState) {
         let old = self.state(slot);
-        let unpinned = self.pins(slot) == 0;
+        let unpinned = !self.is_pinned(slot);
         if old == SlotState::Clean && unpinned {
             self.evictable -= 1;
         }
@@ -189,24 +210,30 @@ impl Slots {
     }
 
     pub fn pin(&mut self, slot: SlotIndex) {
-        let n = self.pins.entry(slot.0).or_insert(0);
-        *n += 1;
-        if *n == 1 && self.state(slot) == SlotState::Clean {
+        if self.is_pinned(slot) {
+            *self.extra_pins.entry(slot.0).or_insert(0) += 1;
+            return;
+        }
+        self.set_pinned(slot, true);
+        if self.state(slot) == SlotState::Clean {
             self.evictable -= 1;
         }
     }
 
     /// Returns true when the slot is stale and nothing holds it any more.
     pub fn unpin(&mut self, slot: SlotIndex) -> bool {
-        let Some(n) = self.pins.get_mut(&slot.0) else {
+        if !self.is_pinned(slot) {
             debug_assert!(false, "unpin of an unpinned slot");
             return false;
-        };
-        *n -= 1;
-        if *n > 0 {
+        }
+        if let Some(n) = self.extra_pins.get_mut(&slot.0) {
+            *n -= 1;
+            if *n == 0 {
+                self.extra_pins.remove(&slot.0);
+            }
             return false;
         }
-        self.pins.remove(&slot.0);
+        self.set_pinned(slot, false);
         match self.state(slot) {
             SlotState::Clean => {
                 self.evictable += 1;
@@ -220,7 +247,7 @@ impl Slots {
     /// A stale slot with no pins and no destage can go back to the pool.
     pub fn freeable(&self, slot: SlotIndex) -> bool {
         self.state(slot) == SlotState::Stale
-            && self.pins(slot) == 0
+            && !self.is_pinned(slot)
             && !self.has(slot, FLAG_DESTAGING)
     }
 
@@ -229,6 +256,48 @@ impl Slots {
             + self.state.capacity()
             + self.free.heap_bytes()
             + self.index.heap_bytes()
-            + self.pins.capacity() * 9
+            + self.pinned.capacity() * 8
+            + self.extra_pins.capacity() * 9
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pins nest: the first is a bit, the others a count; a clean slot is
+    /// evictable and a stale one freeable only when the last pin goes.
+    #[test]
+    fn pins_nest_and_only_the_last_unpin_releases_the_slot() {
+        let mut slots = Slots::new(130, 4);
+        for s in [SlotIndex(0), SlotIndex(64), SlotIndex(129)] {
+            slots.set_state(s, SlotState::Clean);
+        }
+        assert_eq!(slots.evictable(), 3);
+        let s = SlotIndex(64);
+        slots.pin(s);
+        slots.pin(s);
+        slots.pin(s);
+        assert_eq!(slots.pins(s), 3);
+        assert_eq!(slots.pins(SlotIndex(0)), 0, "a neighbour's bit stays clear");
+        assert_eq!(slots.evictable(), 2);
+        assert!(!slots.unpin(s));
+        assert!(!slots.unpin(s));
+        assert_eq!(slots.pins(s), 1);
+        assert_eq!(slots.evictable(), 2, "still pinned once");
+        assert!(!slots.unpin(s));
+        assert_eq!(slots.pins(s), 0);
+        assert_eq!(slots.evictable(), 3);
+        // A stale slot: freeable once unpinned, and unpin says so.
+        let t = SlotIndex(129);
+        slots.pin(t);
+        slots.pin(t);
+        slots.set_state(t, SlotState::Stale);
+        assert_eq!(slots.evictable(), 2);
+        assert!(!slots.freeable(t));
+        assert!(!slots.unpin(t));
+        assert!(!slots.freeable(t));
+        assert!(slots.unpin(t), "the last unpin of a stale slot frees it");
+        assert!(slots.freeable(t));
     }
 }
