@@ -291,7 +291,7 @@ pub struct Engine {
     /// Each such page's old versions, oldest first: they retire in version
     /// order, and (persistent caches) their records are freed in that order,
     /// one at a time, so a crash never leaves an older record as the newest.
-    old_versions: HashMap<u64, VecDeque<SlotIndex>>,
+    old_versions: HashMap<u64, versions::OldQueue>,
     /// Stale slots waiting for a `FreeSlots` command (persistent caches).
     to_free: Vec<SlotIndex>,
     /// Failed write-through requests held until a slot's record is zeroed

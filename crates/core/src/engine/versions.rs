@@ -121,7 +121,7 @@ impl Engine {
             .old_versions
             .get_mut(&key)
             .expect("old version was queued");
-        queue.retain(|&s| s != slot);
+        queue.remove(slot);
         if queue.is_empty() {
             self.old_versions.remove(&key);
         }
@@ -162,5 +162,106 @@ impl Engine {
             self.push_old(slot);
         }
         self.slots.set_state(slot, SlotState::Stale);
+    }
+}
+
+/// A page's old versions, oldest first. Most pages have one at a time,
+/// kept without a heap block; a deque only from the second.
+#[derive(Default)]
+pub(super) enum OldQueue {
+    #[default]
+    Empty,
+    One(SlotIndex),
+    Many(VecDeque<SlotIndex>),
+}
+
+impl OldQueue {
+    pub(super) fn push_back(&mut self, slot: SlotIndex) {
+        *self = match std::mem::take(self) {
+            OldQueue::Empty => OldQueue::One(slot),
+            OldQueue::One(first) => OldQueue::Many(VecDeque::from([first, slot])),
+            OldQueue::Many(mut q) => {
+                q.push_back(slot);
+                OldQueue::Many(q)
+            }
+        };
+    }
+
+    pub(super) fn front(&self) -> Option<&SlotIndex> {
+        match self {
+            OldQueue::Empty => None,
+            OldQueue::One(s) => Some(s),
+            OldQueue::Many(q) => q.front(),
+        }
+    }
+
+    pub(super) fn back(&self) -> Option<&SlotIndex> {
+        match self {
+            OldQueue::Empty => None,
+            OldQueue::One(s) => Some(s),
+            OldQueue::Many(q) => q.back(),
+        }
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &SlotIndex> {
+        let (a, b): (&[SlotIndex], &[SlotIndex]) = match self {
+            OldQueue::Empty => (&[], &[]),
+            OldQueue::One(s) => (std::slice::from_ref(s), &[]),
+            OldQueue::Many(q) => q.as_slices(),
+        };
+        a.iter().chain(b)
+    }
+
+    /// Takes `slot` out, wherever it is.
+    pub(super) fn remove(&mut self, slot: SlotIndex) {
+        match self {
+            OldQueue::One(s) if *s == slot => *self = OldQueue::Empty,
+            OldQueue::Many(q) => q.retain(|&s| s != slot),
+            _ => {}
+        }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        match self {
+            OldQueue::Empty => true,
+            OldQueue::One(_) => false,
+            OldQueue::Many(q) => q.is_empty(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn old_queue_keeps_version_order_from_one_to_many_and_back() {
+        let mut q = OldQueue::default();
+        assert!(q.is_empty() && q.front().is_none());
+        q.push_back(SlotIndex(7));
+        assert_eq!(
+            (q.front(), q.back()),
+            (Some(&SlotIndex(7)), Some(&SlotIndex(7)))
+        );
+        q.push_back(SlotIndex(3));
+        q.push_back(SlotIndex(9));
+        let all: Vec<u32> = q.iter().map(|s| s.0).collect();
+        assert_eq!(all, [7, 3, 9]);
+        q.remove(SlotIndex(3));
+        assert_eq!(
+            (q.front(), q.back()),
+            (Some(&SlotIndex(7)), Some(&SlotIndex(9)))
+        );
+        q.remove(SlotIndex(7));
+        q.remove(SlotIndex(42));
+        assert_eq!(q.iter().count(), 1);
+        q.remove(SlotIndex(9));
+        assert!(q.is_empty());
+        let mut one = OldQueue::default();
+        one.push_back(SlotIndex(1));
+        one.remove(SlotIndex(2));
+        assert!(!one.is_empty());
+        one.remove(SlotIndex(1));
+        assert!(one.is_empty());
     }
 }
