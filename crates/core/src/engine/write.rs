@@ -21,7 +21,9 @@ impl Engine {
         let r = self.req(ri);
         let route = self.route_of(ri);
         if route == WriteRoute::Backing {
-            return Some(route);
+            // A held page's backing write was answered before it landed
+            // (a promoted bypass's original): a later one must not race it.
+            return (!self.overlaps_held(ri)).then_some(route);
         }
         if self.overlaps_bypass(ri) {
             return None;
@@ -78,13 +80,28 @@ impl Engine {
     /// and leave the backing older than an acknowledged write-through.
     pub(super) fn backing_write_would_race(&self, ri: u32) -> bool {
         let r = self.req(ri);
-        self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
-            let key = PageKey::new(r.volume, p.page);
-            let current_busy = self.slots.lookup(key).is_some_and(|s| {
-                self.slots.state(s) == SlotState::Filling || self.slots.has(s, FLAG_DESTAGING)
-            });
-            current_busy || self.older_version_destaging(key)
-        })
+        self.overlaps_held(ri)
+            || self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
+                let key = PageKey::new(r.volume, p.page);
+                let current_busy = self.slots.lookup(key).is_some_and(|s| {
+                    self.slots.state(s) == SlotState::Filling || self.slots.has(s, FLAG_DESTAGING)
+                });
+                current_busy || self.older_version_destaging(key)
+            })
+    }
+
+    /// One of `ri`'s pages is held (`destage_held`): a backing write to it
+    /// is in flight whose request may have been answered already (a
+    /// promoted bypass's original), so the order of a later backing write
+    /// against it is the client's to rely on.
+    fn overlaps_held(&self, ri: u32) -> bool {
+        if self.held_pages.is_empty() {
+            return false;
+        }
+        let r = self.req(ri);
+        self.geometry
+            .pieces(r.offset_bytes, r.len_bytes)
+            .any(|p| self.destage_held(PageKey::new(r.volume, p.page)))
     }
 
     /// Admit write `ri` on `route`, which `route_if_room` just gave.
