@@ -183,22 +183,35 @@ impl Engine {
     }
 
     /// The filters' bookkeeping when a backing write of these bytes lands
-    /// (`bypass`: one not promoted, counted in the bypass filter).
+    /// (`bypass`: one not promoted, counted in `bypass_pages`).
     pub(super) fn backing_write_landed(&mut self, vol: VolumeId, off: u64, len: u64, bypass: bool) {
         // A read miss issued while this write was in flight may have read
         // the old bytes: it must not insert them.
-        let bypass = bypass as u32;
         for piece in self.geometry.pieces(off, len) {
             self.write_seq += 1;
-            let bucket = Self::write_bucket(PageKey::new(vol, piece.page));
+            let key = PageKey::new(vol, piece.page);
+            let bucket = Self::write_bucket(key);
             self.write_filter[bucket] = self.write_seq;
             debug_assert!(self.backing_writes_in_flight[bucket] > 0);
-            debug_assert!(self.bypasses_in_flight[bucket] >= bypass);
             self.backing_writes_in_flight[bucket] -= 1;
-            self.bypasses_in_flight[bucket] -= bypass;
+            if bypass {
+                self.bypass_page_landed(key);
+            }
         }
-        debug_assert!(self.bypass_writes_live >= bypass);
-        self.bypass_writes_live -= bypass;
+        debug_assert!(self.bypass_writes_live >= bypass as u32);
+        self.bypass_writes_live -= bypass as u32;
+    }
+
+    /// One bypass write of `key`'s page is no longer a bypass in flight.
+    pub(super) fn bypass_page_landed(&mut self, key: PageKey) {
+        let n = self
+            .bypass_pages
+            .get_mut(&key.0)
+            .expect("a bypass in flight over the page");
+        *n -= 1;
+        if *n == 0 {
+            self.bypass_pages.remove(&key.0);
+        }
     }
 
     /// Slot records were zeroed (persistent caches): the slots go back to

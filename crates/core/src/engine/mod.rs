@@ -241,7 +241,7 @@ enum IoCtx {
     },
     WriteBacking {
         req: u32,
-        /// A bypass (nothing of it in the cache), counted in `bypasses_in_flight`.
+        /// A bypass (nothing of it in the cache), counted in `bypass_pages`.
         around: bool,
     },
     Destage {
@@ -325,11 +325,14 @@ pub struct Engine {
     /// older version landing last would leave the backing behind the cache
     /// (`Engine::destage_held`).
     held_pages: HashMap<u64, u32>,
-    /// Of those, bypass writes: a write through the cache to one of their
-    /// pages waits for them (its page base could be read from the backing
-    /// before the bypass lands, and bring old bytes back over it).
-    bypasses_in_flight: Vec<u32>,
-    /// Bypass write requests in flight (no bucket walk while there are none).
+    /// Of those, bypass writes, counted per page exactly: a write through
+    /// the cache to one of their pages waits for them (its page base could
+    /// be read from the backing before the bypass lands, and bring old
+    /// bytes back over it). Exact, not by filter bucket: a false match made
+    /// a critical write stall behind a bypass of other pages, and every
+    /// write queued after it too (the rdc experiments, 2026-11-26).
+    bypass_pages: HashMap<u64, u32>,
+    /// Bypass write requests in flight (no page lookup while there are none).
     bypass_writes_live: u32,
     positions: Vec<u32>,
     /// Deadlines: destage retry, batched frees.
@@ -396,7 +399,7 @@ impl Engine {
             write_seq: 0,
             write_filter: vec![0; WRITE_FILTER_BUCKETS],
             backing_writes_in_flight: vec![0; WRITE_FILTER_BUCKETS],
-            bypasses_in_flight: vec![0; WRITE_FILTER_BUCKETS],
+            bypass_pages: HashMap::default(),
             bypass_writes_live: 0,
             held_pages: HashMap::default(),
             positions: Vec::with_capacity(geometry.group_pages() as usize),

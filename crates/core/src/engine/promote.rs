@@ -106,7 +106,7 @@ impl Engine {
     /// Promote the bypasses `pick` selects, with every other bypass in
     /// flight over their pages, oldest first; all or none (room). True if
     /// any was promoted. Scans the request table: promotions are rare, and
-    /// the bypass filter keeps the common path free of any bookkeeping.
+    /// the per-page bypass counts keep the common path free of any scan.
     fn promote_where(&mut self, pick: impl Fn(&Engine, &Req) -> bool) -> bool {
         let candidates: Vec<(RequestId, u32)> = (self.reqs.iter().enumerate())
             .filter_map(|(i, r)| {
@@ -161,7 +161,7 @@ impl Engine {
     }
 
     /// Reissue bypass `b` to the cache: its pages become dirty versions
-    /// written from its buffer, its bytes leave the bypass filter (the
+    /// written from its buffer, its pages leave `bypass_pages` (the
     /// original still counts as a backing write in flight, so destages of
     /// its pages wait for it: `destage_held`), and,
     /// when the driver keeps buffers past answers, it is answered from the
@@ -172,16 +172,14 @@ impl Engine {
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
         for piece in self.geometry.pieces(off, len) {
             let key = PageKey::new(vol, piece.page);
-            let bucket = Self::write_bucket(key);
             debug_assert!(
                 self.slots
                     .lookup(key)
                     .is_none_or(|s| self.slots.state(s) == SlotState::Filling),
                 "a page under a bypass has no cached version but a promoted one"
             );
-            debug_assert!(self.bypasses_in_flight[bucket] > 0);
             // Still a backing write in flight: its pages' destages wait.
-            self.bypasses_in_flight[bucket] -= 1;
+            self.bypass_page_landed(key);
         }
         self.bypass_writes_live -= 1;
         self.stats.reissued_writes += 1;

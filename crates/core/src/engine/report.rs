@@ -102,7 +102,8 @@ impl Engine {
                 .sum::<usize>()
             + self.issuers.metadata_bytes()
             + self.write_filter.capacity() * 8
-            + (self.backing_writes_in_flight.capacity() + self.bypasses_in_flight.capacity()) * 4
+            + self.backing_writes_in_flight.capacity() * 4
+            + self.bypass_pages.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
             + self.reqs.capacity() * std::mem::size_of::<Option<Req>>()
             + self.held_pages.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
     }

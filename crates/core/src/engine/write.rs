@@ -62,15 +62,15 @@ impl Engine {
         })
     }
 
-    /// A bypass write to one of `ri`'s pages may be in flight (by filter
-    /// bucket: a collision only delays).
+    /// A bypass write to one of `ri`'s pages is in flight.
     pub(super) fn overlaps_bypass(&self, ri: u32) -> bool {
         if self.bypass_writes_live == 0 {
             return false;
         }
         let r = self.req(ri);
         self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
-            self.bypasses_in_flight[Self::write_bucket(PageKey::new(r.volume, p.page))] > 0
+            self.bypass_pages
+                .contains_key(&PageKey::new(r.volume, p.page).0)
         })
     }
 
@@ -227,9 +227,11 @@ impl Engine {
         let (volume, offset_bytes, len_bytes, fua) =
             (r.volume, r.offset_bytes, r.len_bytes, r.flags.fua);
         for piece in self.geometry.pieces(offset_bytes, len_bytes) {
-            let bucket = Self::write_bucket(PageKey::new(volume, piece.page));
-            self.backing_writes_in_flight[bucket] += 1;
-            self.bypasses_in_flight[bucket] += around as u32;
+            let key = PageKey::new(volume, piece.page);
+            self.backing_writes_in_flight[Self::write_bucket(key)] += 1;
+            if around {
+                *self.bypass_pages.entry(key.0).or_default() += 1;
+            }
         }
         self.bypass_writes_live += around as u32;
         self.req_mut(ri).pending += 1;
