@@ -48,7 +48,7 @@ use wcache_core::{
     RecoveryError, Request, RequestFlags, RequestKind, SlotRecord, Source, Stats, SubmitError,
 };
 
-use crate::device::{AlignedBuf, BlockDevice, DeviceError};
+use crate::device::{is_aligned, AlignedBuf, BlockDevice, DeviceError};
 use crate::store::CacheStore;
 use wcache_core::types::{RequestId, SlotIndex, VolumeId};
 
@@ -2244,10 +2244,6 @@ fn is_batched(job: &Job) -> bool {
         job.cmd,
         IoCommand::WritePage { .. } | IoCommand::FreeSlots { .. }
     )
-}
-
-fn is_aligned(addr: usize, offset_bytes: u64, len_bytes: usize, a: usize) -> bool {
-    addr.is_multiple_of(a) && offset_bytes.is_multiple_of(a as u64) && len_bytes.is_multiple_of(a)
 }
 
 /// The slot of a batched page write (`batch[i]`).

@@ -869,7 +869,7 @@ fn transmission(
         let read_aligned = matches!(command, Command::Read { length, .. }
             if length as usize >= READ_ALIGNED_MIN_BYTES);
         let slack = if read_aligned {
-            READ_DATA_ALIGNMENT_BYTES
+            DIRECT_IO_ALIGNMENT_BYTES
         } else {
             0
         };
@@ -879,7 +879,7 @@ fn transmission(
         let reply_start = if read_aligned {
             buffer[SIMPLE_REPLY_HEADER_LEN..]
                 .as_ptr()
-                .align_offset(READ_DATA_ALIGNMENT_BYTES)
+                .align_offset(DIRECT_IO_ALIGNMENT_BYTES)
         } else {
             0
         };
@@ -905,15 +905,15 @@ fn transmission(
     }
 }
 
-/// Alignment of the payload of a WRITE started with `Export::write_async`
-/// (so that direct I/O can take it from the buffer as it is).
-const ASYNC_PAYLOAD_ALIGNMENT_BYTES: usize = 4096;
+/// Alignment of the payload of a WRITE started with `Export::write_async`,
+/// and of a large READ's data (so that direct I/O can take or fill the
+/// buffer as it is).
+const DIRECT_IO_ALIGNMENT_BYTES: usize = 4096;
 
 /// READs of this size or more that run on a worker get their data at an
-/// address aligned to `READ_DATA_ALIGNMENT_BYTES` (a backing file reads
+/// address aligned to `DIRECT_IO_ALIGNMENT_BYTES` (a backing file reads
 /// such reads with direct I/O: no copy out of the page cache).
 const READ_ALIGNED_MIN_BYTES: usize = 64 * 1024;
-const READ_DATA_ALIGNMENT_BYTES: usize = 4096;
 
 /// WRITEs up to this size are started on the connection's reader thread;
 /// larger ones go to a worker, so that the reader receives the next request
@@ -937,8 +937,8 @@ fn receive_async_write(
     // admit() may wait for writes to finish: nothing batched may wait with it.
     connection.flush_replies();
     connection.admit(charge_bytes);
-    let mut buffer = connection.take_buffer(len + ASYNC_PAYLOAD_ALIGNMENT_BYTES);
-    let start = buffer.as_ptr().align_offset(ASYNC_PAYLOAD_ALIGNMENT_BYTES);
+    let mut buffer = connection.take_buffer(len + DIRECT_IO_ALIGNMENT_BYTES);
+    let start = buffer.as_ptr().align_offset(DIRECT_IO_ALIGNMENT_BYTES);
     if !receive(connection, reader, &mut buffer[start..start + len]) {
         connection.release(charge_bytes);
         return None;

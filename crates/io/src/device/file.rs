@@ -17,7 +17,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use super::{check_range, BlockDevice, DeviceError};
+use super::{check_range, is_aligned, BlockDevice, DeviceError, DIRECT_ALIGNMENT_BYTES};
 
 /// How writes become durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,10 +79,6 @@ impl Default for FileOptions {
         }
     }
 }
-
-/// Direct I/O alignment used for every device (the common logical block size
-/// of NVMe and 4Kn disks; 512e devices accept it too).
-const DIRECT_ALIGNMENT_BYTES: usize = 4096;
 
 pub struct FileDevice {
     file: File,
@@ -235,11 +231,7 @@ impl FileDevice {
         len_bytes: usize,
     ) -> Result<(), DeviceError> {
         let a = self.alignment_bytes();
-        if a > 1
-            && (!addr.is_multiple_of(a)
-                || !offset_bytes.is_multiple_of(a as u64)
-                || !len_bytes.is_multiple_of(a))
-        {
+        if a > 1 && !is_aligned(addr, offset_bytes, len_bytes, a) {
             return Err(DeviceError::Misaligned {
                 device: self.name(),
                 offset_bytes,
@@ -366,12 +358,14 @@ impl BlockDevice for FileDevice {
             }
             return Ok(());
         }
-        let a = DIRECT_ALIGNMENT_BYTES;
         if self.options.direct_large_reads
             && buf.len() >= super::DIRECT_MIN_BYTES
-            && (buf.as_ptr() as usize).is_multiple_of(a)
-            && offset_bytes.is_multiple_of(a as u64)
-            && buf.len().is_multiple_of(a)
+            && is_aligned(
+                buf.as_ptr() as usize,
+                offset_bytes,
+                buf.len(),
+                DIRECT_ALIGNMENT_BYTES,
+            )
         {
             if let Some(direct) = self.direct_file() {
                 return direct

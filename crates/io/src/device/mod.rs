@@ -162,6 +162,15 @@ pub trait BlockDevice: Send + Sync {
 /// could be undone by the page's later writeback.
 pub const DIRECT_MIN_BYTES: usize = 64 << 10;
 
+/// Direct I/O alignment used for every device (the common logical block
+/// size of NVMe and 4Kn disks; 512e devices accept it too).
+pub const DIRECT_ALIGNMENT_BYTES: usize = 4096;
+
+/// A buffer address, device offset and length all multiples of `a`.
+pub(crate) fn is_aligned(addr: usize, offset_bytes: u64, len_bytes: usize, a: usize) -> bool {
+    addr.is_multiple_of(a) && offset_bytes.is_multiple_of(a as u64) && len_bytes.is_multiple_of(a)
+}
+
 /// A device's file descriptor for io_uring writes, and what its
 /// durability contract asks of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

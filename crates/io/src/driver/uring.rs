@@ -22,7 +22,9 @@ use wcache_core::types::SlotIndex;
 use wcache_core::{IoCommand, IoError};
 
 use super::{batch_slot, whole_page, DataPath, DriverConfig, Job, Shared};
-use crate::device::{AlignedBuf, BlockDevice, DeviceError, UringTarget};
+use crate::device::{
+    is_aligned, AlignedBuf, BlockDevice, DeviceError, UringTarget, DIRECT_ALIGNMENT_BYTES,
+};
 use crate::store::{BlockWrite, CacheStore, Commit, Staged};
 
 /// Submission queue entries; a full queue is submitted and refilled.
@@ -36,8 +38,6 @@ const ENTER_GETEVENTS: u32 = 1;
 /// wake-ups, and replies sent together, when many are in flight.
 const REAP_BATCH_MAX: u32 = 16;
 const REAP_WAIT_US: u32 = 50;
-/// O_DIRECT's alignment of offsets, lengths and buffers.
-const DIRECT_ALIGN_BYTES: usize = 4096;
 
 /// `user_data`: kind in the top bits, then the op index and the run.
 const KIND_SHIFT: u32 = 60;
@@ -316,9 +316,7 @@ impl Uring {
             let fd = match self.target.direct_fd {
                 Some(direct)
                     if len >= crate::device::DIRECT_MIN_BYTES
-                        && (ptr as usize).is_multiple_of(DIRECT_ALIGN_BYTES)
-                        && offset.is_multiple_of(DIRECT_ALIGN_BYTES as u64)
-                        && len.is_multiple_of(DIRECT_ALIGN_BYTES) =>
+                        && is_aligned(ptr as usize, offset, len, DIRECT_ALIGNMENT_BYTES) =>
                 {
                     direct
                 }
