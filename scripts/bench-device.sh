@@ -37,6 +37,10 @@
 #        cache file, a real block device (root; add --direct to
 #        WCACHE_B_ARGS for O_DIRECT on it); JOBS picks
 #        some of the jobs; LOG_DIR keeps the servers' logs)
+# Each row also gives the whole machine's busy CPU time per request during
+# the job (/proc/stat around the fio run: fio, the server, the kernel) and
+# the share of the cores busy; a line before the ratios turns it into the
+# cores a wcache job would need at each write target's rate.
 # Last lines: the ratios.
 set -euo pipefail
 
@@ -138,8 +142,12 @@ fio_on() {
         dev) where=(--ioengine=io_uring --filename="$WORK/dev.img" --direct=1) ;;
         *) where=(--ioengine=nbd --uri="nbd+unix:///disk?socket=$WORK/$t.sock") ;;
     esac
+    local before after
+    before=$(head -1 /proc/stat)
     fio --name="$job" "${where[@]}" "$@" --randrepeat=0 --lat_percentiles=1 \
         --output-format=json --output="$WORK/$t-$job.json" >/dev/null
+    after=$(head -1 /proc/stat)
+    printf '%s\n%s\n' "$before" "$after" >"$WORK/$t-$job.cpu"
 }
 
 TIMED=(--time_based --runtime="$RUNTIME")
@@ -209,6 +217,18 @@ def get(t, job):
     pct = side["lat_ns"].get("percentile", {}) or side["clat_ns"].get("percentile", {})
     return {"iops": side["iops"], "mibs": side["bw_bytes"] / 2**20,
             "p50": pct.get("50.000000", 0) / 1000, "p99": pct.get("99.000000", 0) / 1000}
+CORES = __import__("os").cpu_count()
+def cpu(t, job):
+    """The whole machine's busy CPU time per request during the job (µs:
+    fio, the server and the kernel's work for both), and the share of the
+    cores that were busy, from /proc/stat around the fio run."""
+    rows = [list(map(int, l.split()[1:])) for l in open(f"{work}/{t}-{job}.cpu")]
+    d = [b - a for a, b in zip(*rows)]
+    total, idle = sum(d[:8]), d[3] + d[4]  # user..steal; idle + iowait
+    j = json.load(open(f"{work}/{t}-{job}.json"))["jobs"][0]
+    ios = j["write" if job.startswith("w") else "read"]["total_ios"]
+    busy_s = (total - idle) / __import__("os").sysconf("SC_CLK_TCK")  # summed over the cores
+    return (busy_s * 1e6 / ios if ios else float("nan"), (total - idle) / total if total else float("nan"))
 def flushes(t, job):
     log = open(f"{work}/{t}-{job}.log").read()
     req = re.search(r"stopped after (\d+) requests", log)
@@ -216,7 +236,8 @@ def flushes(t, job):
     return (int(req.group(1)), int(fl.group(1))) if req and fl else (0, 0)
 r = {(t, job): get(t, job) for t in targets for job in jobs}
 print(f"\nfio, {runtime} s per timed job, write region {size}, cold read {read_size} once; Unix sockets for NBD")
-print(f"{'job':<14}{'target':<46}{'IOPS':>10}{'MiB/s':>9}{'p50 us':>9}{'p99 us':>10}{'flushes/req':>13}")
+print(f"{'job':<14}{'target':<46}{'IOPS':>10}{'MiB/s':>9}{'p50 us':>9}{'p99 us':>10}{'flushes/req':>13}"
+      f"{'CPU us/req':>12}{'busy':>6}")
 for job in jobs:
     for t in targets:
         x = r[(t, job)]
@@ -224,11 +245,23 @@ for job in jobs:
         if t.startswith("wcache"):
             req, n = flushes(t, job)
             fl = f"{n / req:.3f}" if req else "?"
-        print(f"{job:<14}{names[t]:<46}{x['iops']:>10.0f}{x['mibs']:>9.1f}{x['p50']:>9.1f}{x['p99']:>10.1f}{fl:>13}")
+        us, busy = cpu(t, job)
+        print(f"{job:<14}{names[t]:<46}{x['iops']:>10.0f}{x['mibs']:>9.1f}{x['p50']:>9.1f}{x['p99']:>10.1f}{fl:>13}"
+              f"{us:>12.1f}{busy:>6.0%}")
 g = lambda t, job, k: r[(t, job)][k] if (t, job) in r else float("nan")
 div = lambda a, b: a / b if b else float("nan")
 budget = g("dev", "w4k-qd1", "p50") + g("kitmem", "w4k-qd1", "p50")
 slower = min(g("dev", "w1m-qd4", "mibs"), g("kitmem", "w1m-qd4", "mibs"))
+# Whether a write target fits this machine at all: the cores the whole
+# machine would need to run a wcache job at the target's rate, at the CPU
+# time per request this run measured (fio's share included).
+for w in wtargets:
+    need = lambda job, rate: rate * cpu(w, job)[0] / 1e6 if (w, job) in r else float("nan")
+    print(f"cores needed by {w} at its CPU per request: 4k QD32 at 0.9 x device "
+          f"{need('w4k-qd32', 0.9 * g('dev', 'w4k-qd32', 'iops')):.2f}, at 1.0 x nbdkit file "
+          f"{need('w4k-qd32', g('kitfile', 'w4k-qd32', 'iops')):.2f}; 1M write at 0.5 x min(device, nbdkit memory) "
+          f"{need('w1m-qd4', 0.5 * slower):.2f}, at 1.0 x nbdkit file {need('w1m-qd4', g('kitfile', 'w1m-qd4', 'mibs')):.2f} "
+          f"(this machine: {CORES})")
 for w in wtargets:
     print(f"ratio 4k randwrite QD1 p50 latency {w}/device: {div(g(w, 'w4k-qd1', 'p50'), g('dev', 'w4k-qd1', 'p50')):.2f} "
           f"({w}/(device + nbdkit memory round trip): {div(g(w, 'w4k-qd1', 'p50'), budget):.2f})")
