@@ -166,20 +166,22 @@ impl Engine {
 }
 
 /// A page's old versions, oldest first. Most pages have one at a time,
-/// kept without a heap block; a deque only from the second.
+/// kept without a heap block; a deque only from the second, boxed so that
+/// an entry of the engine's map stays small (16 bytes: a large write
+/// overwrites hundreds of pages, each an entry).
 #[derive(Default)]
 pub(super) enum OldQueue {
     #[default]
     Empty,
     One(SlotIndex),
-    Many(VecDeque<SlotIndex>),
+    Many(Box<VecDeque<SlotIndex>>),
 }
 
 impl OldQueue {
     pub(super) fn push_back(&mut self, slot: SlotIndex) {
         *self = match std::mem::take(self) {
             OldQueue::Empty => OldQueue::One(slot),
-            OldQueue::One(first) => OldQueue::Many(VecDeque::from([first, slot])),
+            OldQueue::One(first) => OldQueue::Many(Box::new(VecDeque::from([first, slot]))),
             OldQueue::Many(mut q) => {
                 q.push_back(slot);
                 OldQueue::Many(q)
@@ -263,5 +265,10 @@ mod tests {
         assert!(!one.is_empty());
         one.remove(SlotIndex(1));
         assert!(one.is_empty());
+    }
+
+    #[test]
+    fn an_old_queue_takes_sixteen_bytes() {
+        assert_eq!(std::mem::size_of::<OldQueue>(), 16);
     }
 }
