@@ -1,5 +1,6 @@
 //! I/O criticality inheritance (Kim et al., ATC'15 §4.2.2, Fig. 3): each
-//! way a critical request waits on a bypass write in flight — an overwrite
+//! way a critical request waits on a bypass write in flight (or on a write
+//! admission bypassed that went through the cache) — an overwrite
 //! of its page, a FLUSH, an issuer that inherits criticality — promotes it
 //! to the cache; the waiter goes on, the late original never lands over
 //! newer data, and under policies without IOI the same requests wait. The
@@ -9,7 +10,7 @@ use std::collections::HashMap;
 use wcache_core::reference::Reference;
 use wcache_core::time::Nanos;
 use wcache_core::types::{RequestId, VolumeId};
-use wcache_core::{Engine, EngineConfig, IoCommand, Request, RequestFlags, RequestKind};
+use wcache_core::{Engine, EngineConfig, IoCommand, IoError, Request, RequestFlags, RequestKind};
 
 const PAGE: u64 = 4096;
 
@@ -30,13 +31,17 @@ fn is_original(c: &IoCommand) -> bool {
 
 impl Bench {
     fn new(admission: &str, early: bool, slots: u64) -> Bench {
-        let config = EngineConfig {
+        Bench::with(EngineConfig {
             cache_slots: slots,
             group_size_bytes: 4 * PAGE,
             admission: admission.into(),
             buffers_outlive_answers: early,
             ..EngineConfig::default()
-        };
+        })
+    }
+
+    fn with(config: EngineConfig) -> Bench {
+        let slots = config.cache_slots;
         let mut e = Engine::new(config).unwrap();
         e.add_volume(1 << 20).unwrap();
         e.add_volume(1 << 20).unwrap();
@@ -361,4 +366,159 @@ fn without_room_nothing_is_promoted() {
     b.drain();
     assert!(b.answered(new) && b.answered(old));
     assert_eq!(b.backing_byte(7), 0xC0);
+}
+
+/// A write admission bypassed over a page with a dirty version in the
+/// cache cannot go around it (write-around's rule): it goes through the
+/// cache and its answer waits for its backing write. That backing write
+/// is an outstanding non-critical write like a bypass (the Redis-like
+/// app's periodic journal commit, found dirty in the cache, which the
+/// main process then waited for behind the log rewrite for up to 3.5 s):
+/// an issuer that inherits criticality has it promoted (answered from the
+/// cache at once, its version kept dirty and not destaged until the
+/// original lands), and so does a critical FLUSH.
+#[test]
+fn a_write_through_the_cache_is_promoted_like_a_bypass() {
+    for by_flush in [false, true] {
+        let mut b = Bench::new("cp-pi-ioi", true, 64);
+        b.write(7, 0xA0, 1);
+        b.complete_while(|c| !is_original(c));
+        assert_eq!(b.e.dirty_pages(), 1, "the critical version is dirty");
+        let w = b.write(7, 0xB0, 3);
+        assert_eq!(b.e.stats().write_bypasses, 0, "not around the dirty page");
+        assert!(b.cmds.iter().any(is_original), "through to the backing");
+        b.complete_while(|c| !is_original(c));
+        assert!(!b.answered(w), "a write through waits for the backing");
+        if by_flush {
+            b.submit(0, RequestKind::Flush, 0, 0, 1);
+        } else {
+            assert_eq!(b.e.inherit_criticality(3), Ok(1));
+            b.pump();
+        }
+        assert_eq!(b.e.stats().reissued_writes, 1, "flush {by_flush}");
+        b.complete_while(|c| !is_original(c));
+        assert!(b.answered(w), "flush {by_flush}: answered from the cache");
+        assert!(b.kept.contains(&w), "its buffer is in use by the original");
+        b.e.start_drain();
+        b.pump();
+        b.complete_while(|c| !is_original(c));
+        assert_eq!(b.destages(), 0, "no destage before the original lands");
+        assert_eq!(b.e.dirty_pages(), 1, "the promoted version is dirty");
+        b.complete_while(is_original);
+        b.complete_while(|_| true);
+        assert_eq!(b.backing_byte(7), 0xB0);
+        assert_eq!(b.e.dirty_pages(), 0);
+        assert_eq!(b.e.stats().discarded_completions, 1);
+    }
+}
+
+/// Under CP+PI the same write waits for its backing write.
+#[test]
+fn under_cp_pi_a_write_through_the_cache_waits_for_the_backing() {
+    let mut b = Bench::new("cp-pi", true, 64);
+    b.write(7, 0xA0, 1);
+    b.complete_while(|c| !is_original(c));
+    let w = b.write(7, 0xB0, 3);
+    assert_eq!(b.e.inherit_criticality(3), Ok(1));
+    b.submit(0, RequestKind::Flush, 0, 0, 1);
+    b.complete_while(|c| !is_original(c));
+    assert!(!b.answered(w));
+    assert_eq!(b.e.stats().reissued_writes, 0);
+    b.drain();
+    assert!(b.answered(w));
+    assert_eq!(b.backing_byte(7), 0xB0);
+}
+
+/// A critical write to a page whose version from a bypassed write through
+/// the cache is in flight waits for that version, which is final only once
+/// its backing write lands: under CP+PI+IOI the write through is promoted
+/// and both are answered from the cache; under CP+PI both wait.
+#[test]
+fn a_critical_overwrite_promotes_the_write_through_it_waits_on() {
+    for ioi in [true, false] {
+        let mut b = Bench::new(if ioi { "cp-pi-ioi" } else { "cp-pi" }, true, 64);
+        b.write(7, 0xA0, 1);
+        b.complete_while(|c| !is_original(c));
+        let through = b.write(7, 0xB0, 3);
+        b.complete_while(|c| !is_original(c));
+        let critical = b.write(7, 0xC0, 1);
+        assert_eq!(b.e.stats().reissued_writes, ioi as u64);
+        b.complete_while(|c| !is_original(c));
+        assert_eq!(b.answered(through), ioi, "ioi {ioi}");
+        assert_eq!(b.answered(critical), ioi, "ioi {ioi}");
+        b.e.start_drain();
+        b.pump();
+        b.complete_while(|c| !is_original(c));
+        assert_eq!(b.destages(), 0, "no destage before the original lands");
+        b.complete_while(is_original);
+        b.complete_while(|_| true);
+        assert!(b.answered(through) && b.answered(critical));
+        assert_eq!(b.backing_byte(7), 0xC0, "ioi {ioi}: the newest lands last");
+        assert_eq!(b.e.dirty_pages(), 0);
+    }
+}
+
+/// On a persistent cache a page whose destaged version's record is not yet
+/// freed cannot be bypassed either; a write through the cache there makes
+/// a clean version (the backing will have it). Promoted, that version must
+/// be dirty: the backing does not have it until the original lands. If its
+/// cache write then fails, the version is undone as one that made the page
+/// dirty, and the write is answered with the error.
+#[test]
+fn a_promoted_write_through_the_cache_keeps_its_clean_version_dirty() {
+    for fail_fill in [false, true] {
+        let config = EngineConfig {
+            cache_slots: 64,
+            group_size_bytes: 4 * PAGE,
+            admission: "cp-pi-ioi".into(),
+            buffers_outlive_answers: true,
+            persistent: true,
+            ..EngineConfig::default()
+        };
+        let mut b = Bench::with(config);
+        b.write(7, 0xA0, 1);
+        b.complete_while(|c| matches!(c, IoCommand::WritePage { .. }));
+        b.e.start_drain();
+        b.pump();
+        b.complete_while(|c| matches!(c, IoCommand::Destage { .. }));
+        assert_eq!(b.e.dirty_pages(), 0, "destaged; its record not yet freed");
+        let w = b.write(7, 0xB0, 3);
+        assert_eq!(b.e.stats().write_bypasses, 0, "through the cache");
+        assert_eq!(b.e.dirty_pages(), 0, "a clean version");
+        assert_eq!(b.e.inherit_criticality(3), Ok(1));
+        b.pump();
+        assert_eq!(b.e.stats().reissued_writes, 1);
+        assert_eq!(b.e.dirty_pages(), 1, "the promoted version is dirty");
+        if fail_fill {
+            let k = (b.cmds.iter())
+                .position(|c| matches!(c, IoCommand::WritePage { .. }))
+                .expect("the version's cache write");
+            let c = b.cmds.remove(k);
+            b.e.handle_completion(Nanos(0), c.io(), Err(IoError::Io))
+                .unwrap();
+            // Answered once the older version's record is zeroed (a crash
+            // must not bring it back over the backing write).
+            let is_free = |c: &IoCommand| matches!(c, IoCommand::FreeSlots { .. });
+            b.cmds.extend(std::iter::from_fn(|| b.e.poll_command()));
+            while let Some(k) = b.cmds.iter().position(is_free) {
+                let c = b.cmds.remove(k);
+                b.dev.execute(&c, &mut b.bufs);
+                b.e.handle_completion(Nanos(0), c.io(), Ok(())).unwrap();
+                b.cmds.extend(std::iter::from_fn(|| b.e.poll_command()));
+            }
+            let r = b.e.poll_response().expect("answered");
+            assert_eq!((r.id.0, r.result), (w, Err(IoError::Io)));
+            assert_eq!(b.e.dirty_pages(), 0, "the version is undone");
+            b.pump();
+        } else {
+            b.complete_while(|c| !is_original(c));
+            assert!(b.answered(w), "answered from the cache");
+            assert_eq!(b.e.dirty_pages(), 1);
+        }
+        assert_eq!(b.destages(), 0, "no destage before the original lands");
+        b.complete_while(is_original);
+        b.complete_while(|_| true);
+        assert_eq!(b.backing_byte(7), 0xB0, "fail {fail_fill}");
+        assert_eq!(b.e.dirty_pages(), 0);
+    }
 }

@@ -167,6 +167,9 @@ impl Engine {
         let r = self.req_mut(req);
         r.bypass_io = None;
         r.backing_in_flight = false;
+        let through = r.through_io.take().is_some();
+        self.through_writes_live -= through as u32;
+        let r = self.req_mut(req);
         let holds = std::mem::take(&mut r.holds);
         let (vol, off, len, promoted) = (r.volume, r.offset_bytes, r.len_bytes, r.promoted);
         self.backing_write_landed(vol, off, len, around && !promoted);

@@ -172,6 +172,12 @@ struct Req {
     /// Its backing write while in flight, if it is a bypass (nothing of it
     /// in the cache): the one I/O criticality inheritance may promote.
     bypass_io: Option<IoId>,
+    /// Its backing write while in flight, if admission bypassed it but it
+    /// went through the cache (a cached version of its pages could not be
+    /// bypassed): an outstanding non-critical backing write too, which I/O
+    /// criticality inheritance may promote (its cache copy is there or on
+    /// its way; only its answer waits for the backing).
+    through_io: Option<IoId>,
     /// Promoted: reissued to the cache while its bypass was in flight.
     promoted: bool,
     /// Its pages are in `held_pages` until its backing write lands.
@@ -334,6 +340,9 @@ pub struct Engine {
     bypass_pages: HashMap<u64, u32>,
     /// Bypass write requests in flight (no page lookup while there are none).
     bypass_writes_live: u32,
+    /// Requests admission bypassed that went through the cache, with their
+    /// backing write in flight and not promoted (`Req::through_io`).
+    through_writes_live: u32,
     positions: Vec<u32>,
     /// Deadlines: destage retry, batched frees.
     timers: Timers,
@@ -401,6 +410,7 @@ impl Engine {
             backing_writes_in_flight: vec![0; WRITE_FILTER_BUCKETS],
             bypass_pages: HashMap::default(),
             bypass_writes_live: 0,
+            through_writes_live: 0,
             held_pages: HashMap::default(),
             positions: Vec::with_capacity(geometry.group_pages() as usize),
             timers: Timers::default(),

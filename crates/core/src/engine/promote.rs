@@ -3,7 +3,11 @@
 //! cache at once (*promoted*), so the waiter goes on. The original backing
 //! write still lands; its completion is discarded, and no cached version of
 //! its pages is destaged before it has landed, so it never lands over newer
-//! data.
+//! data. A write admission bypassed that went through the cache instead (a
+//! cached version of its pages could not be bypassed) is an outstanding
+//! non-critical backing write too: its cache copy is there already, so
+//! promoting it makes its versions dirty (write-back) and answers it
+//! without waiting for the backing, where buffers outlive answers.
 //!
 //! Who waits, and so promotes (when the admission policy's `inherits_io`
 //! says the waiter is critical): a write to the cache that overlaps a
@@ -23,18 +27,20 @@ impl Engine {
     /// A bypass in flight could be promoted now (cheap: the common case is
     /// no bypass at all).
     fn promotion_possible(&self) -> bool {
-        self.bypass_writes_live > 0
+        (self.bypass_writes_live > 0 || self.through_writes_live > 0)
             && self.ordered.is_none()
             && self.journal.is_none()
             && self.write_policy.keeps_dirty()
     }
 
     /// Write `ri`, going to the cache, would wait for a bypass in flight to
-    /// one of its pages: if it is a critical waiter (asked now, so a
-    /// criticality gained while it stalled counts), promote the bypasses
-    /// over its pages. True if any was.
+    /// one of its pages (it would stall until the bypass lands), or for a
+    /// version in flight of a bypassed write through the cache (it would
+    /// wait for that version, final only once its backing write lands): if
+    /// it is a critical waiter (asked now, so a criticality gained while it
+    /// stalled counts), promote those writes over its pages. True if any was.
     pub(super) fn promote_for_write(&mut self, ri: u32) -> bool {
-        if !self.promotion_possible() || !self.overlaps_bypass(ri) {
+        if !self.promotion_possible() || !(self.overlaps_bypass(ri) || self.overlaps_through(ri)) {
             return false;
         }
         let r = self.req(ri);
@@ -55,6 +61,21 @@ impl Engine {
         let (vol, first, last) = (r.volume, self.first_page(r), self.last_page(r));
         self.promote_where(|e, b| {
             b.volume == vol && e.first_page(b) <= last && first <= e.last_page(b)
+        })
+    }
+
+    /// A bypassed write through the cache may have a version in flight on
+    /// one of `ri`'s pages (cheap: a page lookup each, and none while no
+    /// such write is in flight).
+    fn overlaps_through(&self, ri: u32) -> bool {
+        if self.through_writes_live == 0 {
+            return false;
+        }
+        let r = self.req(ri);
+        self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
+            self.slots
+                .lookup(PageKey::new(r.volume, p.page))
+                .is_some_and(|s| self.slots.state(s) == SlotState::Filling)
         })
     }
 
@@ -97,10 +118,18 @@ impl Engine {
             .0
     }
 
-    /// A request that is a bypass in flight, not promoted: its backing
-    /// write is the only copy of its bytes in flight.
-    fn promotable(r: &Req) -> bool {
-        r.pending != u32::MAX && !r.promoted && r.bypass_io.is_some()
+    /// A request that is a bypass in flight, not promoted (its backing
+    /// write is the only copy of its bytes in flight), or, where buffers
+    /// outlive answers, a bypassed write through the cache whose answer
+    /// waits only for its backing write (elsewhere promoting it would
+    /// gain nothing: its answer would still wait for the backing).
+    fn promotable(&self, r: &Req) -> bool {
+        r.pending != u32::MAX
+            && !r.promoted
+            && (r.bypass_io.is_some()
+                || (r.through_io.is_some()
+                    && r.failed.is_none()
+                    && self.config.buffers_outlive_answers))
     }
 
     /// Promote the bypasses `pick` selects, with every other bypass in
@@ -111,7 +140,7 @@ impl Engine {
         let candidates: Vec<(RequestId, u32)> = (self.reqs.iter().enumerate())
             .filter_map(|(i, r)| {
                 r.as_ref()
-                    .filter(|r| Self::promotable(r))
+                    .filter(|r| self.promotable(r))
                     .map(|r| (r.id, i as u32))
             })
             .collect();
@@ -145,9 +174,12 @@ impl Engine {
                 break;
             }
         }
+        // A write through the cache holds its slots already.
         let need: u64 = chosen
             .iter()
-            .map(|&(_, b)| self.pages_of(self.req(b).offset_bytes, self.req(b).len_bytes))
+            .map(|&(_, b)| self.req(b))
+            .filter(|r| r.bypass_io.is_some())
+            .map(|r| self.pages_of(r.offset_bytes, r.len_bytes))
             .sum();
         if self.slots.free_count() + self.slots.evictable() < need {
             return false;
@@ -168,7 +200,10 @@ impl Engine {
     /// cache and the original's completion is discarded.
     fn promote(&mut self, b: u32) {
         let r = self.req(b);
-        debug_assert!(Self::promotable(r));
+        debug_assert!(self.promotable(r));
+        if r.bypass_io.is_none() {
+            return self.promote_through(b);
+        }
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
         for piece in self.geometry.pieces(off, len) {
             let key = PageKey::new(vol, piece.page);
@@ -204,6 +239,61 @@ impl Engine {
             };
             self.req_mut(b).pending -= 1;
         }
+    }
+
+    /// Promote bypassed write `b` that went through the cache: its page
+    /// versions (filling, or filled and waiting for the request) become
+    /// dirty versions, its pages are held from destage until its backing
+    /// write lands, and it is answered once its cache copy is written (the
+    /// backing write's completion is discarded). None of its pieces waits
+    /// for an earlier version of its page: a write through the cache stalls
+    /// while one is filling (`backing_write_would_race`), so every version
+    /// it will have is in `finalize` already.
+    fn promote_through(&mut self, b: u32) {
+        debug_assert!(self.config.buffers_outlive_answers);
+        debug_assert!(!self
+            .deferred
+            .values()
+            .flatten()
+            .any(|d| matches!(d, Deferred::Write { req, .. } if *req == b)));
+        let r = self.req(b);
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        let io = r.through_io.expect("a write through in flight");
+        self.through_writes_live -= 1;
+        self.stats.reissued_writes += 1;
+        self.stats.reissued_pages += self.pages_of(off, len);
+        self.req_mut(b).promoted = true;
+        self.hold_pages(b);
+        let finalize = std::mem::take(&mut self.req_mut(b).finalize);
+        for &slot in &finalize {
+            // A version still filling is its page's current one (a later
+            // write of the page waits for it), so it can join the dirty set.
+            debug_assert_eq!(self.slots.state(slot), SlotState::Filling);
+            if self.slots.has(slot, FLAG_FILL_CLEAN) {
+                self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);
+                self.mark_dirty(self.slots.key(slot));
+                // Were its cache write to fail, the page was clean before:
+                // undoing the version takes it out of the dirty set again.
+                for ctx in self.ios.iter_mut().flatten() {
+                    if let IoCtx::Fill { slot: s, undo, .. } = ctx {
+                        if *s == slot {
+                            undo.made_dirty = true;
+                        }
+                    }
+                }
+            }
+        }
+        self.req_mut(b).finalize = finalize;
+        let ctx = self
+            .io_ctx_mut(io)
+            .expect("the write's backing write is in flight");
+        debug_assert!(matches!(ctx, IoCtx::WriteBacking { around: false, .. }));
+        *ctx = IoCtx::PromotedOriginal {
+            volume: vol,
+            offset_bytes: off,
+            len_bytes: len,
+        };
+        self.req_mut(b).pending -= 1;
     }
 
     /// The original of a promoted bypass landed after its request was

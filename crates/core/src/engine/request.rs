@@ -60,7 +60,7 @@ impl Engine {
                         self.stats.admitted_pages_inherited += pages();
                     }
                 }
-                if self.bypass_writes_live > 0 && !bypass {
+                if !bypass {
                     self.promote_for_write(ri);
                 }
                 let route = if self.stalled.is_empty() {
@@ -134,6 +134,7 @@ impl Engine {
             finalize,
             bypass: false,
             bypass_io: None,
+            through_io: None,
             promoted: false,
             holds: false,
             backing_in_flight: false,
@@ -167,7 +168,8 @@ impl Engine {
         let response = Response {
             id: r.id,
             result: failed.map_or(Ok(()), Err),
-            buffer_in_use: r.promoted && r.bypass_io.is_some_and(|io| self.io_live(io)),
+            buffer_in_use: r.promoted
+                && (r.bypass_io.or(r.through_io)).is_some_and(|io| self.io_live(io)),
         };
         let r = self.reqs[ri as usize].as_mut().expect("live request");
         r.pending = u32::MAX; // poison: a dead request

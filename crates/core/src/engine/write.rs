@@ -239,6 +239,9 @@ impl Engine {
         self.req_mut(ri).backing_in_flight = true;
         if around {
             self.req_mut(ri).bypass_io = Some(io);
+        } else if self.req(ri).bypass {
+            self.req_mut(ri).through_io = Some(io);
+            self.through_writes_live += 1;
         }
         self.commands.push_back(IoCommand::WriteBacking {
             io,
