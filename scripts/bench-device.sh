@@ -20,7 +20,8 @@
 # wcache (read misses; the backing files were written with O_DIRECT, so the
 # page cache does not hold them either).
 #
-# Every file is written in full before its server starts (fio lays out the
+# Each target starts with no dirty page-cache pages left by the one before
+# (a `sync` between targets). Every file is written in full before its server starts (fio lays out the
 # device file the same way), so no side pays for block allocation. Each
 # wcache job runs on a server started for it on the same cache file (the
 # dirty pages of earlier jobs are recovered), so that its exit summary gives
@@ -183,6 +184,10 @@ run_job() { # job
     for t in dev kitmem kitfile $WCACHE_TARGETS; do
         local extra=()
         [ "$t" = dev ] && [[ "$job" == w* ]] && extra=(--sync=dsync)
+        # The target before may have left dirty page-cache pages (nbdkit
+        # file's buffered writes, wcache's clean copies of read misses):
+        # write them back now, not during this target's run.
+        sync
         [[ "$t" == wcache* ]] && wc_start "$t" "$job"
         fio_on "$t" "$job" "${args[@]}" "${extent[@]}" "${extra[@]}"
         [[ "$t" == wcache* ]] && wc_stop "$t"
