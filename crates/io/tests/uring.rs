@@ -226,3 +226,46 @@ fn write_async_refuses_a_range_beyond_its_buffer() {
         other => panic!("expected a payload length error, got {other:?}"),
     }
 }
+
+/// Clean copies of read misses go to io_uring (one reaping thread writes
+/// them, not the many threads that read): concurrent readers of cold
+/// pages get the backing's bytes, the copies then serve hits with the
+/// same bytes, and after a restart too, in both sync modes.
+#[test]
+fn concurrent_read_misses_leave_clean_copies_that_hit_with_the_backing_bytes() {
+    for (sync, direct) in [(SyncMode::Fdatasync, false), (SyncMode::Dsync, true)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cache.img");
+        let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(VOLUME_BYTES));
+        let mut rng = SmallRng::seed_from_u64(11);
+        let shadow: Vec<u8> = (0..VOLUME_BYTES).map(|_| rng.gen()).collect();
+        backing.write_at(&shadow, 0).expect("fill backing");
+        let driver = start(&path, sync, direct, backing.clone());
+        uring_in_use(&driver);
+        let chunk = 16 * PAGE_BYTES as usize;
+        std::thread::scope(|s| {
+            for t in 0..THREADS as usize {
+                let (driver, shadow) = (&driver, &shadow);
+                s.spawn(move || {
+                    let quarter = shadow.len() / THREADS as usize;
+                    let mut buf = vec![0u8; chunk];
+                    for at in (t * quarter..(t + 1) * quarter).step_by(chunk) {
+                        driver.read(VolumeId(0), at as u64, &mut buf).expect("read");
+                        assert!(buf == shadow[at..at + chunk], "{sync:?}: miss at {at}");
+                    }
+                });
+            }
+        });
+        let inserts = driver.engine_stats().read_inserts;
+        assert!(inserts > 0, "{sync:?}: the misses inserted clean copies");
+        check_reads(&driver, &shadow);
+        assert!(
+            driver.engine_stats().read_page_hits > 0,
+            "{sync:?}: the second pass hits the copies"
+        );
+        assert_eq!(driver.stats().cache_errors, 0, "{sync:?}");
+        drop(driver);
+        let driver = start(&path, sync, direct, backing);
+        check_reads(&driver, &shadow);
+    }
+}
