@@ -1276,8 +1276,8 @@ impl Shared {
     /// of their time spinning on it, `docs/io.md`). Their read waits for
     /// them as before.
     fn clean_copies_to_uring(&self, jobs: &mut VecDeque<Job>) {
-        let Some(uring) = &self.uring else {
-            return;
+        let Some(uring) = self.uring.as_ref().filter(|u| u.accepting()) else {
+            return; // no ring, or it is stopping: the threads write them
         };
         let p = self.page_size_bytes;
         let is_copy = |j: &Job| {
