@@ -1274,8 +1274,13 @@ impl Shared {
     /// released them: buffered writes to the cache file from many threads
     /// at once contend for its inode lock (cold 1 MiB reads spent a tenth
     /// of their time spinning on it, `docs/io.md`). Their read waits for
-    /// them as before.
+    /// them as before. Only where the cache goes through the page cache
+    /// (its writes need no alignment): O_DIRECT writes take that lock
+    /// shared, and the threads' native-AIO batches were faster there.
     fn clean_copies_to_uring(&self, jobs: &mut VecDeque<Job>) {
+        if self.cache.dev.alignment_bytes() > 1 {
+            return;
+        }
         let Some(uring) = self.uring.as_ref().filter(|u| u.accepting()) else {
             return; // no ring, or it is stopping: the threads write them
         };
