@@ -1269,38 +1269,6 @@ impl Shared {
         self.to_pool(rest.into_iter());
     }
 
-    /// Clean copies of read misses go to io_uring, whose one reaping thread
-    /// completes them, instead of being written by whichever threads
-    /// released them: buffered writes to the cache file from many threads
-    /// at once contend for its inode lock (cold 1 MiB reads spent a tenth
-    /// of their time spinning on it, `docs/io.md`). Their read waits for
-    /// them as before. Only where the cache goes through the page cache
-    /// (its writes need no alignment): O_DIRECT writes take that lock
-    /// shared, and the threads' native-AIO batches were faster there.
-    fn clean_copies_to_uring(&self, jobs: &mut VecDeque<Job>) {
-        if self.cache.dev.alignment_bytes() > 1 {
-            return;
-        }
-        let Some(uring) = self.uring.as_ref().filter(|u| u.accepting()) else {
-            return; // no ring, or it is stopping: the threads write them
-        };
-        let p = self.page_size_bytes;
-        let is_copy = |j: &Job| {
-            is_whole_request_page(j, p)
-                && matches!(&j.cmd, IoCommand::WritePage { record, .. } if !record.dirty)
-        };
-        if !jobs.iter().any(is_copy) {
-            return;
-        }
-        let (copies, rest): (Vec<Job>, Vec<Job>) = jobs.drain(..).partition(|j| is_copy(j));
-        jobs.extend(rest);
-        let mut copies = copies.into_iter().peekable();
-        while copies.peek().is_some() {
-            let batch: Vec<Job> = copies.by_ref().take(WRITE_BATCH_MAX).collect();
-            uring.submit(self, batch, false);
-        }
-    }
-
     /// Tells the `write_async` callbacks their responses (outside the
     /// engine lock: a callback sends a reply on a socket).
     fn run_answered(&self) {
@@ -1419,10 +1387,6 @@ impl Shared {
         while !jobs.is_empty() {
             if self.abandoned.load(Ordering::Relaxed) {
                 jobs.clear();
-                return;
-            }
-            self.clean_copies_to_uring(jobs);
-            if jobs.is_empty() {
                 return;
             }
             if let Some(w) = own {

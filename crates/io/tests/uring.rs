@@ -227,10 +227,9 @@ fn write_async_refuses_a_range_beyond_its_buffer() {
     }
 }
 
-/// Clean copies of read misses go to io_uring (one reaping thread writes
-/// them, not the many threads that read): concurrent readers of cold
-/// pages get the backing's bytes, the copies then serve hits with the
-/// same bytes, and after a restart too, in both sync modes.
+/// Clean copies of read misses beside the io_uring write path: concurrent
+/// readers of cold pages get the backing's bytes, the copies then serve
+/// hits with the same bytes, and after a restart too, in both sync modes.
 #[test]
 fn concurrent_read_misses_leave_clean_copies_that_hit_with_the_backing_bytes() {
     for (sync, direct) in [(SyncMode::Fdatasync, false), (SyncMode::Dsync, true)] {

@@ -698,11 +698,6 @@ impl Uring {
         shared.to_pool(jobs.into_iter());
     }
 
-    /// False once `stop` was called: new work goes elsewhere.
-    pub(super) fn accepting(&self) -> bool {
-        !self.lock().stopping
-    }
-
     /// Ends the reaping thread once no op is in flight.
     pub(super) fn stop(&self) {
         let mut st = self.lock();
