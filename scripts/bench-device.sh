@@ -21,11 +21,12 @@
 # page cache does not hold them either).
 #
 # Each target starts with no dirty page-cache pages left by the one before
-# (a `sync` between targets). Every file is written in full before its server starts (fio lays out the
-# device file the same way), so no side pays for block allocation. Each
-# wcache job runs on a server started for it on the same cache file (the
-# dirty pages of earlier jobs are recovered), so that its exit summary gives
-# the cache flushes per request of that job alone.
+# (a `sync` between targets). Every file is written in full before its
+# server starts (fio lays out the device file the same way), so no side
+# pays for block allocation. Each wcache job runs on a server started for
+# it on the same cache file (the dirty pages of earlier jobs are
+# recovered), so that its exit summary gives the cache flushes per request
+# of that job alone.
 #
 # Usage: scripts/bench-device.sh   (RUNTIME=5 SIZE=256M READ_SIZE=512M
 #        CACHE_SIZE=1G BENCH_DIR=/var/tmp; WCACHE_ARGS adds serve options,
@@ -202,7 +203,7 @@ for job in "${JOBS[@]}"; do
 done
 
 python3 - "$WORK" "$RUNTIME" "$SIZE" "$READ_SIZE" "$FSTYPE" "$WCACHE_TARGETS" "$WCACHE_ARGS" "${WCACHE_B_ARGS}" "${JOBS[@]}" <<'PY'
-import json, re, sys
+import json, os, re, sys
 work, runtime, size, read_size, fstype = sys.argv[1:6]
 wtargets, wargs, bargs, jobs = sys.argv[6].split(), sys.argv[7], sys.argv[8], sys.argv[9:]
 targets = ["dev", "kitmem", "kitfile"] + wtargets
@@ -220,9 +221,9 @@ def get(t, job):
     j = json.load(open(f"{work}/{t}-{job}.json"))["jobs"][0]
     side = j["write" if job.startswith("w") else "read"]
     pct = side["lat_ns"].get("percentile", {}) or side["clat_ns"].get("percentile", {})
-    return {"iops": side["iops"], "mibs": side["bw_bytes"] / 2**20,
+    return {"iops": side["iops"], "mibs": side["bw_bytes"] / 2**20, "ios": side["total_ios"],
             "p50": pct.get("50.000000", 0) / 1000, "p99": pct.get("99.000000", 0) / 1000}
-CORES = __import__("os").cpu_count()
+CORES = os.cpu_count()
 def cpu(t, job):
     """The whole machine's busy CPU time per request during the job (µs:
     fio, the server and the kernel's work for both), and the share of the
@@ -230,9 +231,8 @@ def cpu(t, job):
     rows = [list(map(int, l.split()[1:])) for l in open(f"{work}/{t}-{job}.cpu")]
     d = [b - a for a, b in zip(*rows)]
     total, idle = sum(d[:8]), d[3] + d[4]  # user..steal; idle + iowait
-    j = json.load(open(f"{work}/{t}-{job}.json"))["jobs"][0]
-    ios = j["write" if job.startswith("w") else "read"]["total_ios"]
-    busy_s = (total - idle) / __import__("os").sysconf("SC_CLK_TCK")  # summed over the cores
+    ios = r[(t, job)]["ios"]
+    busy_s = (total - idle) / os.sysconf("SC_CLK_TCK")  # summed over the cores
     return (busy_s * 1e6 / ios if ios else float("nan"), (total - idle) / total if total else float("nan"))
 def flushes(t, job):
     log = open(f"{work}/{t}-{job}.log").read()

@@ -217,10 +217,7 @@ impl Engine {
             self.bypass_page_landed(key);
         }
         self.bypass_writes_live -= 1;
-        self.stats.reissued_writes += 1;
-        self.stats.reissued_pages += self.pages_of(off, len);
-        self.req_mut(b).promoted = true;
-        self.hold_pages(b);
+        self.mark_promoted(b);
         self.reserve_slots(b);
         for piece in self.geometry.pieces(off, len) {
             self.issue_write_piece(b, piece, false);
@@ -228,17 +225,37 @@ impl Engine {
         if self.config.buffers_outlive_answers {
             // `bypass_io` stays: the answer says whether it is still in flight.
             let io = self.req(b).bypass_io.expect("a bypass in flight");
-            let ctx = self
-                .io_ctx_mut(io)
-                .expect("the bypass's backing write is in flight");
-            debug_assert!(matches!(ctx, IoCtx::WriteBacking { around: true, .. }));
-            *ctx = IoCtx::PromotedOriginal {
-                volume: vol,
-                offset_bytes: off,
-                len_bytes: len,
-            };
-            self.req_mut(b).pending -= 1;
+            self.discard_original(b, io, true);
         }
+    }
+
+    /// What every promotion does first: count it, mark the request, and
+    /// hold its pages from destage until its original lands.
+    fn mark_promoted(&mut self, b: u32) {
+        let r = self.req(b);
+        let pages = self.pages_of(r.offset_bytes, r.len_bytes);
+        self.stats.reissued_writes += 1;
+        self.stats.reissued_pages += pages;
+        self.req_mut(b).promoted = true;
+        self.hold_pages(b);
+    }
+
+    /// Request `b` no longer waits for its backing write `io` (`around`:
+    /// a bypass, else a write through the cache): the write becomes an
+    /// original whose completion is discarded.
+    fn discard_original(&mut self, b: u32, io: IoId, around: bool) {
+        let r = self.req(b);
+        let (volume, offset_bytes, len_bytes) = (r.volume, r.offset_bytes, r.len_bytes);
+        let ctx = self
+            .io_ctx_mut(io)
+            .expect("the request's backing write is in flight");
+        debug_assert!(matches!(ctx, IoCtx::WriteBacking { around: a, .. } if *a == around));
+        *ctx = IoCtx::PromotedOriginal {
+            volume,
+            offset_bytes,
+            len_bytes,
+        };
+        self.req_mut(b).pending -= 1;
     }
 
     /// Promote bypassed write `b` that went through the cache: its page
@@ -256,14 +273,9 @@ impl Engine {
             .values()
             .flatten()
             .any(|d| matches!(d, Deferred::Write { req, .. } if *req == b)));
-        let r = self.req(b);
-        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
-        let io = r.through_io.expect("a write through in flight");
+        let io = self.req(b).through_io.expect("a write through in flight");
         self.through_writes_live -= 1;
-        self.stats.reissued_writes += 1;
-        self.stats.reissued_pages += self.pages_of(off, len);
-        self.req_mut(b).promoted = true;
-        self.hold_pages(b);
+        self.mark_promoted(b);
         let finalize = std::mem::take(&mut self.req_mut(b).finalize);
         for &slot in &finalize {
             // A version still filling is its page's current one (a later
@@ -284,16 +296,7 @@ impl Engine {
             }
         }
         self.req_mut(b).finalize = finalize;
-        let ctx = self
-            .io_ctx_mut(io)
-            .expect("the write's backing write is in flight");
-        debug_assert!(matches!(ctx, IoCtx::WriteBacking { around: false, .. }));
-        *ctx = IoCtx::PromotedOriginal {
-            volume: vol,
-            offset_bytes: off,
-            len_bytes: len,
-        };
-        self.req_mut(b).pending -= 1;
+        self.discard_original(b, io, false);
     }
 
     /// The original of a promoted bypass landed after its request was
