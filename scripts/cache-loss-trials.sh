@@ -98,7 +98,7 @@ trial() {
         local pages=$((JOURNAL_SIZE / 4096))
         local region=$((4096 + (pages * 16 + 4095) / 4096 * 4096 + pages * 4096))
         fs_bytes=$(((fs_bytes - region) / 4096 * 4096))
-        extra=(--journal-size "$JOURNAL_SIZE")
+        extra=(--journal-size "$JOURNAL_SIZE" --journal disk=backing-end)
         [ "$points" != "$1" ] && extra+=(--consistency-points "$points")
     fi
     rm -f "$WORK/cache.img" "$WORK/w.sock"
@@ -124,7 +124,7 @@ trial() {
     teardown
     rm -f "$WORK/cache.img"
     if [ "$policy" = write-back-journaled ] &&
-        ! "$WCACHE" backing-recover "$WORK/backing.img" --journal-size "$JOURNAL_SIZE" >>"$log" 2>&1; then
+        ! "$WCACHE" backing-recover "$WORK/backing.img" --journal-size "$JOURNAL_SIZE" --journal backing-end >>"$log" 2>&1; then
         echo "backing-recover failed: $(tail -1 "$log")"
         return
     fi

@@ -173,7 +173,7 @@ attach() { # policy[:journal-size] cache-size
         pages=$((bytes / 4096))
         region=$((4096 + (pages * 16 + 4095) / 4096 * 4096 + pages * 4096))
         fs_kib=$((($(stat -c %s "$WORK/backing.img") - region) / 4096 * 4))
-        extra=(--journal-size "$journal_size")
+        extra=(--journal-size "$journal_size" --journal disk=backing-end)
     fi
     # shellcheck disable=SC2086
     mkfs.ext4 -q -F "$WORK/backing.img" ${fs_kib:+${fs_kib}k}

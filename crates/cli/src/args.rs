@@ -13,6 +13,16 @@ pub enum ArgError {
     SyncMode { option: &'static str, text: String },
     #[error("--export {0:?}: expected NAME=BACKING")]
     Export(String),
+    #[error("--journal {0:?}: expected EXPORT=PATH or EXPORT=backing-end")]
+    Journal(String),
+    #[error("--journal {value:?}: no export is called {name:?} (the exports: {exports})")]
+    JournalExport {
+        value: String,
+        name: String,
+        exports: String,
+    },
+    #[error("--journal {0:?}: that export's journal is given twice")]
+    JournalTwice(String),
     #[error("--{option}: cannot parse duration {text:?} (examples: 30s, 500ms, 2m, 0)")]
     Duration { option: &'static str, text: String },
 }
@@ -53,7 +63,38 @@ pub fn export_args(exports: &[String]) -> Result<Vec<VolumeSpec>, ArgError> {
             Ok(VolumeSpec {
                 name: name.to_string(),
                 backing: backing.to_string(),
+                journal: None,
             })
         })
         .collect()
+}
+
+/// `--journal EXPORT=PATH|backing-end`: where each export's backing
+/// journal lives (write-back-journaled), set on `volumes`.
+pub fn journal_args(journals: &[String], volumes: &mut [VolumeSpec]) -> Result<(), ArgError> {
+    for j in journals {
+        let (name, place) = j
+            .split_once('=')
+            .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+            .ok_or_else(|| ArgError::Journal(j.clone()))?;
+        let exports = volumes
+            .iter()
+            .map(|v| v.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let volume =
+            volumes
+                .iter_mut()
+                .find(|v| v.name == name)
+                .ok_or_else(|| ArgError::JournalExport {
+                    value: j.clone(),
+                    name: name.to_string(),
+                    exports,
+                })?;
+        if volume.journal.is_some() {
+            return Err(ArgError::JournalTwice(j.clone()));
+        }
+        volume.journal = Some(place.to_string());
+    }
+    Ok(())
 }

@@ -1,12 +1,19 @@
 //! `wcache backing-recover`: replay the journal a write-back-journaled
-//! cache left at the end of a backing, for when that cache is gone, so the
-//! backing alone holds its last checkpointed transaction.
+//! cache left for a backing (in a file of its own or at the backing's
+//! end), for when that cache is gone, so the backing alone holds its last
+//! checkpointed transaction. It locks the backing and the journal file as
+//! a server would, and formats nothing: a place holding no journal is
+//! reported and left as it is.
 
 use std::sync::Arc;
 
 use clap::Args;
-use wcache_io::device::journaled::{JournalOpen, JournaledDevice};
+use wcache_io::cache::local_path;
+use wcache_io::device::journaled::{
+    region_bytes, JournalOpen, JournalPlace, JournaledDevice, BACKING_END,
+};
 use wcache_io::device::BlockDevice;
+use wcache_io::lock::{DeviceLock, LockMode};
 use wcache_io::open_backing;
 
 use crate::args::{size_arg, sync_arg};
@@ -20,6 +27,10 @@ pub struct BackingRecoverArgs {
     /// The --journal-size it was served with.
     #[arg(long)]
     journal_size: String,
+    /// Where its journal is, as served (--journal EXPORT=...): PATH (a file
+    /// or device of its own) or backing-end.
+    #[arg(long, value_name = "PATH|backing-end")]
+    journal: String,
     /// The --page-size it was served with.
     #[arg(long, default_value_t = 4096)]
     page_size: u64,
@@ -35,8 +46,34 @@ pub fn backing_recover(args: BackingRecoverArgs) -> Result<(), AnyError> {
         return Err(format!("--journal-size {}: at least one page", args.journal_size).into());
     }
     let sync = sync_arg("backing-sync", &args.backing_sync)?;
+    let region = region_bytes(pages, page);
+    let mut locks = Vec::new();
+    for (spec, what) in [(&args.backing, "backing"), (&args.journal, "journal")] {
+        if let Some(path) = local_path(spec).filter(|_| spec != BACKING_END) {
+            if !path.exists() {
+                return Err(format!("{what} {} does not exist", path.display()).into());
+            }
+            locks.push(DeviceLock::acquire(&path, LockMode::Exclusive, what)?);
+        }
+    }
     let backing: Arc<dyn BlockDevice> = open_backing(&args.backing, sync, None, None)?;
-    let (dev, found) = JournaledDevice::open(backing, pages, page, false)?;
+    let place = if args.journal == BACKING_END {
+        JournalPlace::BackingEnd
+    } else {
+        JournalPlace::Own(open_backing(&args.journal, sync, None, None)?)
+    };
+    if !JournaledDevice::holds_journal(backing.as_ref(), &place, region)? {
+        return Err(format!(
+            "{} holds no wcache journal (its header block is blank or another's): \
+             nothing to replay, nothing written",
+            match &place {
+                JournalPlace::Own(dev) => dev.name(),
+                JournalPlace::BackingEnd => format!("the end of {}", backing.name()),
+            }
+        )
+        .into());
+    }
+    let (dev, found) = JournaledDevice::open(backing, place, pages, page)?;
     let what = match found {
         JournalOpen::Formatted => "held no journal; an empty one was formatted".to_string(),
         JournalOpen::Empty => "journal empty: the backing is consistent as it is".to_string(),

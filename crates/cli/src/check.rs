@@ -18,7 +18,7 @@ use wcache_io::device::file::SyncMode;
 use wcache_io::store::BadSlot;
 use wcache_io::CacheStore;
 
-use crate::tools::{describe, AnyError};
+use crate::tools::{describe, lock_for_reading, AnyError};
 
 /// Verify every checksum of a cache device; non-zero exit if anything is corrupt.
 #[derive(Args, Debug)]
@@ -40,6 +40,8 @@ pub struct Corrupt {
 }
 
 pub fn check(args: CheckArgs) -> Result<(), AnyError> {
+    // Shared: other readers may look too, no server or flush may write meanwhile.
+    let _lock = lock_for_reading(&args.cache)?;
     let dev = open_existing_cache_device(&args.cache, SyncMode::Fdatasync)?;
     // A bad superblock is an error that names the field.
     let store = CacheStore::open(dev)?;

@@ -21,7 +21,7 @@ use wcache_io::{Cache, DriverConfig, OfflineConfig};
 
 use wcache_io::ops::client::{ClientError, ControlClient};
 
-use crate::args::{export_args, size_arg, sync_arg};
+use crate::args::{export_args, journal_args, size_arg, sync_arg};
 use crate::ops::{flush_online, ControlArgs};
 use crate::tools::{describe_offline_engine, AnyError};
 
@@ -46,10 +46,12 @@ pub struct FlushArgs {
     /// (a failing backing); the dirty pages stay in the cache.
     #[arg(long, default_value_t = 60)]
     stall_timeout_s: u64,
-    /// Offline, for a cache served write-back-journaled: its --journal-size
-    /// (each backing keeps a journal that large at its end).
+    /// Offline, for a cache served write-back-journaled: its --journal-size...
     #[arg(long)]
     journal_size: Option<String>,
+    /// ...and each export's --journal EXPORT=PATH|backing-end, as served.
+    #[arg(long = "journal", value_name = "EXPORT=PATH|backing-end")]
+    journals: Vec<String>,
 }
 
 pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
@@ -89,9 +91,11 @@ fn flush_offline(args: FlushArgs) -> Result<(), AnyError> {
             "offline flush: give --export NAME=BACKING for every volume of the cache".into(),
         );
     }
+    let mut volumes = export_args(&args.exports)?;
+    journal_args(&args.journals, &mut volumes)?;
     let config = OfflineConfig {
         backing_sync: sync_arg("backing-sync", &args.backing_sync)?,
-        volumes: export_args(&args.exports)?,
+        volumes,
         cache_path,
         driver: DriverConfig::default(),
         journal_bytes: args

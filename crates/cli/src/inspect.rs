@@ -9,7 +9,7 @@ use wcache_io::cache::open_existing_cache_device;
 use wcache_io::device::file::SyncMode;
 use wcache_io::CacheStore;
 
-use crate::tools::{describe, AnyError};
+use crate::tools::{describe, lock_for_reading, AnyError};
 
 /// Show a cache device's superblock, state, and pages per volume.
 #[derive(Args, Debug)]
@@ -25,6 +25,8 @@ pub fn inspect(args: InspectArgs) -> Result<(), AnyError> {
 
 /// Prints what the cache device at `path` holds (also `wcache status` with no server).
 pub fn inspect_path(path: &Path) -> Result<(), AnyError> {
+    // Shared: other readers may look too, no server or flush may write meanwhile.
+    let _lock = lock_for_reading(path)?;
     let dev = open_existing_cache_device(path, SyncMode::Fdatasync)?;
     let store = CacheStore::open(dev)?;
     let sb = store.superblock();

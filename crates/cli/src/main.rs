@@ -317,6 +317,11 @@ fn given_on_command_line(matches: &clap::ArgMatches, subcommand: &str) -> Vec<St
 }
 
 fn main() -> ExitCode {
+    // A tool whose reader left (`wcache status | head -1`) ends quietly at
+    // its next write, as other Unix tools do, rather than panic on EPIPE;
+    // `serve` ignores SIGPIPE again and never panics on output.
+    // SAFETY: signal(2) restoring a default disposition, before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let matches = with_policy_help(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     logging::init();
@@ -336,7 +341,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("wcache: error: {e}");
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "wcache: error: {e}");
             ExitCode::FAILURE
         }
     }

@@ -26,6 +26,7 @@ use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
 use wcache_io::cache::Monitor;
 use wcache_io::device::journaled::JournalOpen;
 use wcache_io::format::FORMAT_VERSION;
+use wcache_io::lock::{socket_answering, DeviceLock, LockMode};
 use wcache_io::ops::control::{ControlListener, ControlServer};
 use wcache_io::ops::prometheus::MetricsServer;
 use wcache_io::ops::{Operator, Snapshot};
@@ -34,9 +35,26 @@ use wcache_io::{
 };
 use wcache_nbd::{Export, ExportError, Server, ServerConfig, ServerStats};
 
-use crate::args::{duration_ns_arg, export_args, size_arg, sync_arg};
+use crate::args::{duration_ns_arg, export_args, journal_args, size_arg, sync_arg};
 
 type AnyError = Box<dyn std::error::Error>;
+
+/// `println!` that never panics: a server whose standard output went away
+/// (a pipe whose reader left) goes on serving; its log is on stderr.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that never panics.
+macro_rules! say_err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 /// Serve cached volumes over NBD (with no arguments: a demo in ./wcache-data
 /// with a 1 GiB cache file in front of an 8 GiB emulated 10K RPM disk).
@@ -159,10 +177,17 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4)]
     pub(crate) idle_destages: u32,
     /// write-back-journaled: the host journal, most page versions not yet
-    /// checkpointed (writes wait beyond it); the same size is reserved as a
-    /// journal at the end of each backing, which the export loses (e.g. 64M).
+    /// checkpointed (writes wait beyond it); each backing has a journal of
+    /// the same size (plus its header and entry table), where --journal says (e.g. 64M).
     #[arg(long, default_value = "64M")]
     pub(crate) journal_size: String,
+    /// write-back-journaled (required there, for every export): where the
+    /// export's backing journal lives: a file or device of its own
+    /// (EXPORT=PATH, or any backing spec; a missing file is created; keep
+    /// it on the backing's storage), or the backing's last bytes
+    /// (EXPORT=backing-end: they must hold no data; the export ends before them).
+    #[arg(long = "journal", value_name = "EXPORT=PATH|backing-end")]
+    pub(crate) journals: Vec<String>,
     /// write-back-journaled: the open transaction commits at this size
     /// (0: an eighth of the journal)...
     #[arg(long, default_value = "0")]
@@ -473,6 +498,9 @@ fn wait_in_grace(
 /// does not answer is left behind (the process exits without it).
 fn stop_server(server: Server, cache: &Cache, grace: Duration, signals: &libc::sigset_t) {
     let deadline = Instant::now() + grace;
+    // Dirty pages stay (documented): destaging them now would hold the
+    // stop for as long as they take.
+    cache.stop_destaging();
     let stopper = match std::thread::Builder::new()
         .name("wcache-stop".into())
         .spawn(move || server.stop())
@@ -517,6 +545,10 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
         Some(path) => crate::serve_config::apply(args, &path, given)?,
         None => args,
     };
+    // A server lives on when its standard output goes away (EPIPE, not
+    // SIGPIPE; its prints ignore the error); so do its sockets' writes.
+    // SAFETY: signal(2) with SIG_IGN, before the server starts any thread.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let signals = block_stop_signals();
     return_large_buffers_to_the_system();
     // Every setting is checked before any file is touched.
@@ -527,8 +559,16 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
     }
     let defaults_used = args.cache.is_none() || (args.backing.is_none() && args.exports.is_empty());
     let default_socket = args.socket.is_none() && args.listen.is_none();
+    // The data directory holds this server's sockets (and the default
+    // files): one server at a time.
+    let mut _dir_lock = None;
     if defaults_used || default_socket || (args.socket.is_none() && args.control.is_none()) {
         ensure_dir(&args.data_dir)?;
+        _dir_lock = Some(DeviceLock::acquire(
+            &args.data_dir,
+            LockMode::Exclusive,
+            "data directory",
+        )?);
     }
     let mut listeners = Listeners::bind(&args)?;
     let socket = listeners.socket();
@@ -539,7 +579,7 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
             return Err(e.into());
         }
     };
-    print_open_report(&cache);
+    print_open_report(&cache, &config);
     let reporter = ErrorReporter::start(cache.monitor())?;
     let ops = listeners.start_ops(cache.operator())?;
     let mut server = start_nbd_server(&args, &cache)?;
@@ -636,6 +676,7 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
             format!("emulated-hdd:{}", file.display()),
         ));
     }
+    journal_args(&args.journals, &mut volumes)?;
     let (critical_volumes, volume_admissions) = export_policies(args, &volumes)?;
     Ok(CacheConfig {
         cache: CacheDeviceSpec::parse(&cache_spec, cache_size_bytes, cache_sync, args.direct),
@@ -711,29 +752,32 @@ fn volume_spec(name: &str, backing: String) -> VolumeSpec {
     VolumeSpec {
         name: name.to_string(),
         backing,
+        journal: None,
     }
 }
 
 fn warn_volatile_write_back() {
-    eprintln!("{}", "!".repeat(78));
-    eprintln!("!! WARNING: volatile write-back FOR BENCHMARKS ONLY.");
-    eprintln!("!! Writes are acknowledged from a cache in volatile memory with no crash");
-    eprintln!("!! recovery: a crash, kill or power loss LOSES acknowledged writes, and");
-    eprintln!("!! dirty pages not destaged at exit are lost. Never put real data here.");
-    eprintln!("{}", "!".repeat(78));
+    say_err!("{}", "!".repeat(78));
+    say_err!("!! WARNING: volatile write-back FOR BENCHMARKS ONLY.");
+    say_err!("!! Writes are acknowledged from a cache in volatile memory with no crash");
+    say_err!("!! recovery: a crash, kill or power loss LOSES acknowledged writes, and");
+    say_err!("!! dirty pages not destaged at exit are lost. Never put real data here.");
+    say_err!("{}", "!".repeat(78));
 }
 
 /// How the cache device was found: formatted, reformatted, or recovered.
-fn print_open_report(cache: &Cache) {
-    for (volume, found) in cache.volumes().iter().zip(cache.backing_journals()) {
+fn print_open_report(cache: &Cache, config: &CacheConfig) {
+    let journals = cache.volumes().iter().zip(cache.backing_journals());
+    for ((volume, found), spec) in journals.zip(&config.volumes) {
+        let place = spec.journal.as_deref().unwrap_or_default();
         let what = match found {
-            JournalOpen::Formatted => "formatted at its end".to_string(),
-            JournalOpen::Empty => "empty".to_string(),
+            JournalOpen::Formatted => format!("formatted ({place})"),
+            JournalOpen::Empty => format!("empty ({place})"),
             JournalOpen::Replayed { txn, pages } => {
-                format!("replayed transaction {txn} ({pages} pages) in place")
+                format!("replayed transaction {txn} ({pages} pages) in place ({place})")
             }
         };
-        println!(
+        say!(
             "wcache: export {:?}: backing journal {what}; the export has {} bytes",
             volume.name(),
             volume.size_bytes()
@@ -744,12 +788,12 @@ fn print_open_report(cache: &Cache) {
     };
     let cache_name = &cache.device().name;
     if report.formatted {
-        println!("wcache: formatted a new cache device {cache_name}");
+        say!("wcache: formatted a new cache device {cache_name}");
     }
     if let Some(what) = &report.reformatted {
         tracing::warn!("--force: formatted {cache_name} anew, DISCARDING {what}");
     } else if !report.formatted {
-        println!(
+        say!(
             "wcache: opened cache device {cache_name} (last shutdown {}); recovering {} dirty pages",
             if report.was_clean { "clean" } else { "NOT clean: crash or power loss" },
             report.dirty_pages
@@ -759,7 +803,7 @@ fn print_open_report(cache: &Cache) {
         tracing::warn!("discarded a damaged record: {bad}");
     }
     if report.reformatted.is_none() && report.format_version_found < FORMAT_VERSION {
-        println!(
+        say!(
             "wcache: superblock format version {} upgraded to {FORMAT_VERSION}: it now records \
              the engine configuration",
             report.format_version_found
@@ -797,12 +841,12 @@ struct OpsEndpoints {
 
 impl OpsEndpoints {
     fn print(&self) {
-        println!(
+        say!(
             "  control: {} (wcache status|stats|flush|set --control PATH)",
             self.control.path().display()
         );
         if let Some(m) = &self.metrics {
-            println!("  metrics: http://{}/metrics", m.addr());
+            say!("  metrics: http://{}/metrics", m.addr());
         }
     }
 
@@ -833,6 +877,15 @@ impl Listeners {
             metrics: None,
         };
         if let Some(path) = socket {
+            if let Some(holder) = socket_answering(&path) {
+                return Err(ServeError::Listen {
+                    what: path.display().to_string(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::AddrInUse,
+                        format!("{holder} answers on it: refused, nothing was touched"),
+                    ),
+                });
+            }
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
             let temp = path.with_file_name(format!(
                 ".{}.{}",
@@ -994,7 +1047,7 @@ fn print_banner(
     uris: &[String],
 ) {
     let volumes = cache.volumes();
-    println!(
+    say!(
         "wcache: serving {} export(s), write policy {}, destage order {}, admission {}{}",
         volumes.len(),
         config.engine.write_policy.name(),
@@ -1005,21 +1058,21 @@ fn print_banner(
             n => format!(" (sequential cutoff {n} bytes)"),
         }
     );
-    println!("  staleness: {}", staleness_text(&config.engine.staleness));
+    say!("  staleness: {}", staleness_text(&config.engine.staleness));
     if args.persist_on_flush {
         let within = if args.flush_interval > 0.0 {
             format!(", or within about {} s", args.flush_interval)
         } else {
             String::new()
         };
-        println!(
+        say!(
             "wcache: persist-on-flush: writes are durable after FLUSH or FUA{within} (a power \
              loss may lose acknowledged writes not yet flushed; a process crash loses none)"
         );
     }
     let device = cache.device();
     let page = args.page_size;
-    println!(
+    say!(
         "  cache: {} ({} MiB, {} slots of {page} bytes{})",
         device.name,
         device.size_bytes >> 20,
@@ -1030,7 +1083,7 @@ fn print_banner(
             ""
         }
     );
-    println!("  data path: {}", cache.data_path());
+    say!("  data path: {}", cache.data_path());
     for (i, v) in volumes.iter().enumerate() {
         let id = i as u16;
         let own = config
@@ -1039,7 +1092,7 @@ fn print_banner(
             .iter()
             .rev()
             .find(|(n, _)| *n == id);
-        println!(
+        say!(
             "  export {}: {} ({} MiB){}{}",
             v.name(),
             v.backing_name(),
@@ -1054,30 +1107,30 @@ fn print_banner(
         );
         let tail = v.backing_size_bytes() - v.size_bytes();
         if tail > 0 {
-            println!(
+            say!(
                 "    note: its last {tail} bytes are less than one {}-byte block and are not exported",
                 args.block_size
             );
         }
     }
     for uri in uris {
-        println!("  NBD URI: {uri}");
+        say!("  NBD URI: {uri}");
     }
     if let Some(uri) = uris.first() {
-        println!("Attach it (as root where noted):");
-        println!("  nbdinfo '{uri}'");
-        println!("  mkdir -p /mnt/wcache /mnt/disk && nbdfuse /mnt/wcache '{uri}' &");
-        println!("    then: dev=$(losetup -f --show /mnt/wcache/nbd); mkfs.ext4 $dev; mount $dev /mnt/disk");
+        say!("Attach it (as root where noted):");
+        say!("  nbdinfo '{uri}'");
+        say!("  mkdir -p /mnt/wcache /mnt/disk && nbdfuse /mnt/wcache '{uri}' &");
+        say!("    then: dev=$(losetup -f --show /mnt/wcache/nbd); mkfs.ext4 $dev; mount $dev /mnt/disk");
         if let Some(path) = socket {
             let abs = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-            println!(
+            say!(
                 "  nbd-client -unix {} /dev/nbd0 -N {}   (needs the nbd kernel module)",
                 abs.display(),
                 volumes[0].name()
             );
         }
-        println!("  qemu-system-x86_64 -drive file={uri},format=raw,if=virtio ...");
-        println!(
+        say!("  qemu-system-x86_64 -drive file={uri},format=raw,if=virtio ...");
+        say!(
             "Stop with Ctrl-C or SIGTERM (in-flight requests finish first, within --stop-timeout)."
         );
     }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use toml::Spanned;
+use wcache_core::config::ConsistencyPoints;
 use wcache_core::policy::admission::ADMISSIONS;
 use wcache_core::policy::destage_order::DESTAGE_ORDERS;
 use wcache_core::policy::destage_rate::DESTAGE_RATES;
@@ -89,6 +90,12 @@ struct ServeFile {
     max_dirty_age: Option<Spanned<String>>,
     idle_after: Option<Spanned<String>>,
     idle_destages: Option<Spanned<u32>>,
+    journal_size: Option<Spanned<Size>>,
+    #[serde(rename = "journal")]
+    journals: Option<Spanned<Vec<String>>>,
+    commit_size: Option<Spanned<Size>>,
+    commit_age: Option<Spanned<String>>,
+    consistency_points: Option<Spanned<String>>,
     page_size: Option<Spanned<u64>>,
     group_size: Option<Spanned<u64>>,
     block_size: Option<Spanned<u32>>,
@@ -135,6 +142,11 @@ fn registered<P: ?Sized, A>(
 #[allow(clippy::ptr_arg)] // `merge!` passes each key its field's own type
 fn exports(list: &Vec<String>) -> Result<(), String> {
     export_args(list).map(|_| ()).map_err(|e| e.to_string())
+}
+fn points(name: &String) -> Result<(), String> {
+    ConsistencyPoints::from_name(name)
+        .map(|_| ())
+        .ok_or_else(|| format!("{name:?}: valid: {}", ConsistencyPoints::NAMES))
 }
 fn block(n: &u32) -> Result<(), String> {
     parse_block_size(&n.to_string()).map(|_| ())
@@ -191,6 +203,7 @@ pub fn apply(
             "exports" => "export".into(),
             "export_admissions" => "export-admission".into(),
             "critical_exports" => "critical".into(),
+            "journals" => "journal".into(),
             _ => field.replace('_', "-"),
         },
         message,
@@ -223,6 +236,11 @@ pub fn apply(
         max_dirty_age: val, duration("max-dirty-age");
         idle_after: val, duration("idle-after");
         idle_destages: val, no_check as Check<u32>;
+        journal_size: val, size("journal-size");
+        journals: val, no_check as Check<Vec<String>>;
+        commit_size: val, size("commit-size");
+        commit_age: val, duration("commit-age");
+        consistency_points: val, points;
         page_size: val, no_check as Check<u64>;
         group_size: val, no_check as Check<u64>;
         block_size: val, block;
@@ -241,6 +259,35 @@ mod tests {
     use super::*;
     use crate::serve::tests::Serve;
     use clap::Parser;
+
+    #[test]
+    fn every_serve_option_is_a_config_key_of_the_same_name() {
+        use clap::CommandFactory;
+        let command = Serve::command();
+        let mut checked = 0;
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else {
+                continue;
+            };
+            if long == "config" || long == "help" {
+                continue;
+            }
+            // Any value: a wrong type is another error, an unknown key this one.
+            match toml::from_str::<ServeFile>(&format!("{long} = 0")) {
+                Ok(_) => {}
+                Err(e) => assert!(
+                    !e.to_string().contains("unknown field"),
+                    "--{long} has no config key: {e}"
+                ),
+            }
+            checked += 1;
+        }
+        assert!(checked > 40, "only {checked} options seen");
+        let e = toml::from_str::<ServeFile>("no-such-option = 0")
+            .err()
+            .expect("an unknown key is refused");
+        assert!(e.to_string().contains("unknown field"), "{e}");
+    }
 
     #[test]
     fn the_example_in_docs_is_valid_and_applied() {

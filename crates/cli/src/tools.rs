@@ -5,8 +5,11 @@
 //! formats anything). Tools must never format a device, and never write to
 //! one they were only asked to read.
 
+use std::path::Path;
+
 use wcache_core::EngineConfig;
 use wcache_io::format::{EngineRecord, Superblock, FORMAT_VERSION};
+use wcache_io::lock::{DeviceLock, LockError, LockMode};
 use wcache_io::EngineSource;
 
 pub type AnyError = Box<dyn std::error::Error>;
@@ -77,6 +80,17 @@ pub fn describe_offline_engine(engine: &EngineConfig, source: EngineSource) -> S
              perhaps more slowly than the server would; its next open records its configuration"
         ),
     }
+}
+
+/// A shared lock on the cache device at `path` for a read-only tool (check,
+/// inspect): refused while a server or an offline flush holds it, since
+/// what they write meanwhile would read as damage. A missing path is left
+/// for the tool's own error.
+pub fn lock_for_reading(path: &Path) -> Result<Option<DeviceLock>, LockError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    DeviceLock::acquire(path, LockMode::Shared, "cache device").map(Some)
 }
 
 #[cfg(test)]

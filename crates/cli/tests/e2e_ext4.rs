@@ -516,19 +516,28 @@ fn path_arg(p: &Path) -> String {
     p.to_str().expect("utf8 path").to_string()
 }
 
-#[test]
-fn ext4_on_nbdfuse_loop_survives_remount_and_restart() {
+/// The tools, or None after printing why the test skips (a machine
+/// without root, FUSE or loop devices; a missing tool, a failure under
+/// WCACHE_REQUIRE_TOOLS=1).
+fn tools_or_skip() -> Option<Tools> {
     if let Some(reason) = machine_lacks() {
         eprintln!("SKIP: {reason}");
-        return;
+        return None;
     }
-    let tools = match tools() {
-        Ok(t) => t,
+    match tools() {
+        Ok(t) => Some(t),
         Err(reason) => {
             assert!(!tools_required(), "WCACHE_REQUIRE_TOOLS=1 but {reason}");
             eprintln!("SKIP: {reason}");
-            return;
+            None
         }
+    }
+}
+
+#[test]
+fn ext4_on_nbdfuse_loop_survives_remount_and_restart() {
+    let Some(tools) = tools_or_skip() else {
+        return;
     };
 
     // Write-through: cache file on tmpfs standing in for NV-DRAM (nvram sync
@@ -588,5 +597,147 @@ fn ext4_on_nbdfuse_loop_survives_remount_and_restart() {
             "NOTE: write-back with a file cache is refused by this binary, ran write-through only: {}",
             why.lines().next().unwrap_or_default()
         ),
+    }
+}
+
+/// The server arguments of `policy` over `dir`'s cache and backing files
+/// (journaled write-back: its journal in a file of its own beside them).
+fn policy_args(policy: &str, dir: &Path) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--write-policy".into(),
+        policy.into(),
+        "--cache".into(),
+        path_arg(&dir.join("cache.img")),
+        "--cache-size".into(),
+        CACHE_SIZE.into(),
+        "--backing".into(),
+        path_arg(&dir.join("backing.img")),
+        "--control".into(),
+        path_arg(&dir.join("w.ctl")),
+    ];
+    if policy == "write-back-journaled" {
+        args.extend(journal_args(dir));
+    }
+    args
+}
+
+fn journal_args(dir: &Path) -> Vec<String> {
+    vec![
+        "--journal-size".into(),
+        "16M".into(),
+        "--journal".into(),
+        format!("disk={}", dir.join("journal.img").display()),
+    ]
+}
+
+/// An ext4 filesystem made on the backing file directly, holding `file_set`.
+fn existing_filesystem(tools: &Tools, dir: &Path) {
+    let staging = dir.join("staging");
+    write_files(&staging);
+    let backing = dir.join("backing.img");
+    File::create(&backing)
+        .and_then(|f| f.set_len(256 << 20))
+        .expect("backing file");
+    run_ok(
+        &tools.mkfs,
+        &[
+            "-q",
+            "-F",
+            "-d",
+            staging.to_str().expect("utf8"),
+            backing.to_str().expect("utf8"),
+        ],
+    );
+    std::fs::remove_dir_all(&staging).expect("staging");
+}
+
+/// The backing file alone (no wcache): e2fsck clean, and every file of
+/// both sets reads back through a loop device of its own.
+fn check_backing_alone(tools: &Tools, dir: &Path, policy: &str) {
+    let backing = dir.join("backing.img");
+    run_ok(
+        &tools.e2fsck,
+        &["-f", "-n", backing.to_str().expect("utf8")],
+    );
+    let dev = run_ok(
+        &tools.losetup,
+        &["-f", "--show", backing.to_str().expect("utf8")],
+    );
+    let mut disk = Attached {
+        tools,
+        fuse_dir: dir.join("fuse"),
+        mount_dir: dir.join("mnt"),
+        nbdfuse: None,
+        fuse_mounted: false,
+        loop_dev: Some(dev.trim().to_string()),
+        mounted: false,
+    };
+    run_ok(&tools.blockdev, &["--flushbufs", disk.dev()]);
+    let root = disk.mount().to_path_buf();
+    verify_files(&root, &format!("{policy}, backing alone"));
+    verify_files(&root.join("new"), &format!("{policy}, backing alone, new"));
+    disk.detach();
+}
+
+#[test]
+fn an_existing_filesystem_behind_every_write_policy_mounts_through_the_cache_and_alone() {
+    let Some(tools) = tools_or_skip() else {
+        return;
+    };
+    let top = tempfile::tempdir().expect("tempdir");
+    for policy in [
+        "write-through",
+        "write-around",
+        "write-back",
+        "write-back-ordered",
+        "write-back-journaled",
+    ] {
+        let start = Instant::now();
+        let dir = top.path().join(policy);
+        std::fs::create_dir_all(&dir).expect("dir");
+        existing_filesystem(&tools, &dir);
+        let before = std::fs::read(dir.join("backing.img")).expect("backing");
+        let socket = dir.join("w.sock");
+        let log = dir.join("serve.log");
+        if policy == "write-back-journaled" {
+            // No journal place given: refused, the filesystem untouched.
+            let mut args = policy_args(policy, &dir);
+            args.truncate(args.len() - 2);
+            let refused = Server::start(&args, &socket, &log).err();
+            let why = refused.expect("journaled write-back without --journal must be refused");
+            assert!(why.contains("--journal disk=PATH"), "{why}");
+        }
+        let server = Server::start(&policy_args(policy, &dir), &socket, &log)
+            .unwrap_or_else(|e| panic!("{policy}: {e}"));
+        let uri = format!("nbd+unix:///disk?socket={}", socket.display());
+        let mut disk = Attached::attach(&tools, &uri, &dir);
+        disk.fsck_clean();
+        let root = disk.mount().to_path_buf();
+        verify_files(&root, &format!("{policy}, through the cache"));
+        write_files(&root.join("new"));
+        disk.umount();
+        disk.fsck_clean();
+        disk.detach();
+        // Drain online, then stop: the backing alone holds everything.
+        let (ok, out, err) = {
+            let o = Command::new(WCACHE)
+                .args(["flush", "--control", &path_arg(&dir.join("w.ctl"))])
+                .output()
+                .expect("flush");
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        };
+        assert!(ok, "{policy}: online flush: {out}{err}");
+        server.stop();
+        assert!(
+            before != std::fs::read(dir.join("backing.img")).expect("backing"),
+            "{policy}: the new files never reached the backing"
+        );
+        check_backing_alone(&tools, &dir, policy);
+        eprintln!("{policy}: existing ext4 kept, in {:?}", start.elapsed());
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }

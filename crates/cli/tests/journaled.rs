@@ -56,6 +56,8 @@ fn serve_journaled_on(dir: &Path, prefix: &str, extra: &[&str]) -> Served {
         "wb-j",
         "--journal-size",
         "1M",
+        "--journal",
+        "disk=backing-end",
         "--control",
         &dir.join("w.ctl").display().to_string(),
     ]
@@ -134,7 +136,14 @@ fn a_lost_cache_leaves_the_backing_at_a_declared_point() {
         writer.join().expect("writer");
         std::fs::remove_file(dir.path().join("cache.img")).expect("lose the cache");
         let backing = dir.path().join("backing.img").display().to_string();
-        let (ok, out, err) = wcache(&["backing-recover", &backing, "--journal-size", "1M"]);
+        let (ok, out, err) = wcache(&[
+            "backing-recover",
+            &backing,
+            "--journal-size",
+            "1M",
+            "--journal",
+            "backing-end",
+        ]);
         assert!(ok, "backing-recover: {out}{err}\n{log}");
         let epochs = epochs_on_backing(dir.path());
         let first = epochs[0];
@@ -179,14 +188,28 @@ fn journaled_bad_input_gets_errors_that_name_it() {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         wcache(&args)
     };
-    let (ok, _, err) = run(&["--journal-size", "16M"]);
+    let (ok, _, err) = run(&["--journal-size", "1M"]);
+    assert!(
+        !ok && err.contains("--journal disk=PATH") && err.contains("--journal disk=backing-end"),
+        "no place given: {err}"
+    );
+    let (ok, _, err) = run(&["--journal-size", "16M", "--journal", "disk=backing-end"]);
     assert!(!ok && err.contains("too small for a journal"), "{err}");
+    let (ok, _, err) = run(&["--journal-size", "1M", "--journal", "db=backing-end"]);
+    assert!(!ok && err.contains("no export is called \"db\""), "{err}");
     let (ok, _, err) = run(&["--consistency-points", "sometimes"]);
     assert!(
         !ok && err.contains("--consistency-points") && err.contains("size, flush, hint"),
         "{err}"
     );
-    let (ok, _, err) = run(&["--journal-size", "1M", "--sequential-cutoff", "1M"]);
+    let (ok, _, err) = run(&[
+        "--journal-size",
+        "1M",
+        "--journal",
+        "disk=backing-end",
+        "--sequential-cutoff",
+        "1M",
+    ]);
     assert!(!ok && err.contains("write-back-journaled"), "{err}");
 
     // A consistency point to a server that is not journaled.
@@ -239,6 +262,8 @@ fn journaled_bad_input_gets_errors_that_name_it() {
         &path.display().to_string(),
         "--journal-size",
         "1M",
+        "--journal",
+        "backing-end",
     ]);
     assert!(!ok && err.contains("fails its checksum"), "{err}");
 }

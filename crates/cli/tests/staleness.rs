@@ -114,6 +114,7 @@ fn an_idle_server_drains_to_the_backing() {
 #[test]
 fn journaled_writes_reach_the_backing_within_the_maximum_dirty_age() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let journal = format!("disk={}", dir.path().join("journal.img").display());
     let served = serve(
         dir.path(),
         &[
@@ -121,6 +122,8 @@ fn journaled_writes_reach_the_backing_within_the_maximum_dirty_age() {
             "wb-j",
             "--journal-size",
             "1M",
+            "--journal",
+            &journal,
             "--commit-age",
             "500ms",
             "--max-dirty-age",

@@ -344,3 +344,71 @@ fn sigterm_while_a_read_waits_on_a_stopped_backing_ends_within_the_grace_period(
     drop(kit);
     check_recovered(&s, &acked);
 }
+
+/// An idle server draining its dirty pages (the idle drain, to an emulated
+/// disk that takes seconds for them) stops at SIGTERM without using its
+/// grace period: destaging stops, the pages stay dirty in the cache (the
+/// log says how many), and nothing is warned of. Before, the stop ran the
+/// idle drain for the whole grace period and then warned of "a backing
+/// that does not answer". The bound is the grace period, not a speed.
+#[test]
+fn sigterm_of_an_idle_server_with_dirty_pages_stops_without_draining_or_warning() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = |name: &str| dir.path().join(name).display().to_string();
+    let served = Served::start(
+        &[
+            "--cache",
+            &d("cache.img"),
+            "--cache-size",
+            "16M",
+            "--export",
+            &format!("disk=emulated-hdd:{}", d("backing.img")),
+            "--backing-size",
+            "1G",
+            "--idle-after",
+            "100ms",
+            "--stop-timeout",
+            "30",
+            "--control",
+            &d("w.ctl"),
+        ],
+        &dir.path().join("w.sock"),
+    );
+    {
+        let mut nbd = Nbd::connect(&served.socket, "disk").expect("connect");
+        for p in 0..1500u64 {
+            let at = p * 2_621_440 % (1 << 30) / 4096 * 4096;
+            nbd.write(at, &vec![p as u8 | 1; PAGE_BYTES], false)
+                .expect("write");
+        }
+        nbd.flush().expect("flush");
+    }
+    std::thread::sleep(Duration::from_millis(500)); // idle: the drain runs
+    let start = Instant::now();
+    let (ok, log) = served.stop();
+    let took = start.elapsed();
+    assert!(ok, "{log}");
+    println!("stop of an idle server draining: {took:?}");
+    assert!(
+        took < Duration::from_secs(15),
+        "the stop took {took:?}: it drained instead of stopping\n{log}"
+    );
+    assert!(
+        !log.contains("WARN"),
+        "a warning at an ordinary stop:\n{log}"
+    );
+    let left: u64 = log
+        .lines()
+        .find_map(|l| {
+            let rest = l.split("clean shutdown recorded; ").nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no clean shutdown line:\n{log}"));
+    assert!(
+        left > 0,
+        "every page was drained: the test saw no stop\n{log}"
+    );
+    let (ok, out, err) = wcache(&["inspect", "--cache", &d("cache.img")]);
+    assert!(ok, "{err}");
+    assert!(out.contains("clean"), "{out}");
+}

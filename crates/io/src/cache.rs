@@ -29,12 +29,15 @@ use wcache_core::{ConfigError, EngineConfig, RequestFlags, RequestKind, Stats, W
 
 use crate::device::emulated::EmulatedDevice;
 use crate::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMode};
-use crate::device::journaled::{JournalError, JournalOpen, JournaledDevice};
+use crate::device::journaled::{
+    region_bytes, JournalError, JournalOpen, JournalPlace, JournaledDevice, BACKING_END,
+};
 use crate::device::mem::MemDevice;
 use crate::device::nbd::{NbdDevice, NbdOptions};
 use crate::device::{parse_size_bytes, BlockDevice, DeviceError};
 use crate::driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
 use crate::format::{EngineRecord, FormatError, Layout, Superblock, VolumeEntry};
+use crate::lock::{DeviceLock, LockError, LockMode};
 use crate::ops::{ExportStatus, Operator, RequestClass, Snapshot, VolumeLatency};
 use crate::store::{show_volumes, CacheStore, OpenError, OpenReport, StoreError};
 
@@ -71,6 +74,17 @@ pub enum CacheError {
     Journal(#[from] JournalError),
     #[error("the cache device runs write-back-journaled: give its --journal-size (as served) so that the drain goes through each backing's journal")]
     JournalSizeNeeded,
+    #[error(
+        "export {export:?}: write-back-journaled keeps a journal of {bytes} bytes per backing, \
+         and where is the operator's choice: give it a file or device of its own with \
+         --journal {export}=PATH (keep it on the backing's storage, so that it survives what \
+         the backing survives; a missing file is created), or name the backing's last \
+         {bytes} bytes with --journal {export}={BACKING_END} (they must hold no data; the \
+         export then ends before them). Nothing was written."
+    )]
+    JournalPlaceNeeded { export: String, bytes: u64 },
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("export name {0:?} given twice")]
     DuplicateVolume(String),
     #[error("backing {spec:?}: unknown emulated model {model:?} (valid: {})", wcache_models::DEVICE_NAMES.join(", "))]
@@ -169,6 +183,11 @@ pub struct VolumeSpec {
     /// FILE, `nbd://HOST[:PORT]/NAME`, `nbd+unix:///NAME?socket=PATH`,
     /// `emulated-MODEL:SPEC`, `mem:SIZE`.
     pub backing: String,
+    /// Write-back-journaled: where this backing's journal lives, a backing
+    /// spec of its own (a missing file is created) or `backing-end` (the
+    /// backing's last bytes, which must hold no data); required there,
+    /// unused by the other policies.
+    pub journal: Option<String>,
 }
 
 /// Everything needed to start a cache for service.
@@ -494,6 +513,9 @@ pub struct Cache {
     operator: Operator,
     /// What each backing's journal held at open (journaled write-back).
     journals: Vec<JournalOpen>,
+    /// The cache device, backing files and journal files, exclusively
+    /// ours until the cache is dropped (after `close` recorded its state).
+    _locks: Vec<DeviceLock>,
 }
 
 impl Cache {
@@ -523,8 +545,32 @@ impl Cache {
             config.backing_create_size_bytes,
             Some(config.block_size_bytes),
         )?;
-        let (backings, journals) = open_journals(backings, &config.engine, config.force)?;
+        // Every lock before the first write to any device (a cache file
+        // that does not exist yet is locked once created, before its format).
+        let mut locks = lock_backings(&config.volumes)?;
+        let cache_path = match &config.cache {
+            CacheDeviceSpec::File { path, .. } => Some(path),
+            CacheDeviceSpec::Memory { .. } => None,
+        };
+        let lock_cache =
+            |path: &PathBuf| DeviceLock::acquire(path, LockMode::Exclusive, "cache device");
+        let mut cache_lock = match cache_path {
+            Some(path) if path.exists() => Some(lock_cache(path)?),
+            _ => None,
+        };
+        let sync_timeout = (config.backing_sync, config.backing_timeout);
+        let (backings, journals) = open_journals(
+            backings,
+            &config.volumes,
+            &config.engine,
+            sync_timeout,
+            &mut locks,
+        )?;
         let (cache, device) = open_cache_device(&config.cache)?;
+        if let (None, Some(path)) = (&cache_lock, cache_path) {
+            cache_lock = Some(lock_cache(path)?);
+        }
+        locks.extend(cache_lock);
         check_cache_size(&config.engine, device.size_bytes, persistent)?;
         let mut engine = config.engine.clone();
         engine.cache_slots = device.size_bytes / engine.page_size_bytes.max(1);
@@ -566,6 +612,7 @@ impl Cache {
         cache.write_back_allowed = !config.cache.is_memory() || config.volatile_write_back;
         cache.operator = cache.make_operator();
         cache.journals = journals;
+        cache._locks = locks;
         Ok(cache)
     }
 
@@ -579,9 +626,18 @@ impl Cache {
     /// its version and record.
     pub fn open_offline(config: &OfflineConfig) -> Result<Cache, CacheError> {
         check_volume_names(&config.volumes)?;
+        if !config.cache_path.exists() {
+            return Err(CacheError::Missing(config.cache_path.display().to_string()));
+        }
+        let mut locks = vec![DeviceLock::acquire(
+            &config.cache_path,
+            LockMode::Exclusive,
+            "cache device",
+        )?];
         let dev = open_existing_cache_device(&config.cache_path, SyncMode::Fdatasync)?;
         let sb = CacheStore::read_superblock(dev.as_ref())?;
         let backings = open_backings(&config.volumes, (config.backing_sync, None), None, None)?;
+        locks.extend(lock_backings(&config.volumes)?);
         let (mut engine, source) = offline_engine_config(&sb);
         if engine.write_policy == WritePolicyKind::JournaledWriteBack {
             let bytes = config.journal_bytes.ok_or(CacheError::JournalSizeNeeded)?;
@@ -592,7 +648,13 @@ impl Cache {
                 ..JournalConfig::default()
             };
         }
-        let (backings, _) = open_journals(backings, &engine, false)?;
+        let (backings, _) = open_journals(
+            backings,
+            &config.volumes,
+            &engine,
+            (config.backing_sync, None),
+            &mut locks,
+        )?;
         let given = volume_entries(&config.volumes, &backings)?;
         if given != sb.volumes {
             return Err(CacheError::Mismatch {
@@ -618,7 +680,7 @@ impl Cache {
             backings.clone(),
             config.driver.clone(),
         )?;
-        Ok(Cache::assemble(
+        let mut cache = Cache::assemble(
             driver,
             &config.volumes,
             &backings,
@@ -626,7 +688,9 @@ impl Cache {
             device,
             Some(report),
             (engine, source),
-        ))
+        );
+        cache._locks = locks;
+        Ok(cache)
     }
 
     fn assemble(
@@ -669,6 +733,7 @@ impl Cache {
             engine_source,
             write_back_allowed: true,
             journals: Vec::new(),
+            _locks: Vec::new(),
         };
         cache.operator = cache.make_operator();
         cache
@@ -768,6 +833,13 @@ impl Cache {
     /// reports an unclean stop and recovers as after a crash.
     pub fn close(self) -> Result<CloseReport, CacheError> {
         self.close_within(Duration::MAX)
+    }
+
+    /// A stop begins: no destage starts from now on unless a write waits
+    /// for room (`Engine::stop_destaging`); those in flight finish, and the
+    /// dirty pages stay for the next start (or `wcache flush`).
+    pub fn stop_destaging(&self) {
+        self.driver.change_engine(|e| e.stop_destaging());
     }
 
     /// No request and no device command in flight (dirty pages may remain).
@@ -985,14 +1057,17 @@ pub fn open_existing_cache_device(
 /// The backing devices, volume `i` at index `i`.
 type Backings = Vec<Arc<dyn BlockDevice>>;
 
-/// Journaled write-back through a backing journal: each backing keeps
-/// one at its end (`JournaledDevice`), replayed here if it holds a
-/// committed transaction; the volume is what comes before it. Other
-/// policies get the backings as they are.
+/// Journaled write-back through a backing journal: each backing's is
+/// where its volume's spec says (`VolumeSpec::journal`; none given is
+/// refused: the operator chooses), replayed here if it holds a committed
+/// transaction; a journal file of its own is created if missing and
+/// locked (into `locks`). Other policies get the backings as they are.
 pub fn open_journals(
     backings: Vec<Arc<dyn BlockDevice>>,
+    volumes: &[VolumeSpec],
     engine: &EngineConfig,
-    force: bool,
+    (sync, timeout): (SyncMode, Option<Duration>),
+    locks: &mut Vec<DeviceLock>,
 ) -> Result<(Backings, Vec<JournalOpen>), CacheError> {
     let pages = match engine.journal.checkpoint {
         CheckpointMode::BackingJournal { pages }
@@ -1002,14 +1077,58 @@ pub fn open_journals(
         }
         _ => return Ok((backings, Vec::new())),
     };
+    let bytes = region_bytes(pages, engine.page_size_bytes);
+    // Every place is checked before any journal is opened (and written).
+    for v in volumes {
+        if v.journal.is_none() {
+            return Err(CacheError::JournalPlaceNeeded {
+                export: v.name.clone(),
+                bytes,
+            });
+        }
+    }
+    let mut places = Vec::with_capacity(volumes.len());
+    for v in volumes {
+        places.push(match v.journal.as_deref() {
+            Some(BACKING_END) | None => JournalPlace::BackingEnd,
+            Some(spec) => {
+                let dev = open_backing(spec, sync, Some(bytes), timeout)?;
+                if let Some(path) = local_path(spec) {
+                    locks.push(DeviceLock::acquire(&path, LockMode::Exclusive, "journal")?);
+                }
+                JournalPlace::Own(dev)
+            }
+        });
+    }
     let mut wrapped: Vec<Arc<dyn BlockDevice>> = Vec::with_capacity(backings.len());
     let mut found = Vec::with_capacity(backings.len());
-    for b in backings {
-        let (dev, open) = JournaledDevice::open(b, pages, engine.page_size_bytes, force)?;
+    for (b, place) in backings.into_iter().zip(places) {
+        let (dev, open) = JournaledDevice::open(b, place, pages, engine.page_size_bytes)?;
         wrapped.push(Arc::new(dev));
         found.push(open);
     }
     Ok((wrapped, found))
+}
+
+/// The local file or device under a backing spec (through an emulated
+/// model), or None for one that is not local (NBD, memory).
+pub fn local_path(spec: &str) -> Option<PathBuf> {
+    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") || spec.starts_with("mem:") {
+        return None;
+    }
+    match spec.strip_prefix("emulated-") {
+        Some(rest) => local_path(rest.split_once(':')?.1),
+        None => Some(PathBuf::from(spec)),
+    }
+}
+
+/// Exclusive locks on every volume's local backing file or device.
+fn lock_backings(volumes: &[VolumeSpec]) -> Result<Vec<DeviceLock>, CacheError> {
+    let mut locks = Vec::with_capacity(volumes.len());
+    for path in volumes.iter().filter_map(|v| local_path(&v.backing)) {
+        locks.push(DeviceLock::acquire(&path, LockMode::Exclusive, "backing")?);
+    }
+    Ok(locks)
 }
 
 fn open_backings(

@@ -9,6 +9,7 @@
 //! `store` are the on-device format of a persistent cache (superblock, slot
 //! records) that makes write-back survive crashes; `cache` is the lifecycle
 //! every front end uses (open or format, recover, serve volumes, drain, close);
+//! `lock` makes every device it uses its own while it does;
 //! `ops` is how a running cache is operated (status, statistics, online
 //! drain and policy changes, the control socket).
 //! Nothing here makes a cache decision: that is the engine's job.
@@ -17,6 +18,7 @@ pub mod cache;
 pub mod device;
 pub mod driver;
 pub mod format;
+pub mod lock;
 pub mod ops;
 pub mod store;
 

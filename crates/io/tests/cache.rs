@@ -26,6 +26,7 @@ fn volume(name: &str, backing: &Path) -> VolumeSpec {
     VolumeSpec {
         name: name.to_string(),
         backing: backing.display().to_string(),
+        journal: None,
     }
 }
 
@@ -358,6 +359,7 @@ fn memory_cache_write_back_needs_the_benchmark_allowance() {
         volumes: vec![VolumeSpec {
             name: "disk".into(),
             backing: "mem:1M".into(),
+            journal: None,
         }],
         volatile_write_back,
         ..config(Path::new("unused"), Vec::new())
@@ -385,6 +387,7 @@ fn volumes_end_at_the_last_whole_block_and_take_every_request_kind() {
         volumes: vec![VolumeSpec {
             name: "odd".into(),
             backing: "mem:5000".into(),
+            journal: None,
         }],
         engine: EngineConfig {
             write_policy: WritePolicyKind::WriteThrough,

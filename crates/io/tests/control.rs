@@ -33,6 +33,7 @@ fn open(dir: &Path, backing: &str) -> Cache {
         volumes: vec![VolumeSpec {
             name: "disk".into(),
             backing: backing.to_string(),
+            journal: None,
         }],
         backing_sync: SyncMode::Nvram,
         backing_create_size_bytes: Some(64 << 20),

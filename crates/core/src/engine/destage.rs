@@ -44,6 +44,9 @@ impl Engine {
         if self.timers.get(Timer::DestageRetry).is_some() {
             return;
         }
+        if self.destaging_stopped && self.stalled.is_empty() {
+            return;
+        }
         if self.ordered.is_some() {
             return self.start_ordered();
         }
@@ -82,6 +85,14 @@ impl Engine {
             }
             self.group_changed(gkey);
         }
+    }
+
+    /// A stop is in progress: from now on no destage starts (those in
+    /// flight finish, and a checkpoint under way completes) unless a write
+    /// waits for room; dirty pages stay for the next start. Not undone: the
+    /// engine is about to be closed.
+    pub fn stop_destaging(&mut self) {
+        self.destaging_stopped = true;
     }
 
     /// Destages to keep outstanding: the rate's, raised to full rate while

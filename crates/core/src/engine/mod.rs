@@ -355,6 +355,9 @@ pub struct Engine {
     last_request_at: Nanos,
     /// The cache went idle with dirty pages: destage at the idle rate.
     idle_draining: bool,
+    /// A stop is in progress: no destage starts unless a write waits for
+    /// room (`stop_destaging`).
+    destaging_stopped: bool,
     stats: Stats,
 }
 
@@ -419,6 +422,7 @@ impl Engine {
             journal,
             last_request_at: Nanos::ZERO,
             idle_draining: false,
+            destaging_stopped: false,
             stats: Stats::default(),
             config,
         })

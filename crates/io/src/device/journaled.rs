@@ -1,18 +1,27 @@
-//! `JournaledDevice`: a backing whose last bytes hold a journal, so that
-//! journaled write-back's transactions reach it atomically on any block
-//! device (pages staged in the journal, a commit record, then in place,
-//! then retired), and whoever opens it next replays a committed one.
+//! `JournaledDevice`: a backing with a journal, so that journaled
+//! write-back's transactions reach it atomically on any block device (pages
+//! staged in the journal, a commit record, then in place, then retired),
+//! and whoever opens it next replays a committed one.
 //!
-//! Layout (`docs/on-disk-format.md`, "Backing journal"): the region starts
-//! at the first 4096-byte boundary at or below `len - region_bytes`; the
-//! device above exposes only the bytes before it. In the region: a 4096-byte
-//! header, the entry table (16 bytes per journal page, rounded up to whole
-//! 4096-byte blocks), then the journal pages. Commit writes the entries,
-//! flushes, writes the header naming the transaction, flushes; retire
-//! rewrites the header as empty and flushes, before the next transaction
-//! stages over the pages. A committed header is therefore always backed by
-//! durable entries and pages: a checksum that fails is damage, never a torn
-//! commit, and is an error that names what failed.
+//! Where the journal lives is the operator's choice, never ours
+//! (`JournalPlace`): a file or device of its own (the backing is exported
+//! whole), or the backing's last bytes, named in so many words
+//! (`backing-end`; the export then ends before them). Either region is
+//! formatted only when it holds nothing (all zeros) and is used as found
+//! when it holds a wcache journal; any other byte in it is the operator's
+//! data, and opening is refused before anything is written.
+//!
+//! Layout (`docs/on-disk-format.md`, "Backing journal"): at the end of a
+//! backing the region starts at the first 4096-byte boundary at or below
+//! `len - region_bytes`; on its own device, at offset 0. In the region: a
+//! 4096-byte header, the entry table (16 bytes per journal page, rounded up
+//! to whole 4096-byte blocks), then the journal pages. Commit writes the
+//! entries, flushes, writes the header naming the transaction, flushes;
+//! retire flushes the pages put in place, rewrites the header as empty and
+//! flushes, before the next transaction stages over the pages. A committed
+//! header is therefore always backed by durable entries and pages: a
+//! checksum that fails is damage, never a torn commit, and is an error that
+//! names what failed.
 
 use std::sync::{Arc, Mutex};
 
@@ -32,15 +41,21 @@ const HEADER_SUMMED: usize = 56;
 pub enum JournalError {
     #[error("{0}")]
     Device(#[from] DeviceError),
-    #[error("backing {device} ({len_bytes} bytes) is too small for a journal of {pages} pages ({region_bytes} bytes) and any data")]
+    #[error("{device} ({len_bytes} bytes) is too small for a journal of {pages} pages ({region_bytes} bytes; at a backing's end, with data before it)")]
     TooSmall {
         device: String,
         len_bytes: u64,
         pages: u64,
         region_bytes: u64,
     },
-    #[error("backing {device}: the journal region at offset {offset} holds other data (no wcache journal header); starting would overwrite it (pass --force to format a journal there)")]
-    ForeignData { device: String, offset: u64 },
+    #[error("{device}: the {region_bytes} bytes from offset {start} named for the journal hold data (a non-zero byte at offset {nonzero_at}) and no wcache journal: refused, nothing was written. {advice}")]
+    ForeignData {
+        device: String,
+        start: u64,
+        region_bytes: u64,
+        nonzero_at: u64,
+        advice: &'static str,
+    },
     #[error("backing {device}: journal header at offset {offset} fails its checksum (stored {stored:#010x}, computed {computed:#010x})")]
     HeaderChecksum {
         device: String,
@@ -66,6 +81,22 @@ pub enum JournalError {
     },
 }
 
+/// Where a backing's journal lives (the operator's choice).
+pub enum JournalPlace {
+    /// A file or device of its own, from offset 0; the backing is exported whole.
+    Own(Arc<dyn BlockDevice>),
+    /// The backing's last bytes; the export ends before them.
+    BackingEnd,
+}
+
+/// How the operator names the backing's end as the journal's place.
+pub const BACKING_END: &str = "backing-end";
+
+const ADVICE_BACKING_END: &str = "Give the journal a file or device of its own \
+     (--journal EXPORT=PATH), or free those bytes first (shrink what is on the backing, then zero them).";
+const ADVICE_OWN: &str =
+    "Give an empty file or device (a missing file is created), or zero this one first.";
+
 /// What opening the journal found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JournalOpen {
@@ -79,8 +110,12 @@ pub enum JournalOpen {
 
 /// The journal region of a backing (see the module header).
 pub struct BackingJournal {
-    /// The whole backing, journal region included.
+    /// Where the journal's region is (the backing itself at its end, or a device of its own).
     dev: Arc<dyn BlockDevice>,
+    /// The backing, where committed pages go in place.
+    data: Arc<dyn BlockDevice>,
+    /// Bytes of the backing before the journal (all of it when the journal has its own device).
+    data_len: u64,
     offset: u64,
     pages: u64,
     page_size: u64,
@@ -139,10 +174,8 @@ impl BackingJournal {
             return Ok(None);
         }
         if &b[0..8] != MAGIC {
-            return Err(JournalError::ForeignData {
-                device: device.to_string(),
-                offset: self.offset,
-            });
+            let nonzero_at = self.offset + b.iter().position(|&x| x != 0).unwrap_or(0) as u64;
+            return Err(self.foreign(device, nonzero_at));
         }
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
@@ -196,42 +229,89 @@ impl BackingJournal {
         self.dev.flush()
     }
 
-    /// Open the journal at the end of `dev`, replaying a committed
-    /// transaction; a blank region is formatted, and so is one holding
-    /// other data when `force`.
+    fn foreign(&self, device: &str, nonzero_at: u64) -> JournalError {
+        JournalError::ForeignData {
+            device: device.to_string(),
+            start: self.offset,
+            region_bytes: region_bytes(self.pages, self.page_size),
+            nonzero_at,
+            advice: if Arc::ptr_eq(&self.dev, &self.data) {
+                ADVICE_BACKING_END
+            } else {
+                ADVICE_OWN
+            },
+        }
+    }
+
+    /// The first non-zero byte of the region, if any (read in 1 MiB steps).
+    fn first_nonzero(&self) -> Result<Option<u64>, DeviceError> {
+        const STEP: u64 = 1 << 20;
+        let end = self.offset + region_bytes(self.pages, self.page_size);
+        let mut buf = AlignedBuf::new();
+        let mut at = self.offset;
+        while at < end {
+            let n = STEP.min(end - at);
+            let chunk = buf.get(n as usize);
+            self.dev.read_at(chunk, at)?;
+            if let Some(i) = chunk.iter().position(|&x| x != 0) {
+                return Ok(Some(at + i as u64));
+            }
+            at += n;
+        }
+        Ok(None)
+    }
+
+    /// Open the journal of backing `data` where `place` says, replaying a
+    /// committed transaction; a region that holds nothing is formatted, one
+    /// that holds anything but a wcache journal is refused untouched.
     pub fn open(
-        dev: Arc<dyn BlockDevice>,
+        data: Arc<dyn BlockDevice>,
+        place: JournalPlace,
         pages: u64,
         page_size: u64,
-        force: bool,
     ) -> Result<(BackingJournal, JournalOpen), JournalError> {
         let region = region_bytes(pages, page_size);
-        let len = dev.len_bytes();
-        let dev_ref = dev.as_ref();
-        let too_small = || JournalError::TooSmall {
-            device: dev_ref.name(),
-            len_bytes: len,
-            pages,
-            region_bytes: region,
+        let (dev, offset, data_len) = match place {
+            JournalPlace::BackingEnd => {
+                let len = data.len_bytes();
+                let offset = len.saturating_sub(region) / BLOCK * BLOCK;
+                if len < region || offset == 0 {
+                    return Err(JournalError::TooSmall {
+                        device: data.name(),
+                        len_bytes: len,
+                        pages,
+                        region_bytes: region,
+                    });
+                }
+                (data.clone(), offset, offset)
+            }
+            JournalPlace::Own(dev) => {
+                if dev.len_bytes() < region {
+                    return Err(JournalError::TooSmall {
+                        device: dev.name(),
+                        len_bytes: dev.len_bytes(),
+                        pages,
+                        region_bytes: region,
+                    });
+                }
+                let data_len = data.len_bytes();
+                (dev, 0, data_len)
+            }
         };
-        let offset = len.checked_sub(region).ok_or_else(too_small)? / BLOCK * BLOCK;
-        if offset == 0 {
-            return Err(too_small());
-        }
         let j = BackingJournal {
-            dev: dev.clone(),
+            dev,
+            data,
+            data_len,
             offset,
             pages,
             page_size,
             sums: Mutex::new(vec![0; pages as usize]),
         };
+        let name = j.dev.name();
         let mut buf = AlignedBuf::new();
         let block = buf.get(BLOCK as usize);
-        dev_ref.read_at(block, offset)?;
-        let header = match j.decode_header(block, &dev_ref.name()) {
-            Err(JournalError::ForeignData { .. }) if force => None,
-            other => other?,
-        };
+        j.dev.read_at(block, offset)?;
+        let header = j.decode_header(block, &name)?;
         let empty = Header {
             state: STATE_EMPTY,
             txn: 0,
@@ -240,6 +320,9 @@ impl BackingJournal {
         };
         let found = match header {
             None => {
+                if let Some(at) = j.first_nonzero()? {
+                    return Err(j.foreign(&name, at));
+                }
                 j.write_header(&empty)?;
                 JournalOpen::Formatted
             }
@@ -260,6 +343,7 @@ impl BackingJournal {
     /// checksum first, so a damaged journal changes nothing), then flush.
     fn replay(&self, h: &Header) -> Result<u64, JournalError> {
         let dev = self.dev.as_ref();
+        let data = self.data.as_ref();
         let name = dev.name();
         let table = (h.entries * ENTRY_BYTES).div_ceil(BLOCK) * BLOCK;
         let mut buf = AlignedBuf::new();
@@ -286,10 +370,10 @@ impl BackingJournal {
         let mut page = AlignedBuf::new();
         for pass in 0..2 {
             for (j, &(home, sum)) in list.iter().enumerate() {
-                let data = page.get(self.page_size as usize);
-                dev.read_at(data, self.page_offset(j as u64))?;
+                let page_data = page.get(self.page_size as usize);
+                dev.read_at(page_data, self.page_offset(j as u64))?;
                 if pass == 0 {
-                    if crc32c::crc32c(data) != sum {
+                    if crc32c::crc32c(page_data) != sum {
                         return Err(JournalError::PageChecksum {
                             device: name,
                             txn: h.txn,
@@ -297,18 +381,18 @@ impl BackingJournal {
                             home_page: home,
                         });
                     }
-                    if (home + 1) * self.page_size > self.offset {
+                    if (home + 1) * self.page_size > self.data_len {
                         return Err(JournalError::Header {
                             device: name,
                             what: format!("entry {j} names page {home}, beyond the data"),
                         });
                     }
                 } else {
-                    dev.write_at(data, home * self.page_size)?;
+                    data.write_at(page_data, home * self.page_size)?;
                 }
             }
         }
-        dev.flush()?;
+        data.flush()?;
         Ok(list.len() as u64)
     }
 
@@ -357,7 +441,7 @@ impl BackingJournal {
 
     /// The transaction's pages are in place (flushed here first): empty the journal.
     pub fn retire(&self, txn: u64) -> Result<(), DeviceError> {
-        self.dev.flush()?;
+        self.data.flush()?;
         self.write_header(&Header {
             state: STATE_EMPTY,
             txn,
@@ -367,23 +451,50 @@ impl BackingJournal {
     }
 }
 
-/// A backing with a journal region at its end: reads and writes reach the
-/// bytes before the region only, and `journal()` gives the region.
+/// A backing with its journal: reads and writes reach the backing's data
+/// only (the bytes before the region, when the region is at its end), and
+/// `journal()` gives the region.
 pub struct JournaledDevice {
     inner: Arc<dyn BlockDevice>,
     journal: BackingJournal,
 }
 
 impl JournaledDevice {
-    /// Open `inner`'s journal (replaying a committed transaction).
+    /// Open `inner`'s journal where `place` says (replaying a committed transaction).
     pub fn open(
         inner: Arc<dyn BlockDevice>,
+        place: JournalPlace,
         pages: u64,
         page_size: u64,
-        force: bool,
     ) -> Result<(JournaledDevice, JournalOpen), JournalError> {
-        let (journal, found) = BackingJournal::open(inner.clone(), pages, page_size, force)?;
+        let (journal, found) = BackingJournal::open(inner.clone(), place, pages, page_size)?;
         Ok((JournaledDevice { inner, journal }, found))
+    }
+
+    /// Whether `place` (for backing `data`, a journal of `region` bytes)
+    /// starts with a wcache journal header; reads one block, writes nothing.
+    pub fn holds_journal(
+        data: &dyn BlockDevice,
+        place: &JournalPlace,
+        region: u64,
+    ) -> Result<bool, DeviceError> {
+        let (dev, offset) = match place {
+            JournalPlace::Own(dev) => (dev.as_ref(), 0),
+            JournalPlace::BackingEnd => {
+                let len = data.len_bytes();
+                if len < region + BLOCK {
+                    return Ok(false);
+                }
+                (data, (len - region) / BLOCK * BLOCK)
+            }
+        };
+        if dev.len_bytes() < offset + BLOCK {
+            return Ok(false);
+        }
+        let mut buf = AlignedBuf::new();
+        let block = buf.get(BLOCK as usize);
+        dev.read_at(block, offset)?;
+        Ok(&block[0..8] == MAGIC)
     }
 
     pub fn inner(&self) -> &dyn BlockDevice {
@@ -393,7 +504,7 @@ impl JournaledDevice {
 
 impl BlockDevice for JournaledDevice {
     fn len_bytes(&self) -> u64 {
-        self.journal.offset
+        self.journal.data_len
     }
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DeviceError> {
         check_range(
@@ -471,42 +582,49 @@ mod tests {
     #[test]
     fn a_blank_region_is_formatted_and_the_device_ends_before_it() {
         let b = backing();
-        let (dev, found) = JournaledDevice::open(b.clone(), PAGES, PAGE, false).expect("open");
+        let (dev, found) =
+            JournaledDevice::open(b.clone(), JournalPlace::BackingEnd, PAGES, PAGE).expect("open");
         assert_eq!(found, JournalOpen::Formatted);
         assert_eq!(dev.len_bytes(), (1 << 20) - region_bytes(PAGES, PAGE));
         let e = dev
             .write_at(&page(9), dev.len_bytes())
             .expect_err("past the data");
         assert!(matches!(e, DeviceError::OutOfRange { .. }), "{e}");
-        let (_, again) = JournaledDevice::open(b, PAGES, PAGE, false).expect("reopen");
+        let (_, again) =
+            JournaledDevice::open(b, JournalPlace::BackingEnd, PAGES, PAGE).expect("reopen");
         assert_eq!(again, JournalOpen::Empty);
     }
 
     #[test]
     fn a_committed_transaction_is_replayed_in_place_and_an_uncommitted_one_is_not() {
         let b = backing();
-        let (dev, _) = JournaledDevice::open(b.clone(), PAGES, PAGE, false).expect("open");
+        let (dev, _) =
+            JournaledDevice::open(b.clone(), JournalPlace::BackingEnd, PAGES, PAGE).expect("open");
         let j = dev.journal().expect("journal");
         stage_two(j);
         // A crash before the commit: nothing in place, nothing to replay.
-        let (_, found) = JournaledDevice::open(b.clone(), PAGES, PAGE, false).expect("reopen");
+        let (_, found) = JournaledDevice::open(b.clone(), JournalPlace::BackingEnd, PAGES, PAGE)
+            .expect("reopen");
         assert_eq!(found, JournalOpen::Empty);
         assert_eq!(read_page(b.as_ref(), 3), page(0));
         stage_two(j);
         j.commit(5, &[3, 7]).expect("commit");
         // A crash after the commit: replayed at the next open, then retired.
-        let (_, found) = JournaledDevice::open(b.clone(), PAGES, PAGE, false).expect("reopen");
+        let (_, found) = JournaledDevice::open(b.clone(), JournalPlace::BackingEnd, PAGES, PAGE)
+            .expect("reopen");
         assert_eq!(found, JournalOpen::Replayed { txn: 5, pages: 2 });
         assert_eq!(read_page(b.as_ref(), 3), page(1));
         assert_eq!(read_page(b.as_ref(), 7), page(2));
-        let (_, found) = JournaledDevice::open(b, PAGES, PAGE, false).expect("reopen");
+        let (_, found) =
+            JournaledDevice::open(b, JournalPlace::BackingEnd, PAGES, PAGE).expect("reopen");
         assert_eq!(found, JournalOpen::Empty);
     }
 
     #[test]
     fn damage_is_an_error_that_names_it_and_changes_nothing() {
         let b = backing();
-        let (dev, _) = JournaledDevice::open(b.clone(), PAGES, PAGE, false).expect("open");
+        let (dev, _) =
+            JournaledDevice::open(b.clone(), JournalPlace::BackingEnd, PAGES, PAGE).expect("open");
         let offset = dev.len_bytes();
         let j = dev.journal().expect("journal");
         stage_two(j);
@@ -514,14 +632,14 @@ mod tests {
         // A journal page that does not match its entry.
         let first_page = j.page_offset(0);
         b.write_at(&page(0xAA), first_page).expect("damage");
-        let e = JournaledDevice::open(b.clone(), PAGES, PAGE, false)
+        let e = JournaledDevice::open(b.clone(), JournalPlace::BackingEnd, PAGES, PAGE)
             .err()
             .expect("refused");
         assert!(e.to_string().contains("journal page 0 (for page 3)"), "{e}");
         assert_eq!(read_page(b.as_ref(), 7), page(0), "nothing replayed");
         // The entry table.
         b.write_at(&page(0x55), offset + BLOCK).expect("damage");
-        let e = JournaledDevice::open(b.clone(), PAGES, PAGE, false)
+        let e = JournaledDevice::open(b.clone(), JournalPlace::BackingEnd, PAGES, PAGE)
             .err()
             .expect("refused");
         assert!(
@@ -533,26 +651,78 @@ mod tests {
         b.read_at(&mut header, offset).expect("read");
         header[33] ^= 1;
         b.write_at(&header, offset).expect("damage");
-        let e = JournaledDevice::open(b, PAGES, PAGE, false)
+        let e = JournaledDevice::open(b, JournalPlace::BackingEnd, PAGES, PAGE)
             .err()
             .expect("refused");
         assert!(e.to_string().contains("header at offset"), "{e}");
         assert!(e.to_string().contains("checksum"), "{e}");
     }
 
+    /// The whole device, for comparing before and after a refusal.
+    fn all_bytes(dev: &dyn BlockDevice) -> Vec<u8> {
+        let mut b = vec![0; dev.len_bytes() as usize];
+        dev.read_at(&mut b, 0).expect("read");
+        b
+    }
+
     #[test]
-    fn other_data_is_refused_unless_forced_and_a_tiny_backing_is_refused() {
-        let b = backing();
-        let offset = ((1 << 20) - region_bytes(PAGES, PAGE)) / BLOCK * BLOCK;
-        b.write_at(&page(7), offset).expect("data");
-        let e = JournaledDevice::open(b.clone(), PAGES, PAGE, false)
+    fn data_anywhere_in_the_named_end_is_refused_untouched_and_a_tiny_backing_is_refused() {
+        let region = region_bytes(PAGES, PAGE);
+        let offset = ((1 << 20) - region) / BLOCK * BLOCK;
+        // A byte in the header block, and one deep in the region with a
+        // blank header block (a filesystem's last blocks look like that).
+        for at in [offset, offset + region - 1] {
+            let b = backing();
+            let mut one = vec![0u8; PAGE as usize];
+            b.read_at(&mut one, at / PAGE * PAGE).expect("read");
+            one[(at % PAGE) as usize] = 7;
+            b.write_at(&one, at / PAGE * PAGE).expect("data");
+            let before = all_bytes(b.as_ref());
+            let e = JournaledDevice::open(b.clone(), JournalPlace::BackingEnd, PAGES, PAGE)
+                .err()
+                .expect("refused");
+            let text = e.to_string();
+            assert!(text.contains("hold data"), "{text}");
+            assert!(text.contains(&format!("offset {at}")), "{text}");
+            assert!(text.contains("--journal EXPORT=PATH"), "{text}");
+            assert!(before == all_bytes(b.as_ref()), "nothing written");
+        }
+        let small: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * 1024));
+        let e = JournaledDevice::open(small, JournalPlace::BackingEnd, 64, PAGE)
             .err()
             .expect("refused");
-        assert!(e.to_string().contains("holds other data"), "{e}");
-        let (_, found) = JournaledDevice::open(b, PAGES, PAGE, true).expect("forced");
+        assert!(e.to_string().contains("too small"), "{e}");
+    }
+
+    #[test]
+    fn a_journal_of_its_own_leaves_the_backing_whole_and_replays_onto_it() {
+        let b = backing();
+        let own: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(region_bytes(PAGES, PAGE)));
+        let place = || JournalPlace::Own(own.clone());
+        let (dev, found) = JournaledDevice::open(b.clone(), place(), PAGES, PAGE).expect("open");
         assert_eq!(found, JournalOpen::Formatted);
-        let small: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(64 * 1024));
-        let e = JournaledDevice::open(small, 64, PAGE, false)
+        assert_eq!(dev.len_bytes(), 1 << 20, "the backing is exported whole");
+        dev.write_at(&page(4), (1 << 20) - PAGE)
+            .expect("its last page is data");
+        let j = dev.journal().expect("journal");
+        stage_two(j);
+        j.commit(9, &[3, 255]).expect("commit");
+        assert_eq!(read_page(b.as_ref(), 3), page(0), "nothing in place yet");
+        let (_, found) = JournaledDevice::open(b.clone(), place(), PAGES, PAGE).expect("reopen");
+        assert_eq!(found, JournalOpen::Replayed { txn: 9, pages: 2 });
+        assert_eq!(read_page(b.as_ref(), 3), page(1));
+        assert_eq!(read_page(b.as_ref(), 255), page(2));
+        // A journal device holding other data is refused untouched.
+        let other: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(region_bytes(PAGES, PAGE)));
+        other.write_at(&page(5), PAGE * 3).expect("data");
+        let before = all_bytes(other.as_ref());
+        let e = JournaledDevice::open(b.clone(), JournalPlace::Own(other.clone()), PAGES, PAGE)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("Give an empty file"), "{e}");
+        assert!(before == all_bytes(other.as_ref()), "nothing written");
+        let tiny: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(PAGE));
+        let e = JournaledDevice::open(b, JournalPlace::Own(tiny), PAGES, PAGE)
             .err()
             .expect("refused");
         assert!(e.to_string().contains("too small"), "{e}");

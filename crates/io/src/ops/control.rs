@@ -38,7 +38,15 @@ pub struct ControlListener {
 impl ControlListener {
     /// Binds the socket under a temporary name beside `path` with mode
     /// 0600; `start` renames it into place.
+    /// A socket already at `path` that answers belongs to a live server: refused
+    /// (`AddrInUse`, naming it); a dead one is replaced at `start`.
     pub fn bind(path: &Path) -> std::io::Result<ControlListener> {
+        if let Some(holder) = crate::lock::socket_answering(path) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("{holder} answers on it: refused, nothing was touched"),
+            ));
+        }
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -192,6 +200,11 @@ fn accept_loop(listener: UnixListener, operator: Operator, stop: Arc<AtomicBool>
 
 /// The uid of the process at the other end of `stream` (SO_PEERCRED).
 pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
+    peer_credentials(stream).map(|cred| cred.uid)
+}
+
+/// The pid, uid and gid of the process at the other end of `stream` (SO_PEERCRED).
+pub fn peer_credentials(stream: &UnixStream) -> std::io::Result<libc::ucred> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -211,7 +224,7 @@ pub fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(cred.uid)
+    Ok(cred)
 }
 
 /// Only the server's own user, or root, may operate it.
