@@ -142,6 +142,30 @@ fn pick_round(order: &'static str, layout: Layout) -> (u64, u64, f64) {
     )
 }
 
+/// Destage pick cost per order and layout, the median of `ROUNDS` each.
+fn pick_figures() -> Vec<PickFigure> {
+    let mut picks = Vec::new();
+    for layout in [Layout::Scattered, Layout::Clustered] {
+        for order in ORDERS {
+            let mut ns = Vec::new();
+            let mut counts = (0, 0);
+            for _ in 0..ROUNDS {
+                let (p, pages, n) = pick_round(order, layout);
+                counts = (p, pages);
+                ns.push(n);
+            }
+            picks.push(PickFigure {
+                order,
+                layout,
+                picks: counts.0,
+                pages: counts.1,
+                ns_per_pick: median(ns),
+            });
+        }
+    }
+    picks
+}
+
 pub fn run() -> EngineFigures {
     println!("== engine: ops/s at 1 M cached pages (4 KiB pages, 64 KiB groups, write-back)");
     println!(
@@ -167,25 +191,7 @@ pub fn run() -> EngineFigures {
         "WOW, 50 -> 75 % dirty",
     );
 
-    let mut picks = Vec::new();
-    for layout in [Layout::Scattered, Layout::Clustered] {
-        for order in ORDERS {
-            let mut ns = Vec::new();
-            let mut counts = (0, 0);
-            for _ in 0..ROUNDS {
-                let (p, pages, n) = pick_round(order, layout);
-                counts = (p, pages);
-                ns.push(n);
-            }
-            picks.push(PickFigure {
-                order,
-                layout,
-                picks: counts.0,
-                pages: counts.1,
-                ns_per_pick: median(ns),
-            });
-        }
-    }
+    let picks = pick_figures();
     println!(
         "  destage pick + issue + completion (drain of {PICK_FILL_PAGES} dirty pages, keep_clean):"
     );

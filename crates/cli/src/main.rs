@@ -10,13 +10,14 @@ mod logging;
 mod ops;
 mod serve;
 mod serve_config;
+mod sim_print;
+mod stop;
 mod tools;
 mod top;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use wcache_core::config::{CheckpointMode, ConsistencyPoints, JournalConfig, StalenessConfig};
 use wcache_core::policy::admission::ADMISSIONS;
@@ -33,7 +34,7 @@ use wcache_sim::workload::{
     Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec, OUTSTANDING_MAX_DEFAULT,
     WORKLOAD_NAMES,
 };
-use wcache_sim::{RunLimits, SimReport, Simulation, TimelineSample};
+use wcache_sim::{RunLimits, Simulation};
 
 #[derive(Parser)]
 #[command(
@@ -74,6 +75,9 @@ enum Command {
     /// Declare an application consistency point to a running
     /// write-back-journaled server (its open transaction commits).
     ConsistencyPoint(ops::ConsistencyPointArgs),
+    /// Stop a running server (as SIGTERM); --flush drains it first,
+    /// refusing writes meanwhile.
+    Stop(stop::StopArgs),
     /// Replay the journal at the end of a backing left by write-back-journaled
     /// (for a backing whose cache is gone; `wcache serve` does it itself).
     BackingRecover(backing_recover::BackingRecoverArgs),
@@ -337,6 +341,7 @@ fn main() -> ExitCode {
         Command::Top(args) => top::top(args),
         Command::ConsistencyPoint(args) => ops::consistency_point(args),
         Command::BackingRecover(args) => backing_recover::backing_recover(args),
+        Command::Stop(args) => stop::stop(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -534,72 +539,6 @@ fn issuer_mix(o: &OneRun) -> IssuerMix {
         issuers: o.issuers,
         critical_issuers: o.critical_issuers,
         sync_fraction: o.sync_fraction,
-    }
-}
-
-/// Admission's effect: writes cached, and critical writes' response times
-/// beside the others' (printed when requests carry issuers).
-fn print_admission(o: &OneRun, r: &SimReport) {
-    if o.issuers == 0 {
-        return;
-    }
-    let s = &r.stats;
-    println!(
-        "admission           {}: {} of {} writes cached ({} bypassed, {} of them reissued to the cache)",
-        o.admission,
-        s.writes - s.write_bypasses,
-        s.writes,
-        s.write_bypasses,
-        s.reissued_writes
-    );
-    for (name, c) in [("critical", &r.critical_writes), ("other", &r.other_writes)] {
-        println!(
-            "{name:<8} writes      {} (ms: mean {:.3}, p50 {:.3}, p99 {:.3}, p99.9 {:.3})",
-            c.writes, c.mean_ms, c.p50_ms, c.p99_ms, c.p999_ms
-        );
-    }
-}
-
-/// An application workload's own measures, and admission's effect on it.
-fn print_app(o: &OneRun, r: &SimReport) {
-    let Some(a) = &r.app else {
-        return;
-    };
-    let s = &r.stats;
-    println!(
-        "application         {:.1} {}/s ({} in the window); latency ms mean {:.3}, p50 {:.3}, p99 {:.3}, p99.9 {:.3}, p99.99 {:.3}",
-        a.per_s, a.unit, a.requests, a.latency_ms_mean, a.latency_ms_p50, a.latency_ms_p99, a.latency_ms_p999, a.latency_ms_p9999
-    );
-    println!(
-        "admission           {}: {} of {} writes cached ({:.1} %; {:.1} % of pages; {} reissued), {} stalls, {} inheritances in the window ({} over the run, {} still open)",
-        o.admission,
-        rdc::writes_cached(r),
-        s.writes,
-        100.0 * rdc::writes_cached(r) as f64 / s.writes.max(1) as f64,
-        100.0 * rdc::cached_pages_fraction(r),
-        s.reissued_writes,
-        s.stalls,
-        a.inherits,
-        a.inherits_total,
-        a.inherits_open
-    );
-    let total: u64 = a.writes_by_role.iter().map(|w| w.1).sum();
-    let mix: Vec<String> = a
-        .writes_by_role
-        .iter()
-        .map(|(role, n)| format!("{role} {:.1} %", 100.0 * *n as f64 / total.max(1) as f64))
-        .collect();
-    println!(
-        "write mix           {} (whole run, {total} writes)",
-        mix.join(", ")
-    );
-    for (what, w) in &a.waits {
-        println!(
-            "critical waits      {what}: {} waits, mean {:.3} ms, max {:.3} ms (whole run)",
-            w.count,
-            w.mean_ms(),
-            w.max_ms()
-        );
     }
 }
 
@@ -822,7 +761,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     };
     let r = sim.run(limits)?;
     if let Some(path) = &o.timeline {
-        write_timeline(path, &r.timeline)
+        sim_print::write_timeline(path, &r.timeline)
             .map_err(|e| format!("--timeline {}: {e}", path.display()))?;
     }
     println!(
@@ -865,8 +804,8 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     );
     println!("stalls              {}", r.stats.stalls);
     println!("bypasses            {}", r.stats.write_bypasses);
-    print_admission(o, &r);
-    print_app(o, &r);
+    sim_print::print_admission(o, &r);
+    sim_print::print_app(o, &r);
     if r.order_checks > 0 {
         println!(
             "point-in-time       the backing alone was consistent at all {} crashes checked (every crash under write-back-ordered; with pit, those that lost the cache)",
@@ -920,33 +859,6 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         );
     }
     Ok(())
-}
-
-/// The `--timeline` CSV: one row per sample, counters as totals since the start.
-fn write_timeline(path: &Path, samples: &[TimelineSample]) -> std::io::Result<()> {
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    writeln!(
-        out,
-        "t_s,measuring,dirty_pages,dirty_groups,destages_in_flight,requests_in_flight,stalls,destages,destaged_pages,low_pages,high_pages"
-    )?;
-    for s in samples {
-        writeln!(
-            out,
-            "{:.3},{},{},{},{},{},{},{},{},{},{}",
-            s.t_ns as f64 / 1e9,
-            s.measuring as u8,
-            s.dirty_pages,
-            s.dirty_groups,
-            s.destages_in_flight,
-            s.requests_in_flight,
-            s.stalls,
-            s.destages,
-            s.destaged_pages,
-            s.low_pages,
-            s.high_pages
-        )?;
-    }
-    out.flush()
 }
 
 /// `--footprint`: a byte count with an optional binary unit.

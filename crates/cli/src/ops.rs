@@ -97,7 +97,7 @@ pub fn consistency_point(args: ConsistencyPointArgs) -> Result<(), AnyError> {
     Ok(())
 }
 
-fn connect(path: &Path) -> Result<ControlClient, AnyError> {
+pub(crate) fn connect(path: &Path) -> Result<ControlClient, AnyError> {
     ControlClient::connect(path).map_err(|e| match e {
         ClientError::NoServer { .. } => {
             format!("{e} (is `wcache serve` running? give its control socket with --control)")
@@ -107,7 +107,7 @@ fn connect(path: &Path) -> Result<ControlClient, AnyError> {
     })
 }
 
-fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, AnyError> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, AnyError> {
     Ok(serde_json::from_value(value).map_err(|e| format!("unexpected answer: {e}"))?)
 }
 
@@ -332,8 +332,22 @@ pub fn flush_online(
     let mut request = Request::new("flush");
     request.export = export;
     request.stall_timeout_s = Some(stall_timeout_s);
+    let done: FlushProgress = parse(call_with_progress(client, &request)?)?;
+    println!(
+        "wcache flush: online drain done: {} pages destaged in {:.1} s while serving; no page is dirty",
+        done.destaged_pages, done.elapsed_s
+    );
+    Ok(())
+}
+
+/// Sends `request` (a drain: `flush`, `stop --flush`), showing its
+/// progress lines on a bar; its final answer.
+pub(crate) fn call_with_progress(
+    client: &mut ControlClient,
+    request: &Request,
+) -> Result<Value, AnyError> {
     let mut bar: Option<ProgressBar> = None;
-    let answer = client.call(&request, &mut |p| {
+    let answer = client.call(request, &mut |p| {
         if let Ok(p) = serde_json::from_value::<FlushProgress>(p.clone()) {
             show_progress(
                 bar.get_or_insert_with(|| progress_bar(p.dirty_pages_start)),
@@ -341,24 +355,19 @@ pub fn flush_online(
             );
         }
     });
-    let done: FlushProgress = match answer {
-        Ok(done) => parse(done)?,
-        Err(e) => {
+    match (answer, bar) {
+        (Ok(done), bar) => {
             if let Some(bar) = bar {
-                bar.abandon();
+                bar.finish();
             }
-            return Err(e.into());
+            Ok(done)
         }
-    };
-    if let Some(bar) = bar {
-        show_progress(&bar, &done);
-        bar.finish();
+        (Err(e), Some(bar)) => {
+            bar.abandon();
+            Err(e.into())
+        }
+        (Err(e), None) => Err(e.into()),
     }
-    println!(
-        "wcache flush: online drain done: {} pages destaged in {:.1} s while serving; no page is dirty",
-        done.destaged_pages, done.elapsed_s
-    );
-    Ok(())
 }
 
 fn progress_bar(total: u64) -> ProgressBar {

@@ -15,21 +15,18 @@
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use wcache_core::config::{CheckpointMode, ConsistencyPoints, JournalConfig, StalenessConfig};
 use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
-use wcache_io::cache::Monitor;
 use wcache_io::device::journaled::JournalOpen;
 use wcache_io::format::FORMAT_VERSION;
 use wcache_io::lock::{socket_answering, DeviceLock, LockMode};
 use wcache_io::ops::control::{ControlListener, ControlServer};
 use wcache_io::ops::prometheus::MetricsServer;
-use wcache_io::ops::{Operator, Snapshot};
+use wcache_io::ops::{ErrorReporter, Operator, Snapshot};
 use wcache_io::{
     Cache, CacheConfig, CacheDeviceSpec, CloseReport, DriverConfig, DriverError, Volume, VolumeSpec,
 };
@@ -580,6 +577,7 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
         }
     };
     print_open_report(&cache, &config);
+    stop_on_request(&cache);
     let reporter = ErrorReporter::start(cache.monitor())?;
     let ops = listeners.start_ops(cache.operator())?;
     let mut server = start_nbd_server(&args, &cache)?;
@@ -651,18 +649,7 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
         .cache
         .clone()
         .unwrap_or_else(|| args.data_dir.join("cache.img").display().to_string());
-    let cache_in_memory = cache_spec == "mem";
-    let write_policy = match (&args.write_policy, args.volatile_write_back_for_benchmarks) {
-        (None, false) if cache_in_memory => WritePolicyKind::WriteThrough,
-        (None, _) => WritePolicyKind::WriteBack,
-        (Some(name), flag) => {
-            let p = WritePolicyKind::from_name(name)?;
-            if flag && p != WritePolicyKind::WriteBack {
-                return Err(ServeError::ConflictingPolicy(name.clone()).into());
-            }
-            p
-        }
-    };
+    let write_policy = write_policy_arg(args, cache_spec == "mem")?;
     let cache_size_bytes = size_arg("cache-size", &args.cache_size)?;
     let cache_sync = sync_arg("cache-sync", &args.cache_sync)?;
     let mut volumes = export_args(&args.exports)?;
@@ -716,6 +703,24 @@ fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
             &args.backing_timeout,
         )?)),
     })
+}
+
+/// `--write-policy`, or the default: write-back on a persistent cache (or
+/// with the volatile benchmark flag), write-through in memory.
+fn write_policy_arg(args: &ServeArgs, cache_in_memory: bool) -> Result<WritePolicyKind, AnyError> {
+    Ok(
+        match (&args.write_policy, args.volatile_write_back_for_benchmarks) {
+            (None, false) if cache_in_memory => WritePolicyKind::WriteThrough,
+            (None, _) => WritePolicyKind::WriteBack,
+            (Some(name), flag) => {
+                let p = WritePolicyKind::from_name(name)?;
+                if flag && p != WritePolicyKind::WriteBack {
+                    return Err(ServeError::ConflictingPolicy(name.clone()).into());
+                }
+                p
+            }
+        },
+    )
 }
 
 /// Journaled write-back's settings; its backing journal holds the whole
@@ -1190,53 +1195,19 @@ fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
     }
 }
 
+/// `wcache stop` ends the server as SIGTERM does (the main thread waits for it).
+fn stop_on_request(cache: &Cache) {
+    cache.operator().on_stop(Box::new(|| {
+        // SAFETY: kill(2) of this very process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+    }));
+}
+
 fn ensure_dir(dir: &Path) -> Result<(), ServeError> {
     std::fs::create_dir_all(dir).map_err(|source| ServeError::CreateDir {
         path: dir.display().to_string(),
         source,
     })
-}
-
-/// A thread that logs backing and cache errors as they happen (the driver
-/// counts them; the engine keeps failed destages dirty and retries them).
-struct ErrorReporter {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
-}
-
-impl ErrorReporter {
-    fn start(monitor: Monitor) -> std::io::Result<ErrorReporter> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("wcache-errors".into())
-            .spawn(move || report_errors(&monitor, &flag))?;
-        Ok(ErrorReporter { stop, thread })
-    }
-
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.thread.join();
-    }
-}
-
-fn report_errors(monitor: &Monitor, stop: &AtomicBool) {
-    let mut seen = (0, 0);
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(200));
-        let s = monitor.stats();
-        if (s.backing_errors, s.cache_errors) != seen {
-            tracing::warn!(
-                "I/O errors so far: {} backing, {} cache (last: {}); failed destages are \
-                 retried, their pages stay dirty and readable; {} dirty pages",
-                s.backing_errors,
-                s.cache_errors,
-                s.last_error.as_deref().unwrap_or("?"),
-                monitor.dirty_pages()
-            );
-            seen = (s.backing_errors, s.cache_errors);
-        }
-    }
 }
 
 #[cfg(test)]

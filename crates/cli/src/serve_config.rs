@@ -163,6 +163,17 @@ fn line_of(text: &str, offset: usize) -> usize {
     text.get(..offset).map_or(0, |t| t.matches('\n').count()) + 1
 }
 
+/// The file's key of `ServeArgs` field `field`.
+fn key_name(field: &str) -> String {
+    match field {
+        "exports" => "export".into(),
+        "export_admissions" => "export-admission".into(),
+        "critical_exports" => "critical".into(),
+        "journals" => "journal".into(),
+        _ => field.replace('_', "-"),
+    }
+}
+
 /// Applies `file` to `args`: each key set in the file, checked, and used
 /// unless its option was given on the command line (`given`: clap ids).
 macro_rules! merge {
@@ -199,13 +210,7 @@ pub fn apply(
     let err = |offset: usize, field: &str, message: String| ConfigFileError::Value {
         path: shown.clone(),
         line: line_of(&text, offset),
-        key: match field {
-            "exports" => "export".into(),
-            "export_admissions" => "export-admission".into(),
-            "critical_exports" => "critical".into(),
-            "journals" => "journal".into(),
-            _ => field.replace('_', "-"),
-        },
+        key: key_name(field),
         message,
     };
     merge!(file, args, given, err;

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{wcache, Nbd, Served};
+use common::{serve_scattered, wcache, Nbd, Served};
 
 const PAGE: usize = 4096;
 const PAGES: u64 = 100;
@@ -261,36 +261,16 @@ fn a_flush_in_progress_refuses_a_second_flush_and_a_server() {
     let d = |name: &str| dir.path().join(name).display().to_string();
     // Dirty pages in front of an emulated disk, so that the drain takes a while.
     let backing = format!("disk=emulated-hdd:{}", d("backing.img"));
-    let served = Served::start(
-        &[
-            "--data-dir",
-            &d("data"),
-            "--cache",
-            &d("cache.img"),
-            "--cache-size",
-            "16M",
-            "--export",
-            &backing,
-            "--backing-size",
-            "1G",
-            "--idle-destages",
-            "0",
-            "--max-dirty-age",
-            "0",
-            "--control",
-            &d("w.ctl"),
-        ],
-        &dir.path().join("w.sock"),
-    );
-    {
-        let mut nbd = Nbd::connect(&served.socket, "disk").expect("connect");
-        for p in 0..1500u64 {
-            // Scattered over the disk: every destage a seek.
-            nbd.write(p * 2_621_440 % (1 << 30) / 4096 * 4096, &content(p), false)
-                .expect("write");
-        }
-        nbd.flush().expect("flush");
-    }
+    let extra = [
+        "--data-dir",
+        &d("data"),
+        "--idle-destages",
+        "0",
+        "--max-dirty-age",
+        "0",
+    ];
+    let (served, nbd) = serve_scattered(dir.path(), 1500, &extra);
+    drop(nbd);
     let (ok, log) = served.stop();
     assert!(ok, "{log}");
     let flush_args = [

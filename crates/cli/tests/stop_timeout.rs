@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{have, wcache, Nbd, Served};
+use common::{have, serve_scattered, wcache, Nbd, Served};
 
 const PAGE_BYTES: usize = 4096;
 const BACKING_BYTES: u64 = 8 << 20;
@@ -355,34 +355,9 @@ fn sigterm_while_a_read_waits_on_a_stopped_backing_ends_within_the_grace_period(
 fn sigterm_of_an_idle_server_with_dirty_pages_stops_without_draining_or_warning() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = |name: &str| dir.path().join(name).display().to_string();
-    let served = Served::start(
-        &[
-            "--cache",
-            &d("cache.img"),
-            "--cache-size",
-            "16M",
-            "--export",
-            &format!("disk=emulated-hdd:{}", d("backing.img")),
-            "--backing-size",
-            "1G",
-            "--idle-after",
-            "100ms",
-            "--stop-timeout",
-            "30",
-            "--control",
-            &d("w.ctl"),
-        ],
-        &dir.path().join("w.sock"),
-    );
-    {
-        let mut nbd = Nbd::connect(&served.socket, "disk").expect("connect");
-        for p in 0..1500u64 {
-            let at = p * 2_621_440 % (1 << 30) / 4096 * 4096;
-            nbd.write(at, &vec![p as u8 | 1; PAGE_BYTES], false)
-                .expect("write");
-        }
-        nbd.flush().expect("flush");
-    }
+    let extra = ["--idle-after", "100ms", "--stop-timeout", "30"];
+    let (served, nbd) = serve_scattered(dir.path(), 1500, &extra);
+    drop(nbd);
     std::thread::sleep(Duration::from_millis(500)); // idle: the drain runs
     let start = Instant::now();
     let (ok, log) = served.stop();
@@ -411,4 +386,64 @@ fn sigterm_of_an_idle_server_with_dirty_pages_stops_without_draining_or_warning(
     let (ok, out, err) = wcache(&["inspect", "--cache", &d("cache.img")]);
     assert!(ok, "{err}");
     assert!(out.contains("clean"), "{out}");
+}
+
+/// `wcache stop --flush`: the server refuses writes (ESHUTDOWN) while it
+/// drains every dirty page, still answers reads, then stops by itself; the
+/// cache is left with no dirty page and `wcache stop` returns once the
+/// server is gone.
+#[test]
+fn stop_with_flush_refuses_writes_drains_and_stops() {
+    const ESHUTDOWN: u32 = 108;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = |name: &str| dir.path().join(name).display().to_string();
+    let extra = ["--idle-destages", "0", "--max-dirty-age", "0"];
+    let (mut served, mut nbd) = serve_scattered(dir.path(), 1500, &extra);
+    let stopper = Command::new(env!("CARGO_BIN_EXE_wcache"))
+        .args(["stop", "--flush", "--control", &d("w.ctl")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("wcache stop");
+    // Writes are refused once the drain begins; reads go on.
+    let start = Instant::now();
+    let refused = loop {
+        match nbd.call(1, 0, 0, PAGE_BYTES as u32, &[7u8; PAGE_BYTES], None) {
+            Ok(Err(errno)) => break errno,
+            Ok(Ok(())) => {}
+            Err(e) => panic!("the connection broke before a write was refused: {e}"),
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no write was refused"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(refused, ESHUTDOWN, "a write during the drain");
+    // The drain of 1,500 scattered pages on the emulated disk takes seconds.
+    let mut page = vec![0u8; PAGE_BYTES];
+    nbd.read(2_621_440, &mut page)
+        .expect("a read during the drain");
+    assert!(page == vec![1u8; PAGE_BYTES], "page 1 reads back");
+    let out = stopper.wait_with_output().expect("wait");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "wcache stop: {text}");
+    assert!(
+        text.contains("drained") && text.contains("stopped"),
+        "{text}"
+    );
+    let start = Instant::now();
+    while served.is_running() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the server did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = served.log_text();
+    assert!(!log.contains("WARN"), "{log}");
+    let (ok, out, err) = wcache(&["inspect", "--cache", &d("cache.img")]);
+    assert!(ok, "{err}");
+    assert!(out.contains("slots:   0 dirty"), "pages left dirty: {out}");
 }

@@ -539,38 +539,7 @@ impl Cache {
             // Refused before the file is created.
             check_cache_size(&config.engine, size_bytes, persistent)?;
         }
-        let backings = open_backings(
-            &config.volumes,
-            (config.backing_sync, config.backing_timeout),
-            config.backing_create_size_bytes,
-            Some(config.block_size_bytes),
-        )?;
-        // Every lock before the first write to any device (a cache file
-        // that does not exist yet is locked once created, before its format).
-        let mut locks = lock_backings(&config.volumes)?;
-        let cache_path = match &config.cache {
-            CacheDeviceSpec::File { path, .. } => Some(path),
-            CacheDeviceSpec::Memory { .. } => None,
-        };
-        let lock_cache =
-            |path: &PathBuf| DeviceLock::acquire(path, LockMode::Exclusive, "cache device");
-        let mut cache_lock = match cache_path {
-            Some(path) if path.exists() => Some(lock_cache(path)?),
-            _ => None,
-        };
-        let sync_timeout = (config.backing_sync, config.backing_timeout);
-        let (backings, journals) = open_journals(
-            backings,
-            &config.volumes,
-            &config.engine,
-            sync_timeout,
-            &mut locks,
-        )?;
-        let (cache, device) = open_cache_device(&config.cache)?;
-        if let (None, Some(path)) = (&cache_lock, cache_path) {
-            cache_lock = Some(lock_cache(path)?);
-        }
-        locks.extend(cache_lock);
+        let (backings, journals, (cache, device), locks) = open_devices(config)?;
         check_cache_size(&config.engine, device.size_bytes, persistent)?;
         let mut engine = config.engine.clone();
         engine.cache_slots = device.size_bytes / engine.page_size_bytes.max(1);
@@ -947,6 +916,51 @@ fn start_persistent(
 /// before anything is written to it: a cache smaller than one write group,
 /// and (persistent) the engine's configuration with the slot count the
 /// format gives a device of `size_bytes`.
+/// The opened devices of a cache for service.
+type Devices = (
+    Backings,
+    Vec<JournalOpen>,
+    (Arc<dyn BlockDevice>, CacheDeviceInfo),
+    Vec<DeviceLock>,
+);
+
+/// Opens `config`'s backings, their journals and the cache device, each
+/// locked before the first write to any of them (a cache file that does
+/// not exist yet is locked once created, before its format).
+fn open_devices(config: &CacheConfig) -> Result<Devices, CacheError> {
+    let backings = open_backings(
+        &config.volumes,
+        (config.backing_sync, config.backing_timeout),
+        config.backing_create_size_bytes,
+        Some(config.block_size_bytes),
+    )?;
+    let mut locks = lock_backings(&config.volumes)?;
+    let cache_path = match &config.cache {
+        CacheDeviceSpec::File { path, .. } => Some(path),
+        CacheDeviceSpec::Memory { .. } => None,
+    };
+    let lock_cache =
+        |path: &PathBuf| DeviceLock::acquire(path, LockMode::Exclusive, "cache device");
+    let mut cache_lock = match cache_path {
+        Some(path) if path.exists() => Some(lock_cache(path)?),
+        _ => None,
+    };
+    let sync_timeout = (config.backing_sync, config.backing_timeout);
+    let (backings, journals) = open_journals(
+        backings,
+        &config.volumes,
+        &config.engine,
+        sync_timeout,
+        &mut locks,
+    )?;
+    let (cache, device) = open_cache_device(&config.cache)?;
+    if let (None, Some(path)) = (&cache_lock, cache_path) {
+        cache_lock = Some(lock_cache(path)?);
+    }
+    locks.extend(cache_lock);
+    Ok((backings, journals, (cache, device), locks))
+}
+
 fn check_cache_size(
     engine: &EngineConfig,
     size_bytes: u64,

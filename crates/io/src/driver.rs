@@ -33,6 +33,8 @@
 
 mod flusher;
 mod frees;
+mod gate;
+use gate::FlushGate;
 mod uring;
 
 use std::cell::RefCell;
@@ -328,6 +330,16 @@ struct AsyncWrite {
     done: WriteDone,
 }
 
+/// Which new requests the driver refuses with `DriverError::ShutDown`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Refusing {
+    Nothing,
+    /// Writes, trims and write-zeroes (a stop that drains first).
+    Writes,
+    /// Every request (the end of a stop's grace period).
+    Everything,
+}
+
 struct Core {
     engine: Engine,
     in_flight: HashMap<u64, InFlight>,
@@ -335,67 +347,9 @@ struct Core {
     changed_waiters: u32,
     stopping: bool,
     /// New requests are refused (`fail_waiting`): a stop is under way.
-    refusing: bool,
+    refusing: Refusing,
     /// The deadline the timer thread sleeps until (None: no deadline, or awake).
     timer_armed: Option<Nanos>,
-}
-
-/// Group commit: one device flush covers every write finished before it started.
-#[derive(Default)]
-struct FlushGate {
-    state: Mutex<GateState>,
-    done: Condvar,
-}
-
-#[derive(Default)]
-struct GateState {
-    started: u64,
-    finished: u64,
-    last_ok: u64,
-    running: bool,
-    last_error: String,
-}
-
-impl FlushGate {
-    /// Returns once a flush that started after this call has succeeded.
-    /// `true` in the Ok case means this thread ran the flush itself.
-    fn flush(&self, dev: &dyn BlockDevice) -> Result<bool, DeviceError> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let target = st.started + 1;
-        let mut ran = false;
-        loop {
-            if st.last_ok >= target {
-                return Ok(ran);
-            }
-            if st.finished >= target {
-                return Err(DeviceError::Io {
-                    device: dev.name(),
-                    op: "flush",
-                    offset_bytes: 0,
-                    len_bytes: 0,
-                    source: std::io::Error::other(st.last_error.clone()),
-                });
-            }
-            if !st.running {
-                st.running = true;
-                st.started += 1;
-                let generation = st.started;
-                drop(st);
-                let result = dev.flush();
-                ran = true;
-                st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                st.running = false;
-                st.finished = generation;
-                match result {
-                    Ok(()) => st.last_ok = generation,
-                    Err(e) => st.last_error = e.to_string(),
-                }
-                self.done.notify_all();
-                continue;
-            }
-            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-    }
 }
 
 struct Device {
@@ -592,7 +546,7 @@ impl Driver {
                 changed_waiters: 0,
                 timer_armed: None,
                 stopping: false,
-                refusing: false,
+                refusing: Refusing::Nothing,
             }),
             changed: Condvar::new(),
             timer: Condvar::new(),
@@ -1004,7 +958,7 @@ impl Driver {
     pub fn fail_waiting(&self) -> u64 {
         let s = &self.shared;
         let mut core = s.lock_core();
-        core.refusing = true;
+        core.refusing = Refusing::Everything;
         let now = s.now();
         let failed_count = core.engine.fail_stalled(now, IoError::Io);
         let mut jobs = VecDeque::new();
@@ -1013,6 +967,20 @@ impl Driver {
         drop(core);
         s.to_pool(jobs.into_iter());
         failed_count
+    }
+
+    /// Refuse (or accept again) writes, trims and write-zeroes with
+    /// `DriverError::ShutDown`, before they reach the engine; reads and
+    /// flushes go on (a stop that drains first).
+    pub fn refuse_writes(&self, on: bool) {
+        let mut core = self.shared.lock_core();
+        if core.refusing != Refusing::Everything {
+            core.refusing = if on {
+                Refusing::Writes
+            } else {
+                Refusing::Nothing
+            };
+        }
     }
 
     /// Stops the I/O and timer threads after the commands in hand are done.
@@ -1225,7 +1193,16 @@ impl Shared {
             let Some(e) = entry.take() else {
                 unreachable!("the entry is put back before every retry");
             };
-            if core.stopping || core.refusing {
+            let writes = matches!(
+                request.kind,
+                RequestKind::Write | RequestKind::WriteZeroes | RequestKind::Trim
+            );
+            let refused = match core.refusing {
+                Refusing::Nothing => false,
+                Refusing::Writes => writes,
+                Refusing::Everything => true,
+            };
+            if core.stopping || refused {
                 return Err(Box::new((DriverError::ShutDown, e)));
             }
             core.in_flight.insert(request.id.0, e);

@@ -463,7 +463,8 @@ fn decode_engine(b: &[u8], page_size_bytes: u64) -> Result<EngineRecord, FormatE
 }
 
 impl Superblock {
-    pub fn encode(&self) -> Result<[u8; SUPERBLOCK_BYTES as usize], FormatError> {
+    /// Whether this superblock can be written as its version says.
+    fn check_encodable(&self) -> Result<(), FormatError> {
         if self.volumes.len() > VOLUMES_MAX {
             return Err(FormatError::TooManyVolumes {
                 count: self.volumes.len(),
@@ -483,6 +484,11 @@ impl Superblock {
             (1, None) => {}
             _ => return Err(cannot("not a version this wcache writes")),
         }
+        Ok(())
+    }
+
+    pub fn encode(&self) -> Result<[u8; SUPERBLOCK_BYTES as usize], FormatError> {
+        self.check_encodable()?;
         let mut b = [0u8; SUPERBLOCK_BYTES as usize];
         b[0..8].copy_from_slice(&SUPERBLOCK_MAGIC);
         put_u32(&mut b, 8, self.format_version);

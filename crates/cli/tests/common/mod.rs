@@ -331,3 +331,42 @@ impl Nbd {
             .map_err(|e| bad(format!("flush error {e}")))
     }
 }
+
+/// Where page `p` of `serve_scattered` lies: spread over the 1 GiB disk,
+/// so that every destage is a seek.
+pub fn scattered_offset(p: u64) -> u64 {
+    p * 2_621_440 % (1 << 30) / 4096 * 4096
+}
+
+/// A server over an emulated 1 GiB disk in `dir` (cache `cache.img` of
+/// 16 MiB, control `w.ctl`, socket `w.sock`, `extra` options after), and
+/// `pages` pages written and flushed through it at `scattered_offset(p)`,
+/// each holding `p as u8 | 1`: about 3 s of destaging on the emulated disk.
+pub fn serve_scattered(dir: &Path, pages: u64, extra: &[&str]) -> (Served, Nbd) {
+    let d = |name: &str| dir.join(name).display().to_string();
+    let mut args: Vec<String> = [
+        "--cache",
+        &d("cache.img"),
+        "--cache-size",
+        "16M",
+        "--export",
+        &format!("disk=emulated-hdd:{}", d("backing.img")),
+        "--backing-size",
+        "1G",
+        "--control",
+        &d("w.ctl"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let served = Served::start(&args, &dir.join("w.sock"));
+    let mut nbd = Nbd::connect(&served.socket, "disk").expect("connect");
+    for p in 0..pages {
+        nbd.write(scattered_offset(p), &[p as u8 | 1; 4096], false)
+            .expect("write");
+    }
+    nbd.flush().expect("flush");
+    (served, nbd)
+}

@@ -93,6 +93,7 @@ impl Engine {
         self.drain_stalls(now);
         self.start_destages();
         self.emit_frees(now);
+        self.step_done();
         Ok(())
     }
 

@@ -67,6 +67,7 @@ mod change;
 mod completion;
 mod criticality;
 mod destage;
+mod invariants;
 mod journal;
 mod ordered;
 mod promote;
@@ -358,6 +359,8 @@ pub struct Engine {
     /// A stop is in progress: no destage starts unless a write waits for
     /// room (`stop_destaging`).
     destaging_stopped: bool,
+    /// Engine steps taken, for the rate of `check_invariants` on large caches.
+    steps_checked: u64,
     stats: Stats,
 }
 
@@ -423,6 +426,7 @@ impl Engine {
             last_request_at: Nanos::ZERO,
             idle_draining: false,
             destaging_stopped: false,
+            steps_checked: 0,
             stats: Stats::default(),
             config,
         })
@@ -514,6 +518,7 @@ impl Engine {
             // The write policy keeps no dirty data: its promise holds once these are destaged.
             engine.start_destages();
         }
+        engine.check_invariants();
         Ok(engine)
     }
 
@@ -671,6 +676,7 @@ impl Engine {
             self.start_destages();
         }
         self.emit_frees(now);
+        self.step_done();
     }
 }
 

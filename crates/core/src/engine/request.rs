@@ -92,6 +92,7 @@ impl Engine {
         self.drain_stalls(now);
         self.start_destages();
         self.emit_frees(now);
+        self.step_done();
         Ok(())
     }
 
@@ -275,6 +276,7 @@ impl Engine {
             failed_count += 1;
         }
         debug_assert!(self.stalled.is_empty());
+        self.step_done();
         failed_count
     }
 

@@ -261,17 +261,16 @@ impl BackingJournal {
         Ok(None)
     }
 
-    /// Open the journal of backing `data` where `place` says, replaying a
-    /// committed transaction; a region that holds nothing is formatted, one
-    /// that holds anything but a wcache journal is refused untouched.
-    pub fn open(
-        data: Arc<dyn BlockDevice>,
+    /// Where the region of a journal of `pages` pages is: (its device,
+    /// its offset there, the bytes of data before it on the backing).
+    fn region(
+        data: &Arc<dyn BlockDevice>,
         place: JournalPlace,
         pages: u64,
         page_size: u64,
-    ) -> Result<(BackingJournal, JournalOpen), JournalError> {
+    ) -> Result<(Arc<dyn BlockDevice>, u64, u64), JournalError> {
         let region = region_bytes(pages, page_size);
-        let (dev, offset, data_len) = match place {
+        Ok(match place {
             JournalPlace::BackingEnd => {
                 let len = data.len_bytes();
                 let offset = len.saturating_sub(region) / BLOCK * BLOCK;
@@ -297,7 +296,19 @@ impl BackingJournal {
                 let data_len = data.len_bytes();
                 (dev, 0, data_len)
             }
-        };
+        })
+    }
+
+    /// Open the journal of backing `data` where `place` says, replaying a
+    /// committed transaction; a region that holds nothing is formatted, one
+    /// that holds anything but a wcache journal is refused untouched.
+    pub fn open(
+        data: Arc<dyn BlockDevice>,
+        place: JournalPlace,
+        pages: u64,
+        page_size: u64,
+    ) -> Result<(BackingJournal, JournalOpen), JournalError> {
+        let (dev, offset, data_len) = Self::region(&data, place, pages, page_size)?;
         let j = BackingJournal {
             dev,
             data,

@@ -326,6 +326,23 @@ fn answer(command: Command, operator: &Operator, stop: &AtomicBool, w: &mut Unix
             }
             Err(e) => op_error(&e),
         },
+        Command::Stop {
+            flush,
+            stall_timeout_s,
+        } => {
+            let stall = Duration::from_secs(stall_timeout_s);
+            match operator.stop(flush, stall, &mut report) {
+                Ok(done) => {
+                    tracing::info!(
+                        "stop asked on the control socket (flush: {flush}; {} pages destaged, {} dirty left)",
+                        done.destaged_pages,
+                        done.dirty_pages
+                    );
+                    Response::ok(done)
+                }
+                Err(e) => op_error(&e),
+            }
+        }
         Command::CriticalIssuer { issuer, critical } => {
             match operator.set_critical_issuer(issuer, critical) {
                 Ok(done) => {

@@ -11,10 +11,13 @@ pub mod latency;
 pub mod operator;
 pub mod prometheus;
 pub mod protocol;
+mod reporter;
 pub mod snapshot;
 
 pub use latency::{RequestClass, VolumeLatency};
 pub use operator::{
     ConsistencyPointDone, ExportStatus, FlushProgress, OpError, Operator, SetDone, Status,
+    StopDone, StopHook,
 };
+pub use reporter::ErrorReporter;
 pub use snapshot::{Metric, RequestStats, Snapshot};

@@ -63,6 +63,8 @@ pub enum OpError {
     Criticality(#[from] CriticalityError),
     #[error(transparent)]
     NotJournaled(#[from] NotJournaled),
+    #[error("this front end cannot be stopped through its control socket")]
+    NoStop,
 }
 
 /// One volume as the operator sees it.
@@ -149,6 +151,20 @@ pub struct CriticalIssuerDone {
     pub admission: String,
 }
 
+/// What `stop` did before it asked the front end to stop.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StopDone {
+    /// Every dirty page was destaged first (writes refused meanwhile).
+    pub flushed: bool,
+    /// Pages destaged by the stop's drain.
+    pub destaged_pages: u64,
+    /// Dirty pages left in the cache (they stay for the next start).
+    pub dirty_pages: u64,
+}
+
+/// How a front end stops itself when asked (`Operator::on_stop`).
+pub type StopHook = Box<dyn Fn() + Send + Sync>;
+
 /// A handle on a running cache for operations; cheap to clone.
 #[derive(Clone)]
 pub struct Operator {
@@ -164,6 +180,7 @@ struct Inner {
     write_back_allowed: bool,
     flush: Mutex<()>,
     flushing: AtomicBool,
+    stop: Mutex<Option<StopHook>>,
 }
 
 impl Operator {
@@ -184,6 +201,7 @@ impl Operator {
                 write_back_allowed,
                 flush: Mutex::new(()),
                 flushing: AtomicBool::new(false),
+                stop: Mutex::new(None),
             }),
         }
     }
@@ -293,6 +311,44 @@ impl Operator {
         let result = self.drain_once(stall_timeout, progress);
         self.inner.flushing.store(false, Ordering::Relaxed);
         result
+    }
+
+    /// How the front end stops when `stop` is asked (as at SIGTERM).
+    pub fn on_stop(&self, hook: StopHook) {
+        *self.inner.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// Stops the front end (its stop hook); with `flush`, first refuses
+    /// writes and drains every dirty page (with `progress`, as `flush`):
+    /// if the drain fails, writes are accepted again and nothing stops.
+    pub fn stop(
+        &self,
+        flush: bool,
+        stall_timeout: Duration,
+        progress: &mut dyn FnMut(&FlushProgress) -> bool,
+    ) -> Result<StopDone, OpError> {
+        let hook = self.inner.stop.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(stop) = hook.as_ref() else {
+            return Err(OpError::NoStop);
+        };
+        let driver = &self.inner.driver;
+        let mut destaged_pages = 0;
+        if flush {
+            driver.refuse_writes(true);
+            match self.flush(stall_timeout, progress) {
+                Ok(done) => destaged_pages = done.destaged_pages,
+                Err(e) => {
+                    driver.refuse_writes(false);
+                    return Err(e);
+                }
+            }
+        }
+        stop();
+        Ok(StopDone {
+            flushed: flush,
+            destaged_pages,
+            dirty_pages: driver.dirty_pages(),
+        })
     }
 
     fn drain_once(

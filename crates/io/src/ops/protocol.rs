@@ -32,6 +32,9 @@ pub struct Request {
     /// `critical-issuer`: set (true) or clear (false) its criticality hint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub critical: Option<bool>,
+    /// `stop`: drain every dirty page first, refusing writes meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush: Option<bool>,
 }
 
 impl Request {
@@ -71,10 +74,16 @@ pub enum Command {
         issuer: u32,
         critical: bool,
     },
+    /// Stop the server as SIGTERM does; with `flush`, first drain every
+    /// dirty page while writes are refused.
+    Stop {
+        flush: bool,
+        stall_timeout_s: u64,
+    },
 }
 
 /// Every command name, for error messages.
-pub const COMMANDS: &str = "status, stats, flush, set, consistency-point, critical-issuer";
+pub const COMMANDS: &str = "status, stats, flush, set, consistency-point, critical-issuer, stop";
 
 /// Why a request was not carried out. `code` is stable; the message is for people.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -148,6 +157,10 @@ pub fn parse_request(line: &[u8]) -> Result<Command, ProtocolError> {
                 cmd: "critical-issuer",
                 field: "critical",
             })?,
+        },
+        "stop" => Command::Stop {
+            flush: request.flush.unwrap_or(false),
+            stall_timeout_s: request.stall_timeout_s.unwrap_or(60).max(1),
         },
         other => return Err(ProtocolError::UnknownCommand(other.to_string())),
     })

@@ -290,6 +290,30 @@ fn app_per_s(r: &Row) -> f64 {
 }
 
 /// Charts for an experiment's rows: (file name, SVG).
+/// Per policy, its latency tail on `device`'s cache: the percentile (as 2,
+/// 3, 4 nines) on x, latency on y.
+fn latency_tail_series(rows: &[Row], device: &str) -> Vec<Series> {
+    let mut s = Vec::new();
+    for policy in POLICIES {
+        let found = rows
+            .iter()
+            .find(|r| r.point.policy == *policy && r.point.cache_device == device);
+        let Some(r) = found else {
+            continue;
+        };
+        let a = r.report.app.clone().unwrap_or_default();
+        s.push(Series {
+            name: policy.to_string(),
+            points: vec![
+                (2.0, a.latency_ms_p99),
+                (3.0, a.latency_ms_p999),
+                (4.0, a.latency_ms_p9999),
+            ],
+        });
+    }
+    s
+}
+
 pub fn charts(name: &str, rows: &[Row]) -> Vec<(String, String)> {
     let all = |_: &Row| true;
     let mib = |r: &Row| (r.point.nvs_pages / MIB_PAGES) as f64;
@@ -330,23 +354,7 @@ pub fn charts(name: &str, rows: &[Row]) -> Vec<(String, String)> {
         }
         "rdc-redis" => {
             for device in ["nvram", "ssd"] {
-                let only = |r: &Row| r.point.cache_device == device;
-                // Percentile (as 2, 3, 4 nines) on x, latency on y.
-                let mut s = Vec::new();
-                for policy in POLICIES {
-                    let Some(r) = rows.iter().find(|r| r.point.policy == *policy && only(r)) else {
-                        continue;
-                    };
-                    let a = r.report.app.clone().unwrap_or_default();
-                    s.push(Series {
-                        name: policy.to_string(),
-                        points: vec![
-                            (2.0, a.latency_ms_p99),
-                            (3.0, a.latency_ms_p999),
-                            (4.0, a.latency_ms_p9999),
-                        ],
-                    });
-                }
+                let s = latency_tail_series(rows, device);
                 let c = Chart {
                     title: format!("rdc-redis: {device} cache, command latency tail (Table 4)"),
                     x_label: "percentile (nines: 2 = p99, 3 = p99.9, 4 = p99.99)".into(),

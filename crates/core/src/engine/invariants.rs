@@ -1,0 +1,297 @@
+//! Whole-engine invariants: facts that span two structures (the request
+//! table and its free list, the I/O table and the counts kept beside it,
+//! the dirty set and the slot states, the candidate count and the groups'
+//! flags), checked at the end of every engine step where debug assertions
+//! are on (the `ci` profile the tests run under, the engine model's soak,
+//! the simulator's tests). It exists because the races the soak found were
+//! between structures each consistent on its own. It must never change
+//! the engine's state, and each check is one fact with its own message.
+
+use super::*;
+
+/// Table entries (slots, requests, I/Os) a check may scan per engine step,
+/// amortized: a check runs at every step while the tables hold at most
+/// this many entries (the engine model's caches), and every
+/// `entries / CHECK_ENTRIES_PER_STEP` steps on larger ones, so that the
+/// simulator's tests stay within a small factor of their time.
+const CHECK_ENTRIES_PER_STEP: usize = 256;
+
+/// What the I/O table holds, counted once per check.
+#[derive(Default)]
+struct IoCounts {
+    live: usize,
+    destages: u32,
+    /// Per request index: its commands in flight (then, in
+    /// `check_requests`, plus its waits).
+    per_req: Vec<u32>,
+    /// Bypass writes not promoted (`bypass_writes_live`), and their pages.
+    bypasses: u32,
+    bypass_pages: u64,
+    /// Pages of every backing write in flight, originals included.
+    backing_write_pages: u64,
+}
+
+impl Engine {
+    /// The end of an engine step: the invariants, where debug assertions
+    /// are on (at every step on small tables, at a bounded rate on larger
+    /// ones: `CHECK_ENTRIES_PER_STEP`).
+    pub(super) fn step_done(&mut self) {
+        if !cfg!(debug_assertions) {
+            return;
+        }
+        self.steps_checked = self.steps_checked.wrapping_add(1);
+        let entries = self.slots.len() as usize + self.reqs.len() + self.ios.len();
+        let every = (entries / CHECK_ENTRIES_PER_STEP).max(1) as u64;
+        if self.steps_checked.is_multiple_of(every) {
+            // The write filter's buckets are summed at their own rate.
+            let filter_every = (WRITE_FILTER_BUCKETS / CHECK_ENTRIES_PER_STEP).max(1) as u64;
+            let filter = (self.steps_checked / every).is_multiple_of(filter_every);
+            self.check(filter);
+        }
+    }
+
+    /// Checks every whole-engine invariant; panics naming the first that
+    /// fails. Read-only.
+    pub fn check_invariants(&self) {
+        self.check(true);
+    }
+
+    fn check(&self, filter: bool) {
+        let mut ios = self.count_ios();
+        self.check_requests(&mut ios);
+        self.check_ios(&ios, filter);
+        self.check_dirty();
+        self.check_waits();
+    }
+
+    fn count_ios(&self) -> IoCounts {
+        let mut c = IoCounts {
+            per_req: vec![0; self.reqs.len()],
+            ..IoCounts::default()
+        };
+        let pages = |off: u64, len: u64| self.pages_of(off, len);
+        for ctx in self.ios.iter().flatten() {
+            c.live += 1;
+            let req = match ctx {
+                IoCtx::Fill { req, .. }
+                | IoCtx::InsertFill { req, .. }
+                | IoCtx::ReadSlot { req, .. }
+                | IoCtx::ReadBacking { req, .. } => Some(*req),
+                IoCtx::WriteBacking { req, around } => {
+                    let r = self.req(*req);
+                    let n = pages(r.offset_bytes, r.len_bytes);
+                    c.backing_write_pages += n;
+                    if *around && !r.promoted {
+                        c.bypasses += 1;
+                        c.bypass_pages += n;
+                    }
+                    Some(*req)
+                }
+                IoCtx::PromotedOriginal {
+                    offset_bytes,
+                    len_bytes,
+                    ..
+                } => {
+                    c.backing_write_pages += pages(*offset_bytes, *len_bytes);
+                    None
+                }
+                IoCtx::Destage { slots } => {
+                    c.destages += 1;
+                    for &s in slots {
+                        assert!(
+                            self.slots.has(s, FLAG_DESTAGING),
+                            "slot {} in a destage in flight is not flagged destaging",
+                            s.0
+                        );
+                    }
+                    None
+                }
+                IoCtx::Checkpoint { .. } => {
+                    c.destages += 1;
+                    None
+                }
+                IoCtx::FreeSlots { .. } => None,
+            };
+            if let Some(ri) = req {
+                c.per_req[ri as usize] += 1;
+            }
+        }
+        c
+    }
+
+    fn live(&self, ri: u32) -> bool {
+        self.reqs
+            .get(ri as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|r| r.pending != u32::MAX)
+    }
+
+    /// The request table, its free list, the stall queue and the deferred
+    /// pieces agree; each live request's `pending` is its commands in
+    /// flight plus its pieces deferred plus its waits for a slot's free.
+    fn check_requests(&self, ios: &mut IoCounts) {
+        let live = (0..self.reqs.len() as u32)
+            .filter(|&ri| self.live(ri))
+            .count();
+        assert_eq!(live, self.reqs_live as usize, "reqs_live against the table");
+        assert!(
+            self.reqs_live <= self.config.requests_max,
+            "more live requests than requests_max"
+        );
+        assert_eq!(
+            live + self.reqs_free.len(),
+            self.reqs.len(),
+            "the request free list and the live requests cover the table"
+        );
+        for &ri in &self.reqs_free {
+            assert!(!self.live(ri), "request {ri} is live and on the free list");
+        }
+        let expected = &mut ios.per_req;
+        for (slot, waiters) in &self.deferred {
+            assert!(!waiters.is_empty(), "an empty waiter list for slot {slot}");
+            for d in waiters {
+                let (Deferred::Write { req, .. } | Deferred::Read { req, .. }) = *d;
+                assert!(self.live(req), "a deferred piece of a dead request {req}");
+                expected[req as usize] += 1;
+            }
+        }
+        // Failed write-through requests held until a slot's record is zeroed.
+        for (slot, reqs) in &self.free_waiters {
+            for &req in reqs {
+                assert!(self.live(req), "a dead request {req} waits for slot {slot}");
+                expected[req as usize] += 1;
+            }
+        }
+        let mut stalled_count = 0;
+        let mut through = 0;
+        for ri in (0..self.reqs.len() as u32).filter(|&ri| self.live(ri)) {
+            let r = self.req(ri);
+            assert_eq!(
+                r.pending, expected[ri as usize],
+                "request {ri}: pending against its commands in flight and waits"
+            );
+            if r.stalled_at.is_some() {
+                stalled_count += 1;
+                assert_eq!(r.pending, 0, "stalled request {ri} has work pending");
+                assert!(r.reserved.is_empty(), "stalled request {ri} holds slots");
+            }
+            through += u32::from(r.through_io.is_some() && !r.promoted);
+        }
+        for &ri in &self.stalled {
+            assert!(self.live(ri), "stalled request {ri} is not live");
+            assert!(
+                self.req(ri).stalled_at.is_some(),
+                "request {ri} queued as stalled without a stall time"
+            );
+        }
+        assert_eq!(stalled_count, self.stalled.len(), "the stall queue");
+        assert_eq!(
+            through, self.through_writes_live,
+            "through_writes_live against the requests"
+        );
+    }
+
+    /// The I/O table, its free list and generations, and the counts kept
+    /// beside it (destages, bypasses, backing writes per page).
+    fn check_ios(&self, ios: &IoCounts, filter: bool) {
+        assert_eq!(self.ios.len(), self.io_gens.len(), "one generation per I/O");
+        assert_eq!(
+            ios.live + self.ios_free.len(),
+            self.ios.len(),
+            "the I/O free list and the I/Os in flight cover the table"
+        );
+        for &i in &self.ios_free {
+            assert!(self.ios[i as usize].is_none(), "I/O {i} in flight and free");
+        }
+        assert_eq!(
+            ios.destages, self.destages_in_flight,
+            "destages_in_flight against the destages and checkpoint commands in flight"
+        );
+        assert_eq!(
+            ios.bypasses, self.bypass_writes_live,
+            "bypass_writes_live against the bypass writes in flight"
+        );
+        let bypass_pages: u64 = self.bypass_pages.values().map(|&n| u64::from(n)).sum();
+        assert_eq!(
+            ios.bypass_pages, bypass_pages,
+            "bypass_pages against the pages of the bypass writes in flight"
+        );
+        assert!(
+            self.bypass_pages.values().all(|&n| n > 0),
+            "a page left in bypass_pages at zero"
+        );
+        assert!(
+            self.held_pages.values().all(|&n| n > 0),
+            "a page left in held_pages at zero"
+        );
+        if filter {
+            let backing: u64 = self
+                .backing_writes_in_flight
+                .iter()
+                .map(|&n| u64::from(n))
+                .sum();
+            assert_eq!(
+                ios.backing_write_pages, backing,
+                "backing_writes_in_flight against the backing writes in flight"
+            );
+        }
+    }
+
+    /// The dirty set against the slots: every page in it is its key's
+    /// current version, dirty or being filled, and every dirty slot is in
+    /// it; the candidate count against the groups' flags.
+    fn check_dirty(&self) {
+        let mut in_set = 0usize;
+        let mut dirty_in_set = 0usize;
+        self.dirty.for_each_slot(|s| {
+            let slot = SlotIndex(s);
+            in_set += 1;
+            let key = self.slots.key(slot);
+            assert_eq!(
+                self.slots.lookup(key),
+                Some(slot),
+                "dirty slot {s} is not its page's current version"
+            );
+            match self.slots.state(slot) {
+                SlotState::Dirty => dirty_in_set += 1,
+                SlotState::Filling => {}
+                other => panic!("slot {s} in the dirty set is {other:?}"),
+            }
+        });
+        assert_eq!(in_set, self.dirty.pages(), "the dirty set's page count");
+        let dirty_slots = (0..self.slots.len())
+            .filter(|&s| self.slots.state(SlotIndex(s)) == SlotState::Dirty)
+            .count();
+        assert_eq!(
+            dirty_slots, dirty_in_set,
+            "a slot in state Dirty outside the dirty set"
+        );
+        let keys = self.slots.keys();
+        let mut candidates = 0usize;
+        let mut group = self.dirty.next_group(keys, None, E_CANDIDATE);
+        while let Some(g) = group {
+            candidates += 1;
+            group = self.dirty.next_group(keys, Some(g), E_CANDIDATE);
+        }
+        assert_eq!(
+            candidates, self.candidates,
+            "candidates against the groups flagged candidate"
+        );
+    }
+
+    /// What waits for something: a deferred piece waits for a slot being
+    /// written, and nothing waits once nothing is in flight.
+    fn check_waits(&self) {
+        for &slot in self.deferred.keys() {
+            assert_eq!(
+                self.slots.state(SlotIndex(slot)),
+                SlotState::Filling,
+                "pieces wait for slot {slot}, which is not being written"
+            );
+        }
+        if self.reqs_live == 0 {
+            assert!(self.deferred.is_empty(), "deferred pieces with no request");
+            assert!(self.stalled.is_empty(), "stalled writes with no request");
+        }
+    }
+}
