@@ -16,6 +16,8 @@ command -v nbdinfo >/dev/null || need_apt+=(libnbd-bin)
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v tmux >/dev/null || need_apt+=(tmux)
 command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need_apt+=(e2fsprogs)
+# The systemd unit's security score (crates/cli/tests/systemd.rs).
+command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}") >/dev/null \

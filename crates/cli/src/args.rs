@@ -1,4 +1,4 @@
-//! Argument parsers the cache commands (`serve`, `flush`) share: sizes,
+//! Argument parsers the commands share (`serve`, `flush`, `sim`): sizes,
 //! sync modes and `NAME=BACKING` exports, each refused with an error naming
 //! the option and the text. Parsing only: it must never open a device.
 
@@ -97,4 +97,23 @@ pub fn journal_args(journals: &[String], volumes: &mut [VolumeSpec]) -> Result<(
         volume.journal = Some(place.to_string());
     }
     Ok(())
+}
+
+/// `--footprint`: a byte count with an optional binary unit.
+pub fn parse_footprint(text: &str) -> Result<u64, String> {
+    let bytes = parse_size_bytes(text)
+        .ok_or_else(|| format!("{text:?} is not a size (e.g. 4096, 64K, 3635200K, 8G)"))?;
+    if bytes < 4096 {
+        return Err(format!("{text:?} is less than one 4 KiB page"));
+    }
+    Ok(bytes)
+}
+
+pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
+    duration_ns_arg("duration", text)
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 0, 500ms, 30s)"))
+}
+
+pub fn parse_cutoff(text: &str) -> Result<u64, String> {
+    parse_size_bytes(text).ok_or_else(|| format!("{text:?} is not a size (e.g. 0, 1M, 4M)"))
 }

@@ -1,11 +1,14 @@
 //! The `wcache` binary: one command line for every part of wcache.
 //! `wcache sim` runs the simulator: one configuration, or a named experiment.
 
+#[macro_use]
+mod output;
 mod args;
 mod backing_recover;
 mod check;
 mod flush;
 mod inspect;
+mod listeners;
 mod logging;
 mod ops;
 mod serve;
@@ -157,7 +160,7 @@ struct OneRun {
     #[arg(long, default_value_t = 0)]
     commit_pages: u64,
     /// ...or this long after its first write (virtual time; 0: no age).
-    #[arg(long, default_value = "1s", value_parser = parse_duration_ns)]
+    #[arg(long, default_value = "1s", value_parser = args::parse_duration_ns)]
     commit_age: u64,
     /// Journaled write-back commits by size (and age), or only at
     /// consistency points: flush (every FLUSH) or hint.
@@ -182,14 +185,14 @@ struct OneRun {
     admission: String,
     /// Writes continuing a sequential stream of this many bytes bypass the
     /// cache (e.g. 4M; 0: no cutoff).
-    #[arg(long, default_value = "0", value_parser = parse_cutoff)]
+    #[arg(long, default_value = "0", value_parser = args::parse_cutoff)]
     sequential_cutoff: u64,
     /// Maximum dirty age in virtual time: a page dirty this long is
     /// destaged whatever the thresholds say (e.g. 30s; 0: no bound).
-    #[arg(long, default_value = "0", value_parser = parse_duration_ns)]
+    #[arg(long, default_value = "0", value_parser = args::parse_duration_ns)]
     max_dirty_age: u64,
     /// With no request for this long (virtual time) the cache is idle...
-    #[arg(long, default_value = "1s", value_parser = parse_duration_ns)]
+    #[arg(long, default_value = "1s", value_parser = args::parse_duration_ns)]
     idle_after: u64,
     /// ...and keeps this many destages outstanding until a request comes (0: none).
     #[arg(long, default_value_t = 0)]
@@ -214,7 +217,7 @@ struct OneRun {
     /// Footprint in bytes, with an optional binary unit (K, M, G, T; e.g.
     /// 3635200K), rounded down to whole 4 KiB pages (default: the whole
     /// backing device).
-    #[arg(long, value_parser = parse_footprint)]
+    #[arg(long, value_parser = args::parse_footprint)]
     footprint: Option<u64>,
     /// Command queue depth of each modelled disk, reordered SATF (hdd and the
     /// arrays' members) [default: 32]. 1 serves in arrival order.
@@ -859,24 +862,4 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         );
     }
     Ok(())
-}
-
-/// `--footprint`: a byte count with an optional binary unit.
-fn parse_footprint(text: &str) -> Result<u64, String> {
-    let bytes = wcache_io::device::parse_size_bytes(text)
-        .ok_or_else(|| format!("{text:?} is not a size (e.g. 4096, 64K, 3635200K, 8G)"))?;
-    if bytes < 4096 {
-        return Err(format!("{text:?} is less than one 4 KiB page"));
-    }
-    Ok(bytes)
-}
-
-fn parse_duration_ns(text: &str) -> Result<u64, String> {
-    args::duration_ns_arg("duration", text)
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 0, 500ms, 30s)"))
-}
-
-fn parse_cutoff(text: &str) -> Result<u64, String> {
-    wcache_io::device::parse_size_bytes(text)
-        .ok_or_else(|| format!("{text:?} is not a size (e.g. 0, 1M, 4M)"))
 }

@@ -12,8 +12,6 @@
 //! cache decisions (the engine does), move bytes itself (the driver does),
 //! or open, format or recover a cache other than through the lifecycle.
 
-use std::net::TcpListener;
-use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,35 +21,18 @@ use wcache_core::config::{CheckpointMode, ConsistencyPoints, JournalConfig, Stal
 use wcache_core::{EngineConfig, IoError, SubmitError, WritePolicyKind};
 use wcache_io::device::journaled::JournalOpen;
 use wcache_io::format::FORMAT_VERSION;
-use wcache_io::lock::{socket_answering, DeviceLock, LockMode};
-use wcache_io::ops::control::{ControlListener, ControlServer};
-use wcache_io::ops::prometheus::MetricsServer;
-use wcache_io::ops::{ErrorReporter, Operator, Snapshot};
+use wcache_io::lock::{DeviceLock, LockMode};
+use wcache_io::ops::{ErrorReporter, Snapshot};
 use wcache_io::{
     Cache, CacheConfig, CacheDeviceSpec, CloseReport, DriverConfig, DriverError, Volume, VolumeSpec,
 };
 use wcache_nbd::{Export, ExportError, Server, ServerConfig, ServerStats};
 
 use crate::args::{duration_ns_arg, export_args, journal_args, size_arg, sync_arg};
+use crate::listeners::{notify, Listeners};
+use sd_notify::NotifyState;
 
 type AnyError = Box<dyn std::error::Error>;
-
-/// `println!` that never panics: a server whose standard output went away
-/// (a pipe whose reader left) goes on serving; its log is on stderr.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
-    }};
-}
-
-/// `eprintln!` that never panics.
-macro_rules! say_err {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
-}
 
 /// Serve cached volumes over NBD (with no arguments: a demo in ./wcache-data
 /// with a 1 GiB cache file in front of an 8 GiB emulated 10K RPM disk).
@@ -494,6 +475,7 @@ fn wait_in_grace(
 /// waits is answered with an error; a worker blocked in a backing call that
 /// does not answer is left behind (the process exits without it).
 fn stop_server(server: Server, cache: &Cache, grace: Duration, signals: &libc::sigset_t) {
+    notify(&[NotifyState::Stopping]);
     let deadline = Instant::now() + grace;
     // Dirty pages stay (documented): destaging them now would hold the
     // stop for as long as they take.
@@ -819,195 +801,6 @@ fn print_open_report(cache: &Cache, config: &CacheConfig) {
             "note: the cache file is on tmpfs: it survives a crash of this process, \
              not a reboot or power loss (a stand-in for NV-DRAM)"
         );
-    }
-}
-
-/// Binds the Unix socket and the TCP address asked for; returns the socket
-/// path (removed at the end) and an NBD URI per volume and listener.
-/// The listening sockets, bound before the cache is opened so that a
-/// socket that cannot be bound refuses the start before any device is
-/// written (recovery rewrites the superblock). The Unix socket is bound
-/// under a temporary name beside its path and renamed into place once the
-/// cache is open, so that its appearance still means "ready".
-struct Listeners {
-    /// (path, temporary path, listener)
-    unix: Option<(PathBuf, PathBuf, UnixListener)>,
-    tcp: Option<(String, TcpListener)>,
-    control: Option<ControlListener>,
-    metrics: Option<TcpListener>,
-}
-
-/// The operator's endpoints of a running server: the control socket and,
-/// when asked, the metrics endpoint.
-struct OpsEndpoints {
-    control: ControlServer,
-    metrics: Option<MetricsServer>,
-}
-
-impl OpsEndpoints {
-    fn print(&self) {
-        say!(
-            "  control: {} (wcache status|stats|flush|set --control PATH)",
-            self.control.path().display()
-        );
-        if let Some(m) = &self.metrics {
-            say!("  metrics: http://{}/metrics", m.addr());
-        }
-    }
-
-    fn stop(self) {
-        self.control.stop();
-        if let Some(m) = self.metrics {
-            m.stop();
-        }
-    }
-}
-
-impl Listeners {
-    fn bind(args: &ServeArgs) -> Result<Listeners, ServeError> {
-        let socket = match (&args.socket, &args.listen) {
-            (Some(s), _) => Some(s.clone()),
-            (None, None) => Some(args.data_dir.join("wcache.sock")),
-            (None, Some(_)) => None,
-        };
-        let control = match (&args.control, &socket) {
-            (Some(path), _) => path.clone(),
-            (None, Some(path)) if args.socket.is_some() => path.with_extension("ctl"),
-            (None, _) => args.data_dir.join("wcache.ctl"),
-        };
-        let mut listeners = Listeners {
-            unix: None,
-            tcp: None,
-            control: None,
-            metrics: None,
-        };
-        if let Some(path) = socket {
-            if let Some(holder) = socket_answering(&path) {
-                return Err(ServeError::Listen {
-                    what: path.display().to_string(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::AddrInUse,
-                        format!("{holder} answers on it: refused, nothing was touched"),
-                    ),
-                });
-            }
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-            let temp = path.with_file_name(format!(
-                ".{}.{}",
-                name.unwrap_or_default(),
-                std::process::id()
-            ));
-            let _ = std::fs::remove_file(&temp);
-            let listener = UnixListener::bind(&temp).map_err(|source| ServeError::Listen {
-                what: path.display().to_string(),
-                source,
-            })?;
-            listeners.unix = Some((path, temp, listener));
-        }
-        if let Some(addr) = &args.listen {
-            let listener = TcpListener::bind(addr).map_err(|source| ServeError::Listen {
-                what: addr.clone(),
-                source,
-            })?;
-            listeners.tcp = Some((addr.clone(), listener));
-        }
-        if let Some(addr) = &args.metrics {
-            match TcpListener::bind(addr) {
-                Ok(bound) => listeners.metrics = Some(bound),
-                Err(source) => {
-                    listeners.discard();
-                    let what = format!("metrics address {addr}");
-                    return Err(ServeError::Listen { what, source });
-                }
-            }
-        }
-        match ControlListener::bind(&control) {
-            Ok(bound) => listeners.control = Some(bound),
-            Err(source) => {
-                listeners.discard();
-                return Err(ServeError::Listen {
-                    what: format!("control socket {}", control.display()),
-                    source,
-                });
-            }
-        }
-        Ok(listeners)
-    }
-
-    /// The Unix socket's path, if there is one.
-    fn socket(&self) -> Option<PathBuf> {
-        self.unix.as_ref().map(|(path, _, _)| path.clone())
-    }
-
-    /// Remove the bound sockets' files (a start refused after binding).
-    fn discard(mut self) {
-        if let Some((_, temp, _)) = &self.unix {
-            let _ = std::fs::remove_file(temp);
-        }
-        if let Some(control) = self.control.take() {
-            control.discard();
-        }
-    }
-
-    /// Puts the control socket in place and serves metrics, through
-    /// `operator` (before the NBD socket, whose appearance means ready).
-    fn start_ops(&mut self, operator: Operator) -> Result<OpsEndpoints, AnyError> {
-        let metrics = match self.metrics.take() {
-            Some(listener) => Some(MetricsServer::start(listener, operator.clone())?),
-            None => None,
-        };
-        let control = self.control.take().expect("bound in Listeners::bind");
-        let what = format!("control socket {}", control.path().display());
-        let control = control
-            .start(operator)
-            .map_err(|source| ServeError::Listen { what, source })?;
-        Ok(OpsEndpoints { control, metrics })
-    }
-
-    /// Hand the sockets to `server`, `announce` the URIs of the volumes,
-    /// then put the Unix socket in place: whoever sees it appear finds the
-    /// announcement already written.
-    fn serve(
-        self,
-        server: &mut Server,
-        volumes: &[Volume],
-        announce: impl FnOnce(&[String]),
-    ) -> Result<(), AnyError> {
-        let mut uris = Vec::new();
-        let mut publish = None;
-        if let Some((path, temp, listener)) = self.unix {
-            server.listen_unix(listener)?;
-            let abs = match (path.parent(), path.file_name()) {
-                (Some(dir), Some(name)) => std::fs::canonicalize(if dir.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    dir
-                })
-                .map(|d| d.join(name))
-                .unwrap_or_else(|_| path.clone()),
-                _ => path.clone(),
-            };
-            for v in volumes {
-                uris.push(format!("nbd+unix:///{}?socket={}", v.name(), abs.display()));
-            }
-            publish = Some((path, temp));
-        }
-        if let Some((addr, listener)) = self.tcp {
-            let local = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
-            server.listen_tcp(listener)?;
-            for v in volumes {
-                uris.push(format!("nbd://{local}/{}", v.name()));
-            }
-        }
-        announce(&uris);
-        if let Some((path, temp)) = publish {
-            let _ = std::fs::remove_file(&path);
-            std::fs::rename(&temp, &path).map_err(|source| ServeError::Listen {
-                what: path.display().to_string(),
-                source,
-            })?;
-        }
-        Ok(())
     }
 }
 
