@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use clap::Args;
-use wcache_io::cache::local_path;
+use wcache_io::backings::local_path;
 use wcache_io::device::journaled::{
     region_bytes, JournalOpen, JournalPlace, JournaledDevice, BACKING_END,
 };

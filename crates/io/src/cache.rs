@@ -27,22 +27,17 @@ use wcache_core::config::{CheckpointMode, JournalConfig};
 use wcache_core::types::VolumeId;
 use wcache_core::{ConfigError, EngineConfig, RequestFlags, RequestKind, Stats, WritePolicyKind};
 
-use crate::device::emulated::EmulatedDevice;
+use crate::backings::{backing_identity, lock_backings, open_backings, open_journals, Backings};
 use crate::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMode};
-use crate::device::journaled::{
-    region_bytes, JournalError, JournalOpen, JournalPlace, JournaledDevice, BACKING_END,
-};
+use crate::device::journaled::{JournalError, JournalOpen, BACKING_END};
 use crate::device::mem::MemDevice;
-use crate::device::nbd::{NbdDevice, NbdOptions};
-use crate::device::{parse_size_bytes, BlockDevice, DeviceError};
+use crate::device::{BlockDevice, DeviceError};
 use crate::driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
 use crate::format::{EngineRecord, FormatError, Layout, Superblock, VolumeEntry};
 use crate::lock::{DeviceLock, LockError, LockMode};
 use crate::ops::{ExportStatus, Operator, RequestClass, Snapshot, VolumeLatency};
 use crate::store::{show_volumes, CacheStore, OpenError, OpenReport, StoreError};
 
-/// Connections an NBD backing opens (when its server allows several).
-const NBD_BACKING_CONNECTIONS_MAX: usize = 4;
 /// The write group the offline drain uses when the superblock does not
 /// record one (version 1): at least this, and at least a page.
 const OFFLINE_GROUP_BYTES_MIN: u64 = 64 * 1024;
@@ -104,6 +99,17 @@ pub enum CacheError {
     CacheTooSmall { cache_bytes: u64, group_bytes: u64 },
     #[error("cache device {0} does not exist")]
     Missing(String),
+    #[error(
+        "cache device {path} is {size_bytes} bytes, and --cache-size asks for {asked_bytes}: \
+         a cache is not resized. Leave --cache-size out (or give {size_bytes}) to use it as it \
+         is; to change its size, stop with `wcache stop --flush` (or drain with `wcache \
+         flush`), remove the file and start with the new size. Nothing was written."
+    )]
+    SizeMismatch {
+        path: String,
+        size_bytes: u64,
+        asked_bytes: u64,
+    },
     #[error("cache device {0} is blank (all zeros): it was never formatted, nothing to do")]
     Blank(String),
     #[error("the exports given do not match the cache's volume table: the cache has [{cache}], given [{given}]")]
@@ -139,20 +145,31 @@ pub enum CacheDeviceSpec {
     File {
         path: PathBuf,
         create_size_bytes: u64,
+        /// The operator asked for `create_size_bytes`: an existing device
+        /// of another size is refused (a cache is not resized).
+        size_given: bool,
         sync: SyncMode,
         direct: bool,
     },
 }
 
 impl CacheDeviceSpec {
-    /// `mem`, or the path of a file or block device.
-    pub fn parse(spec: &str, size_bytes: u64, sync: SyncMode, direct: bool) -> CacheDeviceSpec {
+    /// `mem`, or the path of a file or block device; `size_bytes` as given
+    /// by the operator, or None for `default_size_bytes` (a new device's).
+    pub fn parse(
+        spec: &str,
+        (size_bytes, default_size_bytes): (Option<u64>, u64),
+        sync: SyncMode,
+        direct: bool,
+    ) -> CacheDeviceSpec {
+        let size = size_bytes.unwrap_or(default_size_bytes);
         if spec == "mem" {
-            return CacheDeviceSpec::Memory { size_bytes };
+            return CacheDeviceSpec::Memory { size_bytes: size };
         }
         CacheDeviceSpec::File {
             path: PathBuf::from(spec),
-            create_size_bytes: size_bytes,
+            create_size_bytes: size,
+            size_given: size_bytes.is_some(),
             sync,
             direct,
         }
@@ -912,10 +929,6 @@ fn start_persistent(
     Ok((driver, report))
 }
 
-/// What the driver would refuse once the device is formatted, checked
-/// before anything is written to it: a cache smaller than one write group,
-/// and (persistent) the engine's configuration with the slot count the
-/// format gives a device of `size_bytes`.
 /// The opened devices of a cache for service.
 type Devices = (
     Backings,
@@ -941,10 +954,14 @@ fn open_devices(config: &CacheConfig) -> Result<Devices, CacheError> {
     };
     let lock_cache =
         |path: &PathBuf| DeviceLock::acquire(path, LockMode::Exclusive, "cache device");
-    let mut cache_lock = match cache_path {
-        Some(path) if path.exists() => Some(lock_cache(path)?),
-        _ => None,
-    };
+    // An existing cache device: locked and checked before anything is written.
+    let mut opened = None;
+    if let Some(path) = cache_path.filter(|p| p.exists()) {
+        locks.push(lock_cache(path)?);
+        let (cache, device) = open_cache_device(&config.cache)?;
+        check_asked_size(&config.cache, device.size_bytes)?;
+        opened = Some((cache, device));
+    }
     let sync_timeout = (config.backing_sync, config.backing_timeout);
     let (backings, journals) = open_journals(
         backings,
@@ -953,14 +970,40 @@ fn open_devices(config: &CacheConfig) -> Result<Devices, CacheError> {
         sync_timeout,
         &mut locks,
     )?;
-    let (cache, device) = open_cache_device(&config.cache)?;
-    if let (None, Some(path)) = (&cache_lock, cache_path) {
-        cache_lock = Some(lock_cache(path)?);
-    }
-    locks.extend(cache_lock);
-    Ok((backings, journals, (cache, device), locks))
+    let cache = match opened {
+        Some(opened) => opened,
+        None => {
+            let created = open_cache_device(&config.cache)?;
+            if let Some(path) = cache_path {
+                locks.push(lock_cache(path)?);
+            }
+            created
+        }
+    };
+    Ok((backings, journals, cache, locks))
 }
 
+/// An existing cache device must have the size the operator asked for, if asked.
+fn check_asked_size(spec: &CacheDeviceSpec, size_bytes: u64) -> Result<(), CacheError> {
+    match spec {
+        CacheDeviceSpec::File {
+            path,
+            create_size_bytes,
+            size_given: true,
+            ..
+        } if *create_size_bytes != size_bytes => Err(CacheError::SizeMismatch {
+            path: path.display().to_string(),
+            size_bytes,
+            asked_bytes: *create_size_bytes,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// What the driver would refuse once the device is formatted, checked
+/// before anything is written to it: a cache smaller than one write group,
+/// and (persistent) the engine's configuration with the slot count the
+/// format gives a device of `size_bytes`.
 fn check_cache_size(
     engine: &EngineConfig,
     size_bytes: u64,
@@ -1023,6 +1066,7 @@ fn open_cache_device(
             create_size_bytes,
             sync,
             direct,
+            ..
         } => {
             let options = FileOptions {
                 sync: *sync,
@@ -1064,175 +1108,6 @@ pub fn open_existing_cache_device(
         return Err(CacheError::Blank(path.display().to_string()));
     }
     Ok(dev)
-}
-
-/// Opens every volume's backing, in order; with `block_size_bytes`, a
-/// backing under one block is refused.
-/// The backing devices, volume `i` at index `i`.
-type Backings = Vec<Arc<dyn BlockDevice>>;
-
-/// Journaled write-back through a backing journal: each backing's is
-/// where its volume's spec says (`VolumeSpec::journal`; none given is
-/// refused: the operator chooses), replayed here if it holds a committed
-/// transaction; a journal file of its own is created if missing and
-/// locked (into `locks`). Other policies get the backings as they are.
-pub fn open_journals(
-    backings: Vec<Arc<dyn BlockDevice>>,
-    volumes: &[VolumeSpec],
-    engine: &EngineConfig,
-    (sync, timeout): (SyncMode, Option<Duration>),
-    locks: &mut Vec<DeviceLock>,
-) -> Result<(Backings, Vec<JournalOpen>), CacheError> {
-    let pages = match engine.journal.checkpoint {
-        CheckpointMode::BackingJournal { pages }
-            if engine.write_policy == WritePolicyKind::JournaledWriteBack =>
-        {
-            pages
-        }
-        _ => return Ok((backings, Vec::new())),
-    };
-    let bytes = region_bytes(pages, engine.page_size_bytes);
-    // Every place is checked before any journal is opened (and written).
-    for v in volumes {
-        if v.journal.is_none() {
-            return Err(CacheError::JournalPlaceNeeded {
-                export: v.name.clone(),
-                bytes,
-            });
-        }
-    }
-    let mut places = Vec::with_capacity(volumes.len());
-    for v in volumes {
-        places.push(match v.journal.as_deref() {
-            Some(BACKING_END) | None => JournalPlace::BackingEnd,
-            Some(spec) => {
-                let dev = open_backing(spec, sync, Some(bytes), timeout)?;
-                if let Some(path) = local_path(spec) {
-                    locks.push(DeviceLock::acquire(&path, LockMode::Exclusive, "journal")?);
-                }
-                JournalPlace::Own(dev)
-            }
-        });
-    }
-    let mut wrapped: Vec<Arc<dyn BlockDevice>> = Vec::with_capacity(backings.len());
-    let mut found = Vec::with_capacity(backings.len());
-    for (b, place) in backings.into_iter().zip(places) {
-        let (dev, open) = JournaledDevice::open(b, place, pages, engine.page_size_bytes)?;
-        wrapped.push(Arc::new(dev));
-        found.push(open);
-    }
-    Ok((wrapped, found))
-}
-
-/// The local file or device under a backing spec (through an emulated
-/// model), or None for one that is not local (NBD, memory).
-pub fn local_path(spec: &str) -> Option<PathBuf> {
-    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") || spec.starts_with("mem:") {
-        return None;
-    }
-    match spec.strip_prefix("emulated-") {
-        Some(rest) => local_path(rest.split_once(':')?.1),
-        None => Some(PathBuf::from(spec)),
-    }
-}
-
-/// Exclusive locks on every volume's local backing file or device.
-fn lock_backings(volumes: &[VolumeSpec]) -> Result<Vec<DeviceLock>, CacheError> {
-    let mut locks = Vec::with_capacity(volumes.len());
-    for path in volumes.iter().filter_map(|v| local_path(&v.backing)) {
-        locks.push(DeviceLock::acquire(&path, LockMode::Exclusive, "backing")?);
-    }
-    Ok(locks)
-}
-
-fn open_backings(
-    volumes: &[VolumeSpec],
-    (sync, timeout): (SyncMode, Option<Duration>),
-    create_size_bytes: Option<u64>,
-    block_size_bytes: Option<u32>,
-) -> Result<Vec<Arc<dyn BlockDevice>>, CacheError> {
-    let mut backings = Vec::with_capacity(volumes.len());
-    for v in volumes {
-        let backing = open_backing(&v.backing, sync, create_size_bytes, timeout)?;
-        if let Some(block) = block_size_bytes {
-            if backing.len_bytes() < block as u64 {
-                return Err(CacheError::BackingTooSmall {
-                    export: v.name.clone(),
-                    backing: backing.name(),
-                    bytes: backing.len_bytes(),
-                    block,
-                });
-            }
-        }
-        backings.push(backing);
-    }
-    Ok(backings)
-}
-
-/// Opens a backing from its spec (see `VolumeSpec::backing`); a missing
-/// file is created sparse when `create_size_bytes` is given.
-pub fn open_backing(
-    spec: &str,
-    sync: SyncMode,
-    create_size_bytes: Option<u64>,
-    nbd_timeout: Option<Duration>,
-) -> Result<Arc<dyn BlockDevice>, CacheError> {
-    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") {
-        let defaults = NbdOptions::default();
-        let options = NbdOptions {
-            connections_max: NBD_BACKING_CONNECTIONS_MAX,
-            unavailable_timeout: nbd_timeout.unwrap_or(defaults.unavailable_timeout),
-            ..defaults
-        };
-        return Ok(Arc::new(NbdDevice::connect_with(spec, options)?));
-    }
-    if let Some(size) = spec.strip_prefix("mem:") {
-        let size_bytes = parse_size_bytes(size).ok_or_else(|| CacheError::BadBackingSize {
-            spec: spec.to_string(),
-            text: size.to_string(),
-        })?;
-        return Ok(Arc::new(MemDevice::new(size_bytes)));
-    }
-    if let Some(rest) = spec.strip_prefix("emulated-") {
-        let (model, inner) = rest.split_once(':').ok_or_else(|| CacheError::BadModel {
-            spec: spec.to_string(),
-            model: rest.to_string(),
-        })?;
-        if !wcache_models::DEVICE_NAMES.contains(&model) {
-            return Err(CacheError::BadModel {
-                spec: spec.to_string(),
-                model: model.to_string(),
-            });
-        }
-        let store = open_backing(inner, sync, create_size_bytes, nbd_timeout)?;
-        return Ok(Arc::new(EmulatedDevice::with_model_name(model, store)?));
-    }
-    let options = FileOptions {
-        sync,
-        direct: false,
-        create_size_bytes: create_size_bytes.filter(|_| !Path::new(spec).exists()),
-        map: false,
-        // A large read of the backing is a read miss: from the device, no
-        // page-cache copy (destages still write through the page cache).
-        direct_large_reads: true,
-    };
-    Ok(Arc::new(FileDevice::open(Path::new(spec), options)?))
-}
-
-/// What a backing is, for the superblock: the same name must mean the same
-/// backing at the next start (paths are made absolute).
-pub fn backing_identity(spec: &str) -> String {
-    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") || spec.starts_with("mem:") {
-        return spec.to_string();
-    }
-    if let Some(rest) = spec.strip_prefix("emulated-") {
-        if let Some((model, inner)) = rest.split_once(':') {
-            return format!("emulated-{model}:{}", backing_identity(inner));
-        }
-    }
-    std::fs::canonicalize(spec)
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| spec.to_string())
 }
 
 fn volume_entries(

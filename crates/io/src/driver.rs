@@ -50,7 +50,9 @@ use wcache_core::{
     RecoveryError, Request, RequestFlags, RequestKind, SlotRecord, Source, Stats, SubmitError,
 };
 
-use crate::device::{is_aligned, AlignedBuf, BlockDevice, DeviceError};
+use crate::device::{
+    is_aligned, read_aligned, write_aligned, AlignedBuf, BlockDevice, DeviceError,
+};
 use crate::store::CacheStore;
 use wcache_core::types::{RequestId, SlotIndex, VolumeId};
 
@@ -897,6 +899,16 @@ impl Driver {
         drop(core);
         s.to_pool(jobs.into_iter());
         result
+    }
+
+    /// Changes tunables of the running engine (`Engine::retune`, at this
+    /// moment of the driver's clock), then sends out what that started.
+    pub fn retune(
+        &self,
+        change: impl FnOnce(&mut wcache_core::EngineConfig),
+    ) -> Result<(), wcache_core::ChangeError> {
+        let now = self.shared.now();
+        self.change_engine(|e| e.retune(now, change))
     }
 
     /// An application's consistency point (journaled write-back): the open
@@ -2156,48 +2168,6 @@ impl Shared {
             }
         }
     }
-}
-
-/// Reads into `dst`, bouncing through an aligned buffer when the device
-/// needs alignment that `dst` or the range lacks.
-fn read_aligned(
-    dev: &dyn BlockDevice,
-    dst: &mut [u8],
-    offset_bytes: u64,
-    bounce: &mut AlignedBuf,
-) -> Result<(), DeviceError> {
-    let a = dev.alignment_bytes();
-    if dst.is_empty() {
-        return Ok(());
-    }
-    if a <= 1 || is_aligned(dst.as_ptr() as usize, offset_bytes, dst.len(), a) {
-        return dev.read_at(dst, offset_bytes);
-    }
-    let start = offset_bytes / a as u64 * a as u64;
-    let end = (offset_bytes + dst.len() as u64).next_multiple_of(a as u64);
-    let tmp = bounce.get((end - start) as usize);
-    dev.read_at(tmp, start)?;
-    let skip = (offset_bytes - start) as usize;
-    dst.copy_from_slice(&tmp[skip..skip + dst.len()]);
-    Ok(())
-}
-
-/// Writes `data`, copying it into an aligned buffer when only its address
-/// is misaligned. A misaligned range is the device's error to report.
-fn write_aligned(
-    dev: &dyn BlockDevice,
-    data: &[u8],
-    offset_bytes: u64,
-    bounce: &mut AlignedBuf,
-) -> Result<(), DeviceError> {
-    let a = dev.alignment_bytes();
-    if a <= 1 || data.is_empty() || is_aligned(data.as_ptr() as usize, offset_bytes, data.len(), a)
-    {
-        return dev.write_at(data, offset_bytes);
-    }
-    let tmp = bounce.get(data.len());
-    tmp.copy_from_slice(data);
-    dev.write_at(tmp, offset_bytes)
 }
 
 /// A page write whose whole page comes from its request's buffer.

@@ -14,6 +14,7 @@
 //! drain and policy changes, the control socket).
 //! Nothing here makes a cache decision: that is the engine's job.
 
+pub mod backings;
 pub mod cache;
 pub mod device;
 pub mod driver;
@@ -22,9 +23,10 @@ pub mod lock;
 pub mod ops;
 pub mod store;
 
+pub use backings::open_backing;
 pub use cache::{
-    open_backing, Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, EngineSource,
-    Monitor, OfflineConfig, Volume, VolumeSpec,
+    Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, EngineSource, Monitor,
+    OfflineConfig, Volume, VolumeSpec,
 };
 pub use device::emulated::EmulatedDevice;
 pub use device::faulty::{FaultPlan, FaultyDevice};

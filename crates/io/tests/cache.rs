@@ -35,6 +35,7 @@ fn config(cache: &Path, volumes: Vec<VolumeSpec>) -> CacheConfig {
         cache: CacheDeviceSpec::File {
             path: cache.to_path_buf(),
             create_size_bytes: CACHE_BYTES,
+            size_given: true,
             sync: SyncMode::Fdatasync,
             direct: false,
         },
@@ -355,7 +356,7 @@ fn offline_drain_needs_the_exact_volume_table_and_empties_the_cache() {
 #[test]
 fn memory_cache_write_back_needs_the_benchmark_allowance() {
     let memory = |volatile_write_back: bool| CacheConfig {
-        cache: CacheDeviceSpec::parse("mem", CACHE_BYTES, SyncMode::Fdatasync, false),
+        cache: CacheDeviceSpec::parse("mem", (None, CACHE_BYTES), SyncMode::Fdatasync, false),
         volumes: vec![VolumeSpec {
             name: "disk".into(),
             backing: "mem:1M".into(),
@@ -619,4 +620,44 @@ fn a_newer_superblock_version_is_refused_by_name_and_left_unchanged() {
         "{e}"
     );
     assert!(std::fs::read(&cache_path).expect("cache bytes") == before);
+}
+
+/// An existing cache keeps its size: asking for another is refused, naming
+/// both sizes and how to proceed, before anything is written; leaving the
+/// size out (not given) opens it as it is, with every acknowledged page.
+#[test]
+fn an_existing_cache_of_another_size_is_refused_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache_path = dir.path().join("cache.img");
+    let volumes = vec![volume("disk", &dir.path().join("backing.img"))];
+    let cache = Cache::open(&config(&cache_path, volumes.clone())).expect("format");
+    write_pages(&cache, 8, 1);
+    cache.close().expect("close");
+    let before = std::fs::read(&cache_path).expect("cache");
+    let mut bigger = config(&cache_path, volumes.clone());
+    if let CacheDeviceSpec::File {
+        create_size_bytes, ..
+    } = &mut bigger.cache
+    {
+        *create_size_bytes = 2 * CACHE_BYTES;
+    }
+    let e = Cache::open(&bigger).err().expect("refused");
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("is {CACHE_BYTES} bytes"))
+            && text.contains(&format!("asks for {}", 2 * CACHE_BYTES))
+            && text.contains("not resized"),
+        "{text}"
+    );
+    assert!(
+        before == std::fs::read(&cache_path).expect("cache"),
+        "the refused open wrote to the cache"
+    );
+    let mut as_is = config(&cache_path, volumes);
+    if let CacheDeviceSpec::File { size_given, .. } = &mut as_is.cache {
+        *size_given = false;
+    }
+    let cache = Cache::open(&as_is).expect("its own size");
+    assert_pages(&cache, 8, 1);
+    cache.close().expect("close");
 }

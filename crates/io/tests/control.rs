@@ -27,6 +27,7 @@ fn open(dir: &Path, backing: &str) -> Cache {
         cache: CacheDeviceSpec::File {
             path: dir.join("cache.img"),
             create_size_bytes: 8 << 20,
+            size_given: true,
             sync: SyncMode::Nvram,
             direct: false,
         },
@@ -162,6 +163,37 @@ fn every_command_is_answered_and_policies_change_online() {
     assert_eq!(cache.dirty_pages(), 0, "write-through leaves nothing dirty");
     call(&path, &set("write-policy", "wb")).expect("back to write-back");
 
+    // Tunables change live, as their serve options parse them, and are
+    // checked as at start.
+    for (key, value, old, new) in [
+        ("low-threshold", "50", "80%", "50%"),
+        ("high-threshold", "70%", "90%", "70%"),
+        ("destages-max", "8", "20", "8"),
+        ("sequential-cutoff", "4M", "0", "4194304"),
+        ("max-dirty-age", "5s", "0s", "5s"),
+        ("idle-after", "200ms", "1s", "200ms"),
+        ("idle-destages", "2", "0", "2"),
+    ] {
+        let done = call(&path, &set(key, value)).unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert_eq!(
+            (done["old"].as_str(), done["new"].as_str()),
+            (Some(old), Some(new)),
+            "{key}"
+        );
+    }
+    for (key, value, why) in [
+        ("low-threshold", "95", "low above high"),
+        ("destages-max", "1", "idle destages above the maximum"),
+        ("destages-max", "many", "not a number"),
+        ("max-dirty-age", "1ms", "below 10 ms"),
+        ("sequential-cutoff", "lots", "not a size"),
+    ] {
+        let e = call(&path, &set(key, value)).expect_err(why);
+        assert_eq!(code_of(e), "refused", "{key} {value}: {why}");
+    }
+    let done =
+        call(&path, &set("destages-max", "5")).expect("5: above the idle destages and trickle");
+    assert_eq!(done["old"], "8", "a refused change changed nothing");
     assert_eq!(
         code_of(call(&path, &set("colour", "blue")).expect_err("key")),
         "refused"

@@ -8,8 +8,8 @@
 
 use super::{Engine, GroupView, Ordered};
 
-use crate::config::WritePolicyKind;
 use crate::config::ORDERED_ADMITS_ALL;
+use crate::config::{EngineConfig, WritePolicyKind};
 use crate::policy::admission::{build_admission, ADMISSIONS};
 use crate::policy::destage_order::{Candidates, DESTAGE_ORDERS};
 use crate::policy::destage_rate::DESTAGE_RATES;
@@ -17,7 +17,7 @@ use crate::policy::registry::UnknownPolicy;
 use crate::time::Nanos;
 
 /// Why an online change was refused (the engine is unchanged).
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ChangeError {
     #[error(transparent)]
     Unknown(#[from] UnknownPolicy),
@@ -42,6 +42,9 @@ pub enum ChangeError {
     },
     #[error("write policy write-back-ordered: {0}")]
     Ordered(&'static str),
+    /// A tunable refused as it would be at start (the message names it).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     #[error(
         "{from} -> {to}: write-back-journaled is chosen when the cache starts (its backing \
          journal is reserved then), not changed online"
@@ -90,6 +93,43 @@ impl Engine {
         }
         self.start_destages();
         Ok(old)
+    }
+
+    /// Change tunables online (destage thresholds and concurrency, the
+    /// sequential cutoff, the maximum dirty age, the idle drain): `change`
+    /// edits a copy of the configuration, which must pass the checks a
+    /// start makes, else nothing changes. What depends on a changed value is
+    /// rebuilt: the destage rate (with its policy), the admission policies
+    /// (their per-stream state starts anew), the age periods (every page
+    /// dirty now counts its age from `now`: never destaged later than `now`
+    /// plus the new bound). Then destaging goes on at the new pace.
+    pub fn retune(
+        &mut self,
+        now: Nanos,
+        change: impl FnOnce(&mut EngineConfig),
+    ) -> Result<(), ChangeError> {
+        let mut candidate = self.config.clone();
+        change(&mut candidate);
+        candidate.validate_settings()?;
+        let old = std::mem::replace(&mut self.config, candidate);
+        if old.rate != self.config.rate {
+            self.rate = DESTAGE_RATES.build(self.rate.name(), self.config.rate)?;
+        }
+        if old.sequential_cutoff_bytes != self.config.sequential_cutoff_bytes {
+            let cutoff = self.config.sequential_cutoff_bytes;
+            self.admission = build_admission(self.admission.name(), cutoff)?;
+            for v in &mut self.volumes {
+                if let Some(a) = &mut v.admission {
+                    *a = build_admission(a.name(), cutoff)?;
+                }
+            }
+        }
+        if old.staleness.max_dirty_age_ns != self.config.staleness.max_dirty_age_ns {
+            self.restart_ages(now);
+        }
+        self.start_destages();
+        self.emit_frees(now);
+        Ok(())
     }
 
     /// Pace destages by `name` from now on (with the configured thresholds).

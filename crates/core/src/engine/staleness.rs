@@ -174,6 +174,18 @@ impl Engine {
             .then(|| Nanos(self.last_request_at.0.saturating_add(s.idle_after_ns)))
     }
 
+    /// The maximum dirty age changed: the periods start anew at `now`, and
+    /// every page dirty now counts as dirtied now.
+    pub(super) fn restart_ages(&mut self, now: Nanos) {
+        let mut ages = Ages::new(
+            self.slots.len() as usize,
+            self.config.staleness.max_dirty_age_ns,
+        );
+        ages.period = now.0 / ages.period_ns;
+        self.dirty.for_each_slot(|slot| ages.dirtied(slot));
+        self.ages = ages;
+    }
+
     /// A request arrived: the cache is not idle.
     pub(super) fn note_request(&mut self, now: Nanos) {
         self.last_request_at = now;

@@ -17,7 +17,7 @@ pub mod snapshot;
 pub use latency::{RequestClass, VolumeLatency};
 pub use operator::{
     ConsistencyPointDone, ExportStatus, FlushProgress, OpError, Operator, SetDone, Status,
-    StopDone, StopHook,
+    StopDone, StopHook, SET_KEYS,
 };
 pub use reporter::ErrorReporter;
 pub use snapshot::{Metric, RequestStats, Snapshot};

@@ -24,6 +24,23 @@ use crate::ops::eta::DrainMeter;
 use crate::ops::latency::{RequestClass, VolumeLatency};
 use crate::ops::snapshot::{Collect, RequestStats, Snapshot};
 
+/// Every setting `set` changes online; each is also a `wcache serve` option
+/// and config key of the same name (a test checks it). `destage-order` and
+/// `destage-rate` are accepted for `order` and `rate`.
+pub const SET_KEYS: &[&str] = &[
+    "write-policy",
+    "admission",
+    "order",
+    "rate",
+    "low-threshold",
+    "high-threshold",
+    "destages-max",
+    "sequential-cutoff",
+    "max-dirty-age",
+    "idle-after",
+    "idle-destages",
+];
+
 /// Times a drain that must precede a switch away from write-back is
 /// retried when writes dirty pages again between the drain and the switch.
 const LEAVE_WRITE_BACK_TRIES_MAX: u32 = 20;
@@ -31,10 +48,14 @@ const LEAVE_WRITE_BACK_TRIES_MAX: u32 = 20;
 /// Why an operation was refused or failed; each names what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum OpError {
-    #[error(
-        "unknown setting {key:?}; valid: write-policy, admission, destage-order, destage-rate"
-    )]
+    #[error("unknown setting {key:?}; valid: {}", SET_KEYS.join(", "))]
     UnknownKey { key: String },
+    #[error("{key} {value:?}: {expected}")]
+    BadValue {
+        key: String,
+        value: String,
+        expected: &'static str,
+    },
     #[error(transparent)]
     Change(#[from] ChangeError),
     #[error(
@@ -398,10 +419,24 @@ impl Operator {
                 let old = driver.change_engine(|e| e.set_destage_rate(new))?;
                 Ok(done(old, new))
             }
-            _ => Err(OpError::UnknownKey {
-                key: key.to_string(),
-            }),
+            _ => self.set_tunable(key, value),
         }
+    }
+
+    /// `set` of a tunable: parsed as its `wcache serve` option is, checked
+    /// as at start (`Engine::retune`), then in force at once.
+    fn set_tunable(&self, key: &str, value: &str) -> Result<SetDone, OpError> {
+        let edit = tunable_edit(key, value)?;
+        let driver = &self.inner.driver;
+        let show = |c: &wcache_core::EngineConfig| tunable_text(c, key);
+        let old = driver.change_engine(|e| show(e.config()));
+        driver.retune(edit)?;
+        let new = driver.change_engine(|e| show(e.config()));
+        Ok(SetDone {
+            key: key.to_string(),
+            old,
+            new,
+        })
     }
 
     /// Sets or clears the criticality hint of `issuer` (the paper's hint;
@@ -458,5 +493,89 @@ impl Operator {
             dirty_pages,
             tries: LEAVE_WRITE_BACK_TRIES_MAX,
         })
+    }
+}
+
+/// A change to the engine's configuration (`Engine::retune`).
+type ConfigEdit = Box<dyn FnOnce(&mut wcache_core::EngineConfig)>;
+
+/// The change `set KEY VALUE` makes, the value parsed as its `wcache
+/// serve` option parses it.
+fn tunable_edit(key: &str, value: &str) -> Result<ConfigEdit, OpError> {
+    let bad = |expected| OpError::BadValue {
+        key: key.to_string(),
+        value: value.to_string(),
+        expected,
+    };
+    let text = value.trim();
+    let pct = || {
+        let n: f64 = text
+            .trim_end_matches('%')
+            .trim()
+            .parse()
+            .map_err(|_| bad("a percentage, e.g. 80"))?;
+        Ok::<f64, OpError>(n)
+    };
+    let count = || {
+        text.parse::<u32>()
+            .map_err(|_| bad("a whole number, e.g. 20"))
+    };
+    let size =
+        || crate::device::parse_size_bytes(text).ok_or_else(|| bad("a size, e.g. 0, 1M, 4M"));
+    let ns = || {
+        humantime::parse_duration(text)
+            .ok()
+            .and_then(|d| u64::try_from(d.as_nanos()).ok())
+            .ok_or_else(|| bad("a duration, e.g. 0, 500ms, 30s"))
+    };
+    Ok(match key {
+        "low-threshold" => {
+            let v = pct()?;
+            Box::new(move |c| c.rate.low_threshold_pct = v)
+        }
+        "high-threshold" => {
+            let v = pct()?;
+            Box::new(move |c| c.rate.high_threshold_pct = v)
+        }
+        "destages-max" => {
+            let v = count()?;
+            Box::new(move |c| c.rate.destages_max = v)
+        }
+        "sequential-cutoff" => {
+            let v = size()?;
+            Box::new(move |c| c.sequential_cutoff_bytes = v)
+        }
+        "max-dirty-age" => {
+            let v = ns()?;
+            Box::new(move |c| c.staleness.max_dirty_age_ns = v)
+        }
+        "idle-after" => {
+            let v = ns()?;
+            Box::new(move |c| c.staleness.idle_after_ns = v)
+        }
+        "idle-destages" => {
+            let v = count()?;
+            Box::new(move |c| c.staleness.idle_destages = v)
+        }
+        _ => {
+            return Err(OpError::UnknownKey {
+                key: key.to_string(),
+            })
+        }
+    })
+}
+
+/// A tunable's value in `config`, as `set` shows it.
+fn tunable_text(c: &wcache_core::EngineConfig, key: &str) -> String {
+    let age = |ns: u64| humantime::format_duration(Duration::from_nanos(ns)).to_string();
+    match key {
+        "low-threshold" => format!("{}%", c.rate.low_threshold_pct),
+        "high-threshold" => format!("{}%", c.rate.high_threshold_pct),
+        "destages-max" => c.rate.destages_max.to_string(),
+        "sequential-cutoff" => c.sequential_cutoff_bytes.to_string(),
+        "max-dirty-age" => age(c.staleness.max_dirty_age_ns),
+        "idle-after" => age(c.staleness.idle_after_ns),
+        "idle-destages" => c.staleness.idle_destages.to_string(),
+        _ => String::new(),
     }
 }

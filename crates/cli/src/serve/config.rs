@@ -81,6 +81,9 @@ struct ServeFile {
     force: Option<Spanned<bool>>,
     order: Option<Spanned<String>>,
     rate: Option<Spanned<String>>,
+    low_threshold: Option<Spanned<f64>>,
+    high_threshold: Option<Spanned<f64>>,
+    destages_max: Option<Spanned<u32>>,
     admission: Option<Spanned<String>>,
     #[serde(rename = "export-admission")]
     export_admissions: Option<Spanned<Vec<String>>>,
@@ -220,7 +223,7 @@ pub fn apply(
         metrics: opt, no_check as Check<String>;
         data_dir: val, no_check as Check<PathBuf>;
         cache: opt, no_check as Check<String>;
-        cache_size: val, size("cache-size");
+        cache_size: opt, size("cache-size");
         cache_sync: val, sync("cache-sync");
         direct: val, no_check as Check<bool>;
         persist_on_flush: val, no_check as Check<bool>;
@@ -234,6 +237,9 @@ pub fn apply(
         force: val, no_check as Check<bool>;
         order: val, registered(&DESTAGE_ORDERS);
         rate: val, registered(&DESTAGE_RATES);
+        low_threshold: val, no_check as Check<f64>;
+        high_threshold: val, no_check as Check<f64>;
+        destages_max: val, no_check as Check<u32>;
         admission: val, registered(&ADMISSIONS);
         export_admissions: val, no_check as Check<Vec<String>>;
         critical_exports: val, no_check as Check<Vec<String>>;
@@ -292,6 +298,27 @@ mod tests {
             .err()
             .expect("an unknown key is refused");
         assert!(e.to_string().contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn every_online_setting_is_a_serve_option_of_the_same_name() {
+        use clap::CommandFactory;
+        let command = Serve::command();
+        let longs: Vec<&str> = command
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .collect();
+        for key in wcache_io::ops::SET_KEYS {
+            assert!(
+                longs.contains(key),
+                "`wcache set {key}` has no `wcache serve --{key}`"
+            );
+            let e = toml::from_str::<ServeFile>(&format!("{key} = 0")).err();
+            assert!(
+                e.is_none_or(|e| !e.to_string().contains("unknown field")),
+                "`wcache set {key}` has no config key"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,215 @@
+//! The lifecycle's configuration from `wcache serve`'s options: parsing
+//! and checks that need no device (every error names the option), so that
+//! a refused start touches no file. It must never open a device.
+
+use std::time::Duration;
+
+use wcache_core::config::{CheckpointMode, ConsistencyPoints, JournalConfig, StalenessConfig};
+use wcache_core::policy::destage_rate::RateConfig;
+use wcache_core::{EngineConfig, WritePolicyKind};
+use wcache_io::{CacheConfig, CacheDeviceSpec, DriverConfig, VolumeSpec};
+
+use super::{AnyError, ServeArgs, ServeError};
+use crate::args::{duration_ns_arg, export_args, journal_args, size_arg, sync_arg};
+
+/// The size of a cache file created without --cache-size.
+const CACHE_BYTES_DEFAULT: u64 = 1 << 30;
+
+/// The volume number of export `name` among `volumes`, for `option`'s `value`.
+fn export_id(
+    volumes: &[VolumeSpec],
+    option: &'static str,
+    value: &str,
+    name: &str,
+) -> Result<u16, ServeError> {
+    match volumes.iter().position(|v| v.name == name) {
+        Some(i) => Ok(i as u16),
+        None => Err(ServeError::UnknownExport {
+            option,
+            value: value.to_string(),
+            name: name.to_string(),
+            exports: volumes
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+/// Critical volumes, and volumes with their own admission policy.
+type ExportPolicies = (Vec<u16>, Vec<(u16, String)>);
+
+/// `--critical` and `--export-admission` as the engine's volume numbers.
+fn export_policies(args: &ServeArgs, volumes: &[VolumeSpec]) -> Result<ExportPolicies, ServeError> {
+    let critical = args
+        .critical_exports
+        .iter()
+        .map(|name| export_id(volumes, "critical", name, name))
+        .collect::<Result<_, _>>()?;
+    let admissions = args
+        .export_admissions
+        .iter()
+        .map(|spec| {
+            let (name, policy) = spec
+                .split_once('=')
+                .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+                .ok_or_else(|| ServeError::ExportAdmission(spec.clone()))?;
+            Ok((
+                export_id(volumes, "export-admission", spec, name)?,
+                policy.to_string(),
+            ))
+        })
+        .collect::<Result<_, ServeError>>()?;
+    Ok((critical, admissions))
+}
+
+/// The lifecycle's configuration from the arguments (parsing only: no file
+/// is touched here).
+pub(super) fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
+    let cache_spec = args
+        .cache
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("cache.img").display().to_string());
+    let write_policy = write_policy_arg(args, cache_spec == "mem")?;
+    let cache_size_bytes = match &args.cache_size {
+        Some(text) => Some(size_arg("cache-size", text)?),
+        None => None,
+    };
+    let cache_sync = sync_arg("cache-sync", &args.cache_sync)?;
+    let volumes = volume_specs(args)?;
+    let engine = engine_config(args, write_policy, &volumes)?;
+    Ok(CacheConfig {
+        cache: CacheDeviceSpec::parse(
+            &cache_spec,
+            (cache_size_bytes, CACHE_BYTES_DEFAULT),
+            cache_sync,
+            args.direct,
+        ),
+        volumes,
+        backing_sync: sync_arg("backing-sync", &args.backing_sync)?,
+        backing_create_size_bytes: Some(size_arg("backing-size", &args.backing_size)?),
+        engine,
+        driver: DriverConfig {
+            io_threads: args.io_threads.max(1),
+            persist_on_flush: args.persist_on_flush,
+            flush_interval: Some(Duration::from_secs_f64(args.flush_interval))
+                .filter(|d| !d.is_zero()),
+            io_uring: !args.no_io_uring,
+        },
+        block_size_bytes: args.block_size,
+        force: args.force,
+        volatile_write_back: args.volatile_write_back_for_benchmarks,
+        backing_timeout: Some(Duration::from_nanos(duration_ns_arg(
+            "backing-timeout",
+            &args.backing_timeout,
+        )?)),
+    })
+}
+
+/// `--write-policy`, or the default: write-back on a persistent cache (or
+/// with the volatile benchmark flag), write-through in memory.
+fn write_policy_arg(args: &ServeArgs, cache_in_memory: bool) -> Result<WritePolicyKind, AnyError> {
+    Ok(
+        match (&args.write_policy, args.volatile_write_back_for_benchmarks) {
+            (None, false) if cache_in_memory => WritePolicyKind::WriteThrough,
+            (None, _) => WritePolicyKind::WriteBack,
+            (Some(name), flag) => {
+                let p = WritePolicyKind::from_name(name)?;
+                if flag && p != WritePolicyKind::WriteBack {
+                    return Err(ServeError::ConflictingPolicy(name.clone()).into());
+                }
+                p
+            }
+        },
+    )
+}
+
+/// Journaled write-back's settings; its backing journal holds the whole
+/// host journal.
+fn journal_config(args: &ServeArgs) -> Result<JournalConfig, AnyError> {
+    let page = args.page_size.max(1);
+    let journal_pages = size_arg("journal-size", &args.journal_size)? / page;
+    if journal_pages == 0 {
+        return Err(format!(
+            "--journal-size {}: at least one page of {page} bytes",
+            args.journal_size
+        )
+        .into());
+    }
+    let points = ConsistencyPoints::from_name(&args.consistency_points).ok_or_else(|| {
+        format!(
+            "--consistency-points {:?}: valid: {}",
+            args.consistency_points,
+            ConsistencyPoints::NAMES
+        )
+    })?;
+    Ok(JournalConfig {
+        journal_pages,
+        commit_pages: size_arg("commit-size", &args.commit_size)? / page,
+        commit_age_ns: duration_ns_arg("commit-age", &args.commit_age)?,
+        points,
+        checkpoint: CheckpointMode::BackingJournal {
+            pages: journal_pages,
+        },
+    })
+}
+
+fn volume_spec(name: &str, backing: String) -> VolumeSpec {
+    VolumeSpec {
+        name: name.to_string(),
+        backing,
+        journal: None,
+    }
+}
+
+/// The engine's settings from the arguments.
+fn engine_config(
+    args: &ServeArgs,
+    write_policy: WritePolicyKind,
+    volumes: &[VolumeSpec],
+) -> Result<EngineConfig, AnyError> {
+    let (critical_volumes, volume_admissions) = export_policies(args, volumes)?;
+    Ok(EngineConfig {
+        page_size_bytes: args.page_size,
+        group_size_bytes: args.group_size,
+        write_policy,
+        destage_order: args.order.clone(),
+        destage_rate: args.rate.clone(),
+        admission: args.admission.clone(),
+        critical_volumes,
+        volume_admissions,
+        sequential_cutoff_bytes: size_arg("sequential-cutoff", &args.sequential_cutoff)?,
+        staleness: StalenessConfig {
+            max_dirty_age_ns: duration_ns_arg("max-dirty-age", &args.max_dirty_age)?,
+            idle_after_ns: duration_ns_arg("idle-after", &args.idle_after)?,
+            idle_destages: args.idle_destages,
+        },
+        journal: journal_config(args)?,
+        rate: RateConfig {
+            low_threshold_pct: args.low_threshold,
+            high_threshold_pct: args.high_threshold,
+            destages_max: args.destages_max,
+            ..RateConfig::default()
+        },
+        ..EngineConfig::default()
+    })
+}
+
+/// The exports: `--backing` as `disk` first, then `--export`s, or the demo
+/// disk; each with its `--journal`.
+fn volume_specs(args: &ServeArgs) -> Result<Vec<VolumeSpec>, AnyError> {
+    let mut volumes = export_args(&args.exports)?;
+    if let Some(backing) = &args.backing {
+        volumes.insert(0, volume_spec("disk", backing.clone()));
+    }
+    if volumes.is_empty() {
+        let file = args.data_dir.join("backing.img");
+        volumes.push(volume_spec(
+            "disk",
+            format!("emulated-hdd:{}", file.display()),
+        ));
+    }
+    journal_args(&args.journals, &mut volumes)?;
+    Ok(volumes)
+}
