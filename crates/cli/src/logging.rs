@@ -11,6 +11,9 @@ use tracing_subscriber::EnvFilter;
 
 /// The variable that sets the filter.
 pub const LOG_ENV: &str = "WCACHE_LOG";
+/// The variable that sets the format: `text` (default) or `json` (one
+/// object a line, with the event's fields).
+pub const LOG_FORMAT_ENV: &str = "WCACHE_LOG_FORMAT";
 
 /// Installs the stderr subscriber; a bad filter is reported and `info` used.
 pub fn init() {
@@ -21,9 +24,23 @@ pub fn init() {
         }),
         Err(_) => EnvFilter::new("info"),
     };
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+        .with_writer(std::io::stderr);
+    match std::env::var(LOG_FORMAT_ENV).as_deref() {
+        Ok("json") => {
+            let _ = builder.json().try_init();
+        }
+        Ok("text") | Err(_) => {
+            let _ = builder
+                .with_ansi(std::io::stderr().is_terminal())
+                .try_init();
+        }
+        Ok(other) => {
+            let _ = builder.with_ansi(false).try_init();
+            tracing::warn!(
+                "{LOG_FORMAT_ENV}={other:?} is not a log format (text, json); using text"
+            );
+        }
+    }
 }

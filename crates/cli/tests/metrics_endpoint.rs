@@ -149,6 +149,43 @@ fn metrics_parse_with_the_reference_parser_and_move_with_the_load() {
         .to_string();
     let (head, _) = http_get(&addr, "/other");
     assert!(head.contains(" 404 "), "{head}");
+    // Prometheus's naming conventions, on the real exposition.
+    let (_, body) = http_get(&addr, "/metrics");
+    let problems = wcache_io::ops::prometheus::naming_problems(&body);
+    assert!(problems.is_empty(), "naming: {problems:?}");
+    assert!(
+        body.contains("wcache_config_info{") && body.contains("write_policy=\"write-back\""),
+        "no configuration info metric"
+    );
+    assert!(
+        body.contains("wcache_build_info{version=\""),
+        "no build info metric"
+    );
+    assert!(
+        body.contains("wcache_dirty_age_seconds "),
+        "dirty age in seconds"
+    );
+    // Prometheus's own linter too, where it is installed (Debian: prometheus).
+    if let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(body.as_bytes()).expect("to promtool");
+        drop(stdin);
+        let out = child.wait_with_output().expect("promtool");
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("promtool check metrics: clean");
+    }
 
     let before = scrape(&addr);
     assert_eq!(before.types["wcache_requests"], "counter");
@@ -222,7 +259,7 @@ fn metrics_parse_with_the_reference_parser_and_move_with_the_load() {
         READS as f64,
         "every read hits a dirty page"
     );
-    assert_eq!(delta("wcache_flushes_total", &[]), 1.0);
+    assert_eq!(delta("wcache_flush_requests_total", &[]), 1.0);
     assert_eq!(
         delta("wcache_driver_requests_total", &[]),
         (WRITES + READS + 1) as f64

@@ -195,3 +195,47 @@ fn wcache_log_filters_events_per_subsystem() {
         "{err}"
     );
 }
+
+/// Clients connecting and leaving are log events with their fields, and
+/// `WCACHE_LOG_FORMAT=json` writes every event as one JSON object a line.
+#[test]
+fn connections_are_logged_with_fields_and_json_logs_parse() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let socket = dir.path().join("w.sock");
+    let args = [
+        "--cache",
+        "mem",
+        "--cache-size",
+        "4M",
+        "--backing",
+        "mem:16M",
+    ];
+    let env = [("WCACHE_LOG_FORMAT", "json")];
+    let served = Served::try_start_env(&args, &socket, &env).expect("serve");
+    {
+        let mut nbd = Nbd::connect(&socket, "disk").expect("connect");
+        nbd.write(0, &[1u8; 4096], false).expect("write");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let event = |message: &str| {
+        events
+            .iter()
+            .find(|e| e["fields"]["message"] == message)
+            .unwrap_or_else(|| panic!("no {message:?} event in:\n{log}"))
+    };
+    for message in ["NBD client connected", "NBD client disconnected"] {
+        let e = event(message);
+        assert_eq!(e["level"], "INFO", "{e}");
+        assert_eq!(e["fields"]["export"], "disk", "{e}");
+        let peer = e["fields"]["peer"].as_str().expect("peer");
+        assert!(peer.starts_with("unix pid "), "{peer}");
+        assert!(e["timestamp"].is_string(), "{e}");
+    }
+}

@@ -2,13 +2,14 @@
 //!
 //! This crate exists so that cached volumes can be served to any NBD client
 //! (the Linux kernel, qemu, libnbd tools, fio). `proto` is the pure codec and
-//! handshake state machine (no I/O); `server` moves bytes between sockets and
+//! handshake state machine (no I/O); `server` moves bytes between sockets (`socket`) and
 //! `Export`s with std threads; `export` defines what a volume must offer.
 //! It must never trust a length sent by a client: see `docs/nbd.md`.
 
 pub mod export;
 pub mod proto;
 pub mod server;
+mod socket;
 
 pub use export::{Export, ExportError, MemExport, WriteDone};
 pub use proto::NbdErrno;

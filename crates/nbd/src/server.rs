@@ -19,6 +19,7 @@
 //! or stall block other clients: a vanished client turns into read/write
 //! errors on its own socket only, and replies time out after `reply_timeout`.
 
+use crate::socket::{ReadHalf, Socket};
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -385,141 +386,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 // ---------------------------------------------------------------------------
-// Sockets.
-
-enum Socket {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Socket {
-    fn try_clone(&self) -> io::Result<Socket> {
-        Ok(match self {
-            Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
-            Socket::Unix(s) => Socket::Unix(s.try_clone()?),
-        })
-    }
-
-    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        match self {
-            Socket::Tcp(s) => s.shutdown(how),
-            Socket::Unix(s) => s.shutdown(how),
-        }
-    }
-
-    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        match self {
-            Socket::Tcp(s) => s.set_read_timeout(timeout),
-            Socket::Unix(s) => s.set_read_timeout(timeout),
-        }
-    }
-
-    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        match self {
-            Socket::Tcp(s) => s.set_write_timeout(timeout),
-            Socket::Unix(s) => s.set_write_timeout(timeout),
-        }
-    }
-}
-
-impl Read for Socket {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => s.read(buf),
-            Socket::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Socket {
-    fn raw_fd(&self) -> std::os::unix::io::RawFd {
-        use std::os::unix::io::AsRawFd;
-        match self {
-            Socket::Tcp(s) => s.as_raw_fd(),
-            Socket::Unix(s) => s.as_raw_fd(),
-        }
-    }
-
-    /// One `recv` that never blocks: `Ok(None)` when nothing is there yet.
-    fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        // SAFETY: `buf` is valid for writes of its length for the call.
-        let n = unsafe {
-            libc::recv(
-                self.raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n >= 0 {
-            return Ok(Some(n as usize));
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
-            _ => Err(e),
-        }
-    }
-}
-
-/// The reading side of a connection. With a poll budget, a read that finds
-/// nothing first polls the socket for up to the budget before sleeping in
-/// the kernel: a client that sends its next request right after a reply
-/// (QD1) then finds the reader awake, which saves the wake-up of a sleeping
-/// thread (tens of µs on a VM, more than the request costs). Adaptive: it
-/// polls only while the previous wait ended within the budget, so a client
-/// that thinks between requests costs no polling; CPU spent polling is at
-/// most the budget per request.
-struct ReadHalf {
-    socket: Socket,
-    poll_budget: Duration,
-    poll_next: bool,
-}
-
-impl Read for ReadHalf {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.poll_budget.is_zero() || buf.is_empty() {
-            return self.socket.read(buf);
-        }
-        if let Some(n) = self.socket.try_read(buf)? {
-            return Ok(n);
-        }
-        let started = Instant::now();
-        if self.poll_next {
-            while started.elapsed() < self.poll_budget {
-                std::hint::spin_loop();
-                if let Some(n) = self.socket.try_read(buf)? {
-                    return Ok(n);
-                }
-            }
-        }
-        let n = self.socket.read(buf)?;
-        self.poll_next = started.elapsed() < self.poll_budget;
-        Ok(n)
-    }
-}
-
-impl Write for Socket {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => s.write(buf),
-            Socket::Unix(s) => s.write(buf),
-        }
-    }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => s.write_vectored(bufs),
-            Socket::Unix(s) => s.write_vectored(bufs),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-// ---------------------------------------------------------------------------
 // Accepting.
 
 fn accept_loop(shared: &Arc<Shared>, mut accept: impl FnMut() -> io::Result<Socket>) {
@@ -605,6 +471,7 @@ fn serve_connection_inner(shared: &Arc<Shared>, socket: Socket) {
     let mut writer = socket;
     let _ = writer.set_read_timeout(Some(shared.config.handshake_timeout));
     let _ = writer.set_write_timeout(Some(shared.config.reply_timeout));
+    let peer = writer.peer();
     let export_index = match handshake(shared, &mut reader, &mut writer) {
         Ok(Some(index)) => index,
         Ok(None) => return,
@@ -613,10 +480,13 @@ fn serve_connection_inner(shared: &Arc<Shared>, socket: Socket) {
                 .counters
                 .handshakes_failed
                 .fetch_add(1, Ordering::Relaxed);
+            tracing::info!(peer = %peer, "NBD handshake failed");
             let _ = writer.shutdown(Shutdown::Both);
             return;
         }
     };
+    let export_name = shared.exports[export_index].name.clone();
+    tracing::info!(peer = %peer, export = %export_name, "NBD client connected");
     let _ = writer.set_read_timeout(None);
     reader.get_mut().poll_budget = shared.config.receive_poll;
     let Ok(control) = writer.try_clone() else {
@@ -642,6 +512,7 @@ fn serve_connection_inner(shared: &Arc<Shared>, socket: Socket) {
     connection.flush_replies();
     connection.wait_idle();
     let _ = connection.control.shutdown(Shutdown::Both);
+    tracing::info!(peer = %peer, export = %export_name, "NBD client disconnected");
 }
 
 fn export_info(entry: &ExportEntry) -> ExportInfo {

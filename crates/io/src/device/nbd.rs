@@ -331,18 +331,18 @@ impl Shared {
             return;
         }
         let was = pool.state;
-        let now = Instant::now();
         if self.options.log_state_changes {
-            eprintln!(
-                "wcache: backing {}: {} -> {} after {:.3} s: {why}",
-                self.uri,
+            tracing::warn!(
+                backing = %self.uri,
+                after_s = pool.since.elapsed().as_secs_f64(),
+                why,
+                "backing {} -> {}",
                 was.name(),
-                state.name(),
-                now.duration_since(pool.since).as_secs_f64()
+                state.name()
             );
         }
         pool.state = state;
-        pool.since = now;
+        pool.since = Instant::now();
     }
 
     /// A connection in use is gone (dropped by the caller or disconnected).

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::ops::operator::Operator;
+use crate::ops::operator::{Operator, Status};
 use crate::ops::snapshot::Snapshot;
 
 /// The Content-Type of the text format.
@@ -33,22 +33,42 @@ fn family(out: &mut String, name: &str, kind: &str, help_text: &str) {
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
-/// Every engine metric: counters as `wcache_<name>_total` (nanoseconds
-/// become seconds), gauges as `wcache_<name>`.
+/// Engine metrics exposed under another name, where the engine's own
+/// would read wrongly in Prometheus (a FLUSH request beside the device's
+/// flushes; a counter of summed distances is a counter of sectors).
+const RENAMES: &[(&str, &str)] = &[
+    ("flushes", "flush_requests"),
+    ("destage_distance_sectors_sum", "destage_distance_sectors"),
+];
+
+/// An engine metric's exposed name (without `_total`) and value in base
+/// units: nanoseconds, microseconds and milliseconds become seconds.
+fn exposed(name: &str, value: u64) -> (String, f64) {
+    let base = name.strip_suffix("_total").unwrap_or(name);
+    let base = RENAMES
+        .iter()
+        .find(|(from, _)| *from == base)
+        .map_or(base, |(_, to)| to);
+    for (unit, per_second) in [("_ns", 1e9), ("_us", 1e6), ("_ms", 1e3)] {
+        if let Some(stem) = base.strip_suffix(unit) {
+            return (format!("wcache_{stem}_seconds"), value as f64 / per_second);
+        }
+    }
+    (format!("wcache_{base}"), value as f64)
+}
+
+/// Every engine metric: counters as `wcache_<name>_total`, gauges as
+/// `wcache_<name>`, in base units (`exposed`).
 fn render_engine(out: &mut String, snap: &Snapshot) {
     for m in &snap.engine {
-        let base = m.name.strip_suffix("_total").unwrap_or(&m.name);
+        let (name, value) = exposed(&m.name, m.value);
         if m.kind == "counter" {
-            let (name, value) = match base.strip_suffix("_ns") {
-                Some(stem) => (format!("wcache_{stem}_seconds_total"), m.value as f64 / 1e9),
-                None => (format!("wcache_{base}_total"), m.value as f64),
-            };
+            let name = format!("{name}_total");
             family(out, &name, "counter", &m.help);
             let _ = writeln!(out, "{name} {value}");
         } else {
-            let name = format!("wcache_{base}");
             family(out, &name, "gauge", &m.help);
-            let _ = writeln!(out, "{name} {}", m.value);
+            let _ = writeln!(out, "{name} {value}");
         }
     }
     let capacity = snap.engine_value("capacity_pages").unwrap_or(0);
@@ -168,6 +188,88 @@ fn render_requests(out: &mut String, snap: &Snapshot) {
     }
 }
 
+/// What is running, as info metrics (value 1, the facts in labels): the
+/// build, and the policies in force.
+pub fn render_info(status: &Status) -> String {
+    let mut out = String::new();
+    family(
+        &mut out,
+        "wcache_build_info",
+        "gauge",
+        "The wcache build serving.",
+    );
+    let _ = writeln!(
+        out,
+        "wcache_build_info{{version=\"{}\"}} 1",
+        label(env!("CARGO_PKG_VERSION"))
+    );
+    family(
+        &mut out,
+        "wcache_config_info",
+        "gauge",
+        "The cache device and the policies in force.",
+    );
+    let _ = writeln!(
+        out,
+        "wcache_config_info{{cache_device=\"{}\",write_policy=\"{}\",admission=\"{}\",destage_order=\"{}\",destage_rate=\"{}\",page_size_bytes=\"{}\"}} 1",
+        label(&status.cache_device),
+        label(&status.write_policy),
+        label(&status.admission),
+        label(&status.destage_order),
+        label(&status.destage_rate),
+        status.page_size_bytes
+    );
+    out
+}
+
+/// What breaks Prometheus's naming conventions in an exposition, one line
+/// each (none: it follows them): the `wcache_` prefix and snake case, a
+/// `_total` suffix on every counter and on nothing else, base units (no
+/// `_ms`, `_us` or `_ns`), no counter of sums, and HELP and TYPE for every
+/// family.
+pub fn naming_problems(text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut helped = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            helped.insert(rest.split(' ').next().unwrap_or("").to_string());
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut words = rest.split(' ');
+        let (name, kind) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        let valid = name.strip_prefix("wcache_").is_some_and(|n| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        });
+        if !valid {
+            problems.push(format!("{name}: not wcache_ and snake case"));
+        }
+        let stem = name.strip_suffix("_total").unwrap_or(name);
+        match (kind, name.ends_with("_total")) {
+            ("counter", false) => problems.push(format!("{name}: a counter without _total")),
+            ("counter", true) => {}
+            (_, true) => problems.push(format!("{name}: a {kind} with _total")),
+            _ => {}
+        }
+        for unit in ["_ms", "_us", "_ns"] {
+            if stem.ends_with(unit) || stem.contains(&format!("{unit}_")) {
+                problems.push(format!("{name}: {unit} is not a base unit"));
+            }
+        }
+        if kind == "counter" && stem.ends_with("_sum") {
+            problems.push(format!("{name}: a counter of a sum"));
+        }
+        if !helped.contains(name) {
+            problems.push(format!("{name}: no HELP before its TYPE"));
+        }
+    }
+    problems
+}
+
 /// The snapshot as a Prometheus text exposition.
 pub fn render(snap: &Snapshot) -> String {
     let mut out = String::with_capacity(16 * 1024);
@@ -239,7 +341,7 @@ fn serve_metrics(server: &tiny_http::Server, operator: &Operator) {
     for request in server.incoming_requests() {
         let path = request.url().split('?').next().unwrap_or("");
         let response = if *request.method() == tiny_http::Method::Get && path == "/metrics" {
-            let body = render(&operator.snapshot());
+            let body = render(&operator.snapshot()) + &render_info(&operator.status());
             let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
                 .expect("a constant, valid header");
             tiny_http::Response::from_string(body).with_header(header)
@@ -303,5 +405,44 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
+        assert_eq!(naming_problems(&text), Vec::<String>::new(), "{text}");
+    }
+
+    #[test]
+    fn engine_names_become_base_units_and_clear_names() {
+        assert_eq!(
+            exposed("dirty_age_ms", 1500),
+            ("wcache_dirty_age_seconds".into(), 1.5)
+        );
+        assert_eq!(exposed("stall_ns_total", 2_000_000_000).1, 2.0);
+        assert_eq!(exposed("flushes", 3).0, "wcache_flush_requests");
+        assert_eq!(
+            exposed("destage_distance_sectors_sum", 9).0,
+            "wcache_destage_distance_sectors"
+        );
+    }
+
+    #[test]
+    fn the_naming_lint_finds_each_kind_of_problem() {
+        let text = "# HELP wcache_a_ms x\n# TYPE wcache_a_ms gauge\n\
+                    # HELP wcache_b x\n# TYPE wcache_b counter\n\
+                    # HELP wcache_c_total x\n# TYPE wcache_c_total gauge\n\
+                    # HELP wcache_d_sum_total x\n# TYPE wcache_d_sum_total counter\n\
+                    # TYPE wcache_e gauge\n# HELP Bad x\n# TYPE Bad gauge\n";
+        let problems = naming_problems(text);
+        for needle in [
+            "wcache_a_ms: _ms",
+            "wcache_b: a counter without _total",
+            "wcache_c_total: a gauge with _total",
+            "wcache_d_sum_total: a counter of a sum",
+            "wcache_e: no HELP",
+            "Bad: not wcache_",
+        ] {
+            assert!(
+                problems.iter().any(|p| p.starts_with(needle)),
+                "{needle} not found in {problems:?}"
+            );
+        }
+        assert_eq!(problems.len(), 6, "{problems:?}");
     }
 }
