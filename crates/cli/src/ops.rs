@@ -162,10 +162,13 @@ pub fn status(args: StatusArgs) -> Result<(), AnyError> {
     );
     for e in &s.exports {
         println!(
-            "export {}: {} ({} MiB)",
+            "export {}: {} ({} MiB); {} dirty pages; page hits since start: reads {:.1} %, writes {:.1} %",
             e.name,
             e.backing,
-            e.size_bytes >> 20
+            e.size_bytes >> 20,
+            e.dirty_pages,
+            100.0 * e.read_hit_ratio,
+            100.0 * e.write_hit_ratio
         );
         if let Some(health) = &e.backing_health {
             println!("  backing: {health}");

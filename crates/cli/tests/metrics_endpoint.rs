@@ -260,6 +260,17 @@ fn metrics_parse_with_the_reference_parser_and_move_with_the_load() {
         "every read hits a dirty page"
     );
     assert_eq!(delta("wcache_flush_requests_total", &[]), 1.0);
+    // Per export: every read page hit a dirty page of this export.
+    let export = [("export", "disk")];
+    assert_eq!(
+        delta("wcache_export_read_page_hits_total", &export),
+        READS as f64
+    );
+    assert_eq!(
+        delta("wcache_export_write_pages_total", &export),
+        WRITES as f64
+    );
+    assert!(after.get("wcache_export_dirty_pages", &export) > 0.0);
     assert_eq!(
         delta("wcache_driver_requests_total", &[]),
         (WRITES + READS + 1) as f64

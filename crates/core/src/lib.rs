@@ -17,4 +17,5 @@ pub use command::*;
 pub use config::{ConfigError, EngineConfig, WritePolicyKind};
 pub use engine::{
     ChangeError, CriticalityError, Engine, EngineError, RecoveredSlot, RecoveryError, Stats,
+    VolumeCounts,
 };

@@ -733,7 +733,7 @@ impl Cache {
                 name: v.name.clone(),
                 backing: v.backing_name.clone(),
                 size_bytes: v.size_bytes,
-                backing_health: None,
+                ..ExportStatus::default()
             })
             .collect();
         let latency = self.volumes.iter().map(|v| v.latency.clone()).collect();

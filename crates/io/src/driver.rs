@@ -34,7 +34,9 @@
 mod flusher;
 mod frees;
 mod gate;
+mod waiter;
 use gate::FlushGate;
+use waiter::{Waiter, WaiterState};
 mod uring;
 
 use std::cell::RefCell;
@@ -241,50 +243,6 @@ const RECORD_WRITERS: usize = 4;
 struct Job {
     cmd: IoCommand,
     buf: BufPtr,
-}
-
-/// One client thread's place to be woken with its response.
-struct Waiter {
-    state: Mutex<WaiterState>,
-    ready: Condvar,
-}
-
-#[derive(Default)]
-struct WaiterState {
-    result: Option<Result<(), IoError>>,
-    /// The owner is blocked in `wait`: only then does `set` need a wake-up
-    /// (a futex syscall). Most responses are set by the owner itself.
-    sleeping: bool,
-}
-
-impl Waiter {
-    fn lock(&self) -> MutexGuard<'_, WaiterState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    fn set(&self, result: Result<(), IoError>) {
-        let mut st = self.lock();
-        st.result = Some(result);
-        if st.sleeping {
-            self.ready.notify_one();
-        }
-    }
-    fn take(&self) -> Option<Result<(), IoError>> {
-        self.lock().result.take()
-    }
-    fn wait(&self) -> Result<(), IoError> {
-        let mut st = self.lock();
-        loop {
-            if let Some(result) = st.result.take() {
-                st.sleeping = false;
-                return result;
-            }
-            st.sleeping = true;
-            st = self.ready.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-    fn is_set(&self) -> bool {
-        self.lock().result.is_some()
-    }
 }
 
 thread_local! {
@@ -899,6 +857,11 @@ impl Driver {
         drop(core);
         s.to_pool(jobs.into_iter());
         result
+    }
+
+    /// Per volume: its dirty pages and page hits (`Engine::volume_counts`).
+    pub fn volume_counts(&self) -> Vec<wcache_core::VolumeCounts> {
+        self.shared.lock_core().engine.volume_counts()
     }
 
     /// Changes tunables of the running engine (`Engine::retune`, at this

@@ -9,6 +9,7 @@ impl Engine {
     pub(super) fn remove_dirty(&mut self, key: PageKey) {
         let (flags, slot) = self.dirty.remove(self.slots.keys(), key.0);
         self.ages.cleaned(slot);
+        self.counts_mut(key).dirty_pages -= 1;
         let gkey = self.dirty.group_of(key.0);
         if flags & E_CANDIDATE != 0 && self.dirty.group_flags(self.slots.keys(), gkey).is_none() {
             self.candidates -= 1;

@@ -259,6 +259,11 @@ impl Engine {
             }
         });
         assert_eq!(in_set, self.dirty.pages(), "the dirty set's page count");
+        let per_volume: u64 = self.volumes.iter().map(|v| v.counts.dirty_pages).sum();
+        assert_eq!(
+            per_volume, in_set as u64,
+            "the volumes' dirty pages against the dirty set"
+        );
         let dirty_slots = (0..self.slots.len())
             .filter(|&s| self.slots.state(SlotIndex(s)) == SlotState::Dirty)
             .count();

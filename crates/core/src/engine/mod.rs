@@ -24,7 +24,7 @@ mod timers;
 
 pub use change::ChangeError;
 pub use criticality::{CriticalityError, ISSUERS_MAX, ISSUER_UNTAGGED};
-pub use stats::Stats;
+pub use stats::{Stats, VolumeCounts};
 
 use crate::command::*;
 use crate::config::{ConfigError, EngineConfig};
@@ -150,6 +150,7 @@ struct Volume {
     /// Its own admission policy (`EngineConfig::volume_admissions`), in
     /// place of the engine's.
     admission: Option<Box<dyn Admission>>,
+    counts: VolumeCounts,
 }
 
 /// A request in flight.
@@ -549,6 +550,7 @@ impl Engine {
             size_bytes,
             critical,
             admission,
+            counts: VolumeCounts::default(),
         });
         Ok(id)
     }
@@ -568,6 +570,13 @@ impl Engine {
     }
     pub fn dirty_pages(&self) -> u64 {
         self.dirty.pages() as u64
+    }
+    /// Per volume, in volume order: its dirty pages and page hits.
+    pub fn volume_counts(&self) -> Vec<VolumeCounts> {
+        self.volumes.iter().map(|v| v.counts).collect()
+    }
+    fn counts_mut(&mut self, key: PageKey) -> &mut VolumeCounts {
+        &mut self.volumes[key.volume().0 as usize].counts
     }
     pub fn capacity_pages(&self) -> u64 {
         self.slots.len() as u64

@@ -14,8 +14,10 @@ impl Engine {
         for piece in self.geometry.pieces(off, len) {
             self.stats.read_pages += 1;
             let key = PageKey::new(vol, piece.page);
+            self.counts_mut(key).read_pages += 1;
             if self.slots.lookup(key).is_some() {
                 self.stats.read_page_hits += 1;
+                self.counts_mut(key).read_page_hits += 1;
                 if let Some(run) = run.take() {
                     self.issue_backing_read(ri, run);
                 }

@@ -128,3 +128,16 @@ fn ratio(a: u64, b: u64) -> f64 {
         a as f64 / b as f64
     }
 }
+
+/// What one volume holds and how its pages hit, for operators (per export).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VolumeCounts {
+    /// Its pages newer in the cache than on the backing (a gauge).
+    pub dirty_pages: u64,
+    /// Pages read, and of those found in the cache.
+    pub read_pages: u64,
+    pub read_page_hits: u64,
+    /// Pages written, and of those written over a dirty page.
+    pub write_pages: u64,
+    pub write_page_hits: u64,
+}

@@ -136,9 +136,11 @@ impl Engine {
                 self.stats.write_pages += 1;
                 self.write_seq += 1;
                 let key = PageKey::new(vol, piece.page);
+                self.counts_mut(key).write_pages += 1;
                 self.write_filter[Self::write_bucket(key)] = self.write_seq;
                 if self.page_dirty(key) {
                     self.stats.write_page_hits += 1;
+                    self.counts_mut(key).write_page_hits += 1;
                     if self
                         .slots
                         .lookup(key)
@@ -204,6 +206,7 @@ impl Engine {
             self.stats.write_pages += 1;
             self.write_seq += 1;
             let key = PageKey::new(vol, piece.page);
+            self.counts_mut(key).write_pages += 1;
             self.write_filter[Self::write_bucket(key)] = self.write_seq;
             if let Some(slot) = self.slots.lookup(key) {
                 debug_assert_eq!(self.slots.state(slot), SlotState::Clean);
@@ -402,6 +405,7 @@ impl Engine {
                 flags
             } else {
                 self.ages.dirtied(slot.0);
+                self.counts_mut(key).dirty_pages += 1;
                 self.dirty.insert(self.slots.keys(), slot.0)
             };
             if flags & E_CANDIDATE == 0 {
@@ -465,6 +469,7 @@ impl Engine {
     pub(super) fn mark_dirty(&mut self, key: PageKey) {
         let slot = self.slots.lookup(key).expect("dirty page has a slot");
         self.ages.dirtied(slot.0);
+        self.counts_mut(key).dirty_pages += 1;
         if self.dirty.insert(self.slots.keys(), slot.0) & E_CANDIDATE == 0 {
             self.group_changed(self.dirty.group_of(key.0));
         }

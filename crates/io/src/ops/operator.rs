@@ -22,7 +22,7 @@ use crate::cache::{drain_driver, CacheError};
 use crate::driver::Driver;
 use crate::ops::eta::DrainMeter;
 use crate::ops::latency::{RequestClass, VolumeLatency};
-use crate::ops::snapshot::{Collect, RequestStats, Snapshot};
+use crate::ops::snapshot::{Collect, ExportCounts, RequestStats, Snapshot};
 
 /// Every setting `set` changes online; each is also a `wcache serve` option
 /// and config key of the same name (a test checks it). `destage-order` and
@@ -89,7 +89,7 @@ pub enum OpError {
 }
 
 /// One volume as the operator sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExportStatus {
     pub name: String,
     pub backing: String,
@@ -98,6 +98,15 @@ pub struct ExportStatus {
     /// connections: connected or reconnecting, since when, losses).
     #[serde(default)]
     pub backing_health: Option<String>,
+    /// Its pages newer in the cache than on the backing.
+    #[serde(default)]
+    pub dirty_pages: u64,
+    /// Pages read found in the cache, of all read since start (0 with none).
+    #[serde(default)]
+    pub read_hit_ratio: f64,
+    /// Pages written over a dirty page, of all written since start.
+    #[serde(default)]
+    pub write_hit_ratio: f64,
 }
 
 /// The state of a running cache (`wcache status`).
@@ -243,11 +252,19 @@ impl Operator {
                 requests.push(RequestStats::new(&export.name, *class, h));
             }
         }
+        let counts = inner.driver.volume_counts();
+        let exports = inner
+            .exports
+            .iter()
+            .zip(&counts)
+            .map(|(e, c)| ExportCounts::new(&e.name, c))
+            .collect();
         Snapshot {
             uptime_s: inner.started.elapsed().as_secs_f64(),
             engine: engine.0,
             driver: inner.driver.stats(),
             requests,
+            exports,
         }
     }
 
@@ -288,16 +305,34 @@ impl Operator {
             admission: admission.to_string(),
             destage_order: order.to_string(),
             destage_rate: rate.to_string(),
-            exports: inner
-                .exports
-                .iter()
-                .zip(inner.driver.backing_health())
-                .map(|(e, health)| ExportStatus {
-                    backing_health: health,
-                    ..e.clone()
-                })
-                .collect(),
+            exports: self.export_statuses(),
         }
+    }
+
+    /// Every export with its backing's health, dirty pages and hit ratios now.
+    fn export_statuses(&self) -> Vec<ExportStatus> {
+        let inner = &self.inner;
+        let ratio = |hits: u64, of: u64| {
+            if of == 0 {
+                0.0
+            } else {
+                hits as f64 / of as f64
+            }
+        };
+        let counts = inner.driver.volume_counts();
+        inner
+            .exports
+            .iter()
+            .zip(inner.driver.backing_health())
+            .zip(counts)
+            .map(|((e, health), c)| ExportStatus {
+                backing_health: health,
+                dirty_pages: c.dirty_pages,
+                read_hit_ratio: ratio(c.read_page_hits, c.read_pages),
+                write_hit_ratio: ratio(c.write_page_hits, c.write_pages),
+                ..e.clone()
+            })
+            .collect()
     }
 
     /// Checks an export name given to `flush`. The drain covers every

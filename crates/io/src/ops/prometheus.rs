@@ -270,10 +270,59 @@ pub fn naming_problems(text: &str) -> Vec<String> {
     problems
 }
 
+/// Per export: its dirty pages (a gauge) and page counts (counters).
+fn render_exports(out: &mut String, snap: &Snapshot) {
+    type Field = fn(&crate::ops::snapshot::ExportCounts) -> u64;
+    let families: [(&str, &str, &str, Field); 5] = [
+        (
+            "wcache_export_dirty_pages",
+            "gauge",
+            "The export's pages newer in the cache than on the backing.",
+            |e| e.dirty_pages,
+        ),
+        (
+            "wcache_export_read_pages_total",
+            "counter",
+            "Pages the export's reads asked for.",
+            |e| e.read_pages,
+        ),
+        (
+            "wcache_export_read_page_hits_total",
+            "counter",
+            "Of those, pages found in the cache.",
+            |e| e.read_page_hits,
+        ),
+        (
+            "wcache_export_write_pages_total",
+            "counter",
+            "Pages the export's writes wrote.",
+            |e| e.write_pages,
+        ),
+        (
+            "wcache_export_write_page_hits_total",
+            "counter",
+            "Of those, pages written over a dirty page.",
+            |e| e.write_page_hits,
+        ),
+    ];
+    for (name, kind, text, field) in families {
+        family(out, name, kind, text);
+        for e in &snap.exports {
+            let _ = writeln!(
+                out,
+                "{name}{{export=\"{}\"}} {}",
+                label(&e.export),
+                field(e)
+            );
+        }
+    }
+}
+
 /// The snapshot as a Prometheus text exposition.
 pub fn render(snap: &Snapshot) -> String {
     let mut out = String::with_capacity(16 * 1024);
     render_requests(&mut out, snap);
+    render_exports(&mut out, snap);
     render_engine(&mut out, snap);
     render_driver(&mut out, snap);
     out
@@ -388,6 +437,7 @@ mod tests {
                 max_us: 1,
                 buckets: vec![(0.001, 1), (0.01, 2)],
             }],
+            exports: Vec::new(),
         };
         let text = render(&snap);
         for line in [

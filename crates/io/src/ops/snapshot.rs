@@ -82,6 +82,33 @@ pub struct Snapshot {
     pub driver: DriverStats,
     /// Per volume, per request kind (every kind, even with no request).
     pub requests: Vec<RequestStats>,
+    /// Per volume: its dirty pages and page hits.
+    #[serde(default)]
+    pub exports: Vec<ExportCounts>,
+}
+
+/// One volume's dirty pages and page hits, by export name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExportCounts {
+    pub export: String,
+    pub dirty_pages: u64,
+    pub read_pages: u64,
+    pub read_page_hits: u64,
+    pub write_pages: u64,
+    pub write_page_hits: u64,
+}
+
+impl ExportCounts {
+    pub fn new(export: &str, c: &wcache_core::VolumeCounts) -> ExportCounts {
+        ExportCounts {
+            export: export.to_string(),
+            dirty_pages: c.dirty_pages,
+            read_pages: c.read_pages,
+            read_page_hits: c.read_page_hits,
+            write_pages: c.write_pages,
+            write_page_hits: c.write_page_hits,
+        }
+    }
 }
 
 impl Snapshot {
