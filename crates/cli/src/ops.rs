@@ -160,6 +160,12 @@ pub fn status(args: StatusArgs) -> Result<(), AnyError> {
         "in flight: {} requests, {} destages",
         s.requests_in_flight, s.destages_in_flight
     );
+    print_exports_and_clients(&s);
+    Ok(())
+}
+
+/// Each export (its backing, dirty pages, hit ratios) and each client, for `status`.
+fn print_exports_and_clients(s: &Status) {
     for e in &s.exports {
         println!(
             "export {}: {} ({} MiB); {} dirty pages; page hits since start: reads {:.1} %, writes {:.1} %",
@@ -174,7 +180,13 @@ pub fn status(args: StatusArgs) -> Result<(), AnyError> {
             println!("  backing: {health}");
         }
     }
-    Ok(())
+    println!("clients: {}", s.clients.len());
+    for c in &s.clients {
+        println!(
+            "  {} on export {}, connected {:.0} s",
+            c.peer, c.export, c.connected_s
+        );
+    }
 }
 
 pub fn stats(args: StatsArgs) -> Result<(), AnyError> {

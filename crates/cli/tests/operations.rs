@@ -239,3 +239,54 @@ fn connections_are_logged_with_fields_and_json_logs_parse() {
         assert!(e["timestamp"].is_string(), "{e}");
     }
 }
+
+/// `status` lists the NBD clients connected now: peer, export.
+#[test]
+fn status_lists_the_connected_clients() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let socket = dir.path().join("w.sock");
+    let control = dir.path().join("w.ctl");
+    let args = [
+        "--cache",
+        "mem",
+        "--cache-size",
+        "4M",
+        "--backing",
+        "mem:16M",
+        "--control",
+        control.to_str().expect("utf8"),
+    ];
+    let served = Served::try_start_env(&args, &socket, &[]).expect("serve");
+    let status = || {
+        let (ok, out, err) = wcache(&[
+            "status",
+            "--json",
+            "--control",
+            control.to_str().expect("utf8"),
+        ]);
+        assert!(ok, "{out}{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let a = Nbd::connect(&socket, "disk").expect("connect");
+    let b = Nbd::connect(&socket, "disk").expect("connect");
+    let clients = status()["clients"].as_array().expect("clients").clone();
+    assert_eq!(clients.len(), 2, "{clients:?}");
+    let me = format!("unix pid {}", std::process::id());
+    assert!(
+        clients
+            .iter()
+            .all(|c| c["peer"] == me.as_str() && c["export"] == "disk"),
+        "{clients:?}"
+    );
+    drop((a, b));
+    let start = std::time::Instant::now();
+    while !status()["clients"].as_array().expect("clients").is_empty() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "clients not gone"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+}

@@ -115,7 +115,12 @@ fn every_command_is_answered_and_policies_change_online() {
     assert!(status["dirty_pages"].as_u64().expect("dirty") > 0);
     // One export: its dirty pages are the cache's; its read hit (a dirty page).
     assert_eq!(status["exports"][0]["dirty_pages"], status["dirty_pages"]);
-    assert!(status["exports"][0]["read_hit_ratio"].as_f64().expect("ratio") > 0.0);
+    assert!(
+        status["exports"][0]["read_hit_ratio"]
+            .as_f64()
+            .expect("ratio")
+            > 0.0
+    );
 
     let stats = call(&path, &cmd("stats")).expect("stats");
     let engine = stats["engine"].as_array().expect("engine metrics");

@@ -6,11 +6,13 @@
 //! `Export`s with std threads; `export` defines what a volume must offer.
 //! It must never trust a length sent by a client: see `docs/nbd.md`.
 
+pub mod clients;
 pub mod export;
 pub mod proto;
 pub mod server;
 mod socket;
 
+pub use clients::{ClientInfo, Clients};
 pub use export::{Export, ExportError, MemExport, WriteDone};
 pub use proto::NbdErrno;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerError, ServerStats};

@@ -19,7 +19,8 @@
 //! or stall block other clients: a vanished client turns into read/write
 //! errors on its own socket only, and replies time out after `reply_timeout`.
 
-use crate::socket::{ReadHalf, Socket};
+use crate::clients::Clients;
+use crate::socket::{is_transient_accept_error, ReadHalf, Socket};
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -220,6 +221,7 @@ impl ServerBuilder {
             default_export,
             stopping: AtomicBool::new(false),
             connections: Mutex::new(Vec::new()),
+            clients: Clients::default(),
             counters: Counters::default(),
         });
         let mut workers = Vec::with_capacity(shared.config.workers_count);
@@ -293,6 +295,11 @@ impl Server {
             })?;
         self.listeners.push((WakeAddr::Tcp(addr), handle));
         Ok(())
+    }
+
+    /// The clients connected, now and for as long as the server runs.
+    pub fn clients(&self) -> Clients {
+        self.shared.clients.clone()
     }
 
     pub fn stats(&self) -> ServerStats {
@@ -370,6 +377,7 @@ struct Shared {
     queue: JobQueue,
     stopping: AtomicBool,
     connections: Mutex<Vec<ConnectionEntry>>,
+    clients: Clients,
     counters: Counters,
 }
 
@@ -430,16 +438,6 @@ fn accept_loop(shared: &Arc<Shared>, mut accept: impl FnMut() -> io::Result<Sock
     }
 }
 
-fn is_transient_accept_error(error: &io::Error) -> bool {
-    matches!(
-        error.kind(),
-        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted | io::ErrorKind::WouldBlock
-    ) || matches!(
-        error.raw_os_error(),
-        Some(23) | Some(24) | Some(105) | Some(12)
-    )
-}
-
 // ---------------------------------------------------------------------------
 // One connection: handshake, then the request reader.
 
@@ -487,6 +485,7 @@ fn serve_connection_inner(shared: &Arc<Shared>, socket: Socket) {
     };
     let export_name = shared.exports[export_index].name.clone();
     tracing::info!(peer = %peer, export = %export_name, "NBD client connected");
+    let _listed = shared.clients.register(&peer, &export_name);
     let _ = writer.set_read_timeout(None);
     reader.get_mut().poll_budget = shared.config.receive_poll;
     let Ok(control) = writer.try_clone() else {

@@ -173,3 +173,15 @@ fn unix_peer_pid(stream: &UnixStream) -> Option<i32> {
     };
     (rc == 0 && cred.pid > 0).then_some(cred.pid)
 }
+
+/// An accept error worth retrying after a pause (out of descriptors or
+/// memory, an aborted connection), not the end of the listener.
+pub(crate) fn is_transient_accept_error(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted | io::ErrorKind::WouldBlock
+    ) || matches!(
+        error.raw_os_error(),
+        Some(23) | Some(24) | Some(105) | Some(12)
+    )
+}

@@ -29,7 +29,7 @@ use wcache_core::{IoError, SubmitError};
 use wcache_io::device::journaled::JournalOpen;
 use wcache_io::format::FORMAT_VERSION;
 use wcache_io::lock::{DeviceLock, LockMode};
-use wcache_io::ops::{ErrorReporter, Snapshot};
+use wcache_io::ops::{ClientStatus, ErrorReporter, Snapshot};
 use wcache_io::{Cache, CacheConfig, CloseReport, DriverError, Volume};
 use wcache_nbd::{Export, ExportError, Server, ServerConfig, ServerStats};
 
@@ -329,10 +329,10 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
         }
     };
     print_open_report(&cache, &config);
-    stop_on_request(&cache);
     let reporter = ErrorReporter::start(cache.monitor())?;
-    let ops = listeners.start_ops(cache.operator())?;
     let mut server = start_nbd_server(&args, &cache)?;
+    operate_server(&cache, &server);
+    let ops = listeners.start_ops(cache.operator())?;
     listeners.serve(&mut server, cache.volumes(), |uris| {
         print_banner(&args, &config, &cache, socket.as_deref(), uris);
         ops.print();
@@ -639,11 +639,24 @@ fn print_stop_stats(closed: &CloseReport, served: &ServerStats) {
     }
 }
 
-/// `wcache stop` ends the server as SIGTERM does (the main thread waits for it).
-fn stop_on_request(cache: &Cache) {
-    cache.operator().on_stop(Box::new(|| {
+/// What the control socket asks of the front end: `wcache stop` ends the
+/// server as SIGTERM does (the main thread waits for it), and `status`
+/// lists the NBD clients.
+fn operate_server(cache: &Cache, server: &Server) {
+    let operator = cache.operator();
+    operator.on_stop(Box::new(|| {
         // SAFETY: kill(2) of this very process.
         unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+    }));
+    let clients = server.clients();
+    operator.on_clients(Box::new(move || {
+        let list = clients.list().into_iter();
+        list.map(|c| ClientStatus {
+            peer: c.peer,
+            export: c.export,
+            connected_s: c.connected.as_secs_f64(),
+        })
+        .collect()
     }));
 }
 

@@ -135,6 +135,9 @@ pub struct Status {
     pub destage_order: String,
     pub destage_rate: String,
     pub exports: Vec<ExportStatus>,
+    /// The front end's clients connected now (empty where it lists none).
+    #[serde(default)]
+    pub clients: Vec<ClientStatus>,
 }
 
 /// How an online drain is going.
@@ -195,6 +198,18 @@ pub struct StopDone {
 /// How a front end stops itself when asked (`Operator::on_stop`).
 pub type StopHook = Box<dyn Fn() + Send + Sync>;
 
+/// One client of a front end, as `status` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientStatus {
+    /// `tcp ADDR`, `unix pid N`.
+    pub peer: String,
+    pub export: String,
+    pub connected_s: f64,
+}
+
+/// How a front end lists its clients (`Operator::on_clients`).
+pub type ClientsHook = Box<dyn Fn() -> Vec<ClientStatus> + Send + Sync>;
+
 /// A handle on a running cache for operations; cheap to clone.
 #[derive(Clone)]
 pub struct Operator {
@@ -211,6 +226,7 @@ struct Inner {
     flush: Mutex<()>,
     flushing: AtomicBool,
     stop: Mutex<Option<StopHook>>,
+    clients: Mutex<Option<ClientsHook>>,
 }
 
 impl Operator {
@@ -232,6 +248,7 @@ impl Operator {
                 flush: Mutex::new(()),
                 flushing: AtomicBool::new(false),
                 stop: Mutex::new(None),
+                clients: Mutex::new(None),
             }),
         }
     }
@@ -306,6 +323,7 @@ impl Operator {
             destage_order: order.to_string(),
             destage_rate: rate.to_string(),
             exports: self.export_statuses(),
+            clients: self.clients(),
         }
     }
 
@@ -367,6 +385,16 @@ impl Operator {
         let result = self.drain_once(stall_timeout, progress);
         self.inner.flushing.store(false, Ordering::Relaxed);
         result
+    }
+
+    /// How the front end lists its clients for `status`.
+    pub fn on_clients(&self, hook: ClientsHook) {
+        *self.inner.clients.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    fn clients(&self) -> Vec<ClientStatus> {
+        let hook = self.inner.clients.lock().unwrap_or_else(|p| p.into_inner());
+        hook.as_ref().map(|list| list()).unwrap_or_default()
     }
 
     /// How the front end stops when `stop` is asked (as at SIGTERM).
