@@ -13,6 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use wcache_io::ops::client::{ClientError, ControlClient};
 use wcache_io::ops::protocol::Request;
+use wcache_io::ops::snapshot::{interval_quantile_us, kind_buckets};
 use wcache_io::ops::{ConsistencyPointDone, FlushProgress, SetDone, Snapshot, Status};
 
 use crate::tools::AnyError;
@@ -225,6 +226,7 @@ pub fn stats(args: StatsArgs) -> Result<(), AnyError> {
     }
 }
 
+/// Every column is of the interval but `dirty` (now) and `errors` (since start).
 const WATCH_HEADER: &str =
     "   read/s   write/s  wpages/s  destaged/s    dirty  stalls/s  write p99 us  read p99 us  errors";
 
@@ -237,9 +239,10 @@ fn watch_line(a: &Snapshot, b: &Snapshot, seconds: f64) -> String {
     };
     let per_s =
         |kind: &str| b.request_count(kind).saturating_sub(a.request_count(kind)) as f64 / seconds;
+    // Of this interval's requests, from the histogram's buckets.
     let p99 = |kind: &str| {
-        let of_kind = b.requests.iter().filter(|r| r.kind == kind);
-        of_kind.map(|r| r.p99_us).max().unwrap_or(0)
+        let q = interval_quantile_us(&kind_buckets(a, kind), &kind_buckets(b, kind), 0.99);
+        q.map_or("-".to_string(), |us| format!("{us:.0}"))
     };
     format!(
         "{:9.0} {:9.0} {:9.0} {:11.0} {:8} {:9.0} {:13} {:12} {:7}",

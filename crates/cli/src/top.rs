@@ -16,6 +16,7 @@ use ratatui::widgets::{Block, Gauge, Paragraph, Row, Sparkline, Table};
 use ratatui::Frame;
 use wcache_io::ops::client::ControlClient;
 use wcache_io::ops::protocol::Request;
+use wcache_io::ops::snapshot::interval_quantile_us;
 use wcache_io::ops::{RequestStats, Snapshot, Status};
 
 use crate::ops::ControlArgs;
@@ -107,21 +108,10 @@ fn quit_within(wait: Duration) -> Result<bool, AnyError> {
     }
 }
 
-/// A percentile of the requests between two cumulative bucket lists, as
-/// the upper bound of the bucket it falls in ("<=N" µs; ">10s" past the last).
+/// A percentile of the requests between two snapshots of one export and
+/// kind, interpolated within its histogram bucket ("-" with none).
 fn interval_percentile(a: &RequestStats, b: &RequestStats, q: f64) -> String {
-    let count = b.count.saturating_sub(a.count);
-    if count == 0 {
-        return "-".into();
-    }
-    let want = (q * count as f64).ceil() as u64;
-    for (i, (le, n)) in b.buckets.iter().enumerate() {
-        let before = a.buckets.get(i).map_or(0, |x| x.1);
-        if n.saturating_sub(before) >= want {
-            return format!("<={:.0}", le * 1e6);
-        }
-    }
-    ">10s".into()
+    interval_quantile_us(&a.buckets, &b.buckets, q).map_or("-".into(), |us| format!("{us:.0}"))
 }
 
 fn push(history: &mut VecDeque<u64>, value: f64) {

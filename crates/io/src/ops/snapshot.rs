@@ -46,6 +46,44 @@ pub struct RequestStats {
     pub buckets: Vec<(f64, u64)>,
 }
 
+/// The `q` quantile (0..=1), in microseconds, of the requests counted in
+/// cumulative bucket list `later` but not in `earlier` (same bounds, in
+/// seconds): linear within the bucket it falls in, as Prometheus's
+/// `histogram_quantile` does; the last bound past it. None with no request.
+pub fn interval_quantile_us(earlier: &[(f64, u64)], later: &[(f64, u64)], q: f64) -> Option<f64> {
+    let count = |list: &[(f64, u64)], i: usize| list.get(i).map_or(0, |x| x.1);
+    let total = later
+        .last()?
+        .1
+        .saturating_sub(earlier.last().map_or(0, |x| x.1));
+    if total == 0 {
+        return None;
+    }
+    let want = q.clamp(0.0, 1.0) * total as f64;
+    let mut below = (0.0, 0u64); // (lower bound, requests under it)
+    for (i, &(le, _)) in later.iter().enumerate() {
+        let n = count(later, i).saturating_sub(count(earlier, i));
+        if n as f64 >= want && n > below.1 {
+            let share = (want - below.1 as f64) / (n - below.1) as f64;
+            return Some((below.0 + (le - below.0) * share) * 1e6);
+        }
+        below = (le, n);
+    }
+    Some(below.0 * 1e6)
+}
+
+/// Every request of `kind` over the exports of `snap`, as one cumulative
+/// bucket list (the bounds of `LATENCY_BUCKETS_S`).
+pub fn kind_buckets(snap: &Snapshot, kind: &str) -> Vec<(f64, u64)> {
+    let mut out: Vec<(f64, u64)> = LATENCY_BUCKETS_S.iter().map(|&le| (le, 0)).collect();
+    for r in snap.requests.iter().filter(|r| r.kind == kind) {
+        for (slot, (_, n)) in out.iter_mut().zip(&r.buckets) {
+            slot.1 += n;
+        }
+    }
+    out
+}
+
 impl RequestStats {
     pub(crate) fn new(export: &str, class: RequestClass, h: &KindHistogram) -> RequestStats {
         let hist = &h.histogram;
@@ -143,5 +181,25 @@ impl MetricsVisitor for Collect {
             help: help.to_string(),
             value,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interval_quantile_interpolates_within_its_bucket() {
+        let earlier = [(0.001, 10), (0.01, 10), (0.1, 10)];
+        // 100 new requests: 50 under 1 ms, 40 more under 10 ms, 10 more under 100 ms.
+        let later = [(0.001, 60), (0.01, 100), (0.1, 110)];
+        let q = |q| interval_quantile_us(&earlier, &later, q).expect("requests");
+        assert!((q(0.5) - 1000.0).abs() < 1e-6, "{}", q(0.5));
+        assert!((q(0.25) - 500.0).abs() < 1e-6, "{}", q(0.25));
+        // 0.9: the 90th request, the last of the second bucket.
+        assert!((q(0.9) - 10_000.0).abs() < 1e-6, "{}", q(0.9));
+        // 0.95: halfway through the third.
+        assert!((q(0.95) - 55_000.0).abs() < 1e-6, "{}", q(0.95));
+        assert_eq!(interval_quantile_us(&later, &later, 0.5), None);
     }
 }
