@@ -7,15 +7,23 @@
 # drain's duration (error = (ETA - actual) / actual).
 #
 # Usage: scripts/flush-eta.sh      (WRITES=20000 pages over FOOTPRINT=1G by default)
+#        LOAD_IOPS=N: a steady load of N random 4 KiB writes a second over the
+#        same footprint goes on during the drain (default 0: none)
 set -euo pipefail
 WRITES=${WRITES:-20000}
 FOOTPRINT=${FOOTPRINT:-1G}
+LOAD_IOPS=${LOAD_IOPS:-0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 (cd "$ROOT" && CARGO_TARGET_DIR=$TARGET cargo build --release -q -p wcache-cli)
 WCACHE=$TARGET/release/wcache
 WORK=$(mktemp -d)
-cleanup() { [ -n "${PID:-}" ] && kill -TERM "$PID" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() {
+    [ -n "${LOAD:-}" ] && kill -TERM "$LOAD" 2>/dev/null
+    [ -n "${PID:-}" ] && kill -TERM "$PID" 2>/dev/null
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
 trap cleanup EXIT
 "$WCACHE" serve --data-dir "$WORK" --cache-size 512M >"$WORK/serve.log" 2>&1 &
 PID=$!
@@ -23,6 +31,14 @@ for _ in $(seq 200); do [ -S "$WORK/wcache.sock" ] && break; sleep 0.05; done
 fio --name=fill --ioengine=nbd --uri="nbd+unix:///disk?socket=$WORK/wcache.sock" --rw=randwrite \
     --bs=4k --size="$FOOTPRINT" --number_ios="$WRITES" --iodepth=16 --norandommap \
     --output-format=terse >/dev/null
+if [ "$LOAD_IOPS" -gt 0 ]; then
+    echo "a steady load of $LOAD_IOPS random 4 KiB writes/s goes on during the drain"
+    fio --name=load --ioengine=nbd --uri="nbd+unix:///disk?socket=$WORK/wcache.sock" --rw=randwrite \
+        --bs=4k --size="$FOOTPRINT" --iodepth=1 --norandommap --rate_iops="$LOAD_IOPS" \
+        --time_based --runtime=3600 --output-format=terse >/dev/null 2>&1 &
+    LOAD=$!
+    sleep 2
+fi
 python3 - "$WORK/wcache.ctl" ${CURVE:+curve} <<'PY'
 import json, socket, sys, time
 s = socket.socket(socket.AF_UNIX)
