@@ -158,7 +158,7 @@ fn wcache_log_filters_events_per_subsystem() {
     let (ok, log) = served.stop();
     assert!(ok, "{log}");
     assert!(
-        log.contains("DEBUG") && log.contains("control socket: Status"),
+        log.contains("DEBUG") && log.contains("control socket request command=\"status\""),
         "{log}"
     );
     assert!(

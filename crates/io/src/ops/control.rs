@@ -264,7 +264,7 @@ fn serve_connection(stream: UnixStream, operator: &Operator, stop: &AtomicBool) 
         }
         let answered = match parse_request(&line) {
             Ok(command) => {
-                tracing::debug!("control socket: {command:?}");
+                tracing::debug!(command = command.name(), "control socket request");
                 answer(command, operator, stop, &mut writer)
             }
             Err(e) => {

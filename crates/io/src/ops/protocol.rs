@@ -82,6 +82,21 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The command's name on the wire (`status`, `set`, ...), for the log.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Status => "status",
+            Command::Stats => "stats",
+            Command::Flush { .. } => "flush",
+            Command::Set { .. } => "set",
+            Command::ConsistencyPoint => "consistency-point",
+            Command::CriticalIssuer { .. } => "critical-issuer",
+            Command::Stop { .. } => "stop",
+        }
+    }
+}
+
 /// Every command name, for error messages.
 pub const COMMANDS: &str = "status, stats, flush, set, consistency-point, critical-issuer, stop";
 
