@@ -169,11 +169,12 @@ pub fn status(args: StatusArgs) -> Result<(), AnyError> {
 fn print_exports_and_clients(s: &Status) {
     for e in &s.exports {
         println!(
-            "export {}: {} ({} MiB); {} dirty pages; page hits since start: reads {:.1} %, writes {:.1} %",
+            "export {}: {} ({} MiB); {} dirty pages; since start: {} pages destaged, page hits reads {:.1} %, writes {:.1} %",
             e.name,
             e.backing,
             e.size_bytes >> 20,
             e.dirty_pages,
+            e.destaged_pages,
             100.0 * e.read_hit_ratio,
             100.0 * e.write_hit_ratio
         );

@@ -272,6 +272,11 @@ fn metrics_parse_with_the_reference_parser_and_move_with_the_load() {
     );
     assert!(after.get("wcache_export_dirty_pages", &export) > 0.0);
     assert_eq!(
+        after.get("wcache_export_destaged_pages_total", &export),
+        after.get("wcache_destaged_pages_total", &[]),
+        "one export: its destaged pages are the cache's"
+    );
+    assert_eq!(
         delta("wcache_driver_requests_total", &[]),
         (WRITES + READS + 1) as f64
     );

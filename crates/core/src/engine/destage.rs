@@ -258,6 +258,7 @@ impl Engine {
     ) {
         self.stats.destages += 1;
         self.stats.destaged_pages += slots.len() as u64;
+        self.volumes[volume.0 as usize].counts.destaged_pages += slots.len() as u64;
         let sector = self.geometry.page_offset_bytes(first_page) / 512;
         if let Some(last) = self.last_destage_sector {
             self.stats.destage_distance_sectors_sum += last.abs_diff(sector) as u128;

@@ -259,6 +259,11 @@ impl Engine {
             }
         });
         assert_eq!(in_set, self.dirty.pages(), "the dirty set's page count");
+        let destaged: u64 = self.volumes.iter().map(|v| v.counts.destaged_pages).sum();
+        assert_eq!(
+            destaged, self.stats.destaged_pages,
+            "the volumes' destaged pages against the engine's"
+        );
         let per_volume: u64 = self.volumes.iter().map(|v| v.counts.dirty_pages).sum();
         assert_eq!(
             per_volume, in_set as u64,

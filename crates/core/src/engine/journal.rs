@@ -682,6 +682,10 @@ impl Engine {
         j.checkpoints += 1;
         j.checkpoint_pages += cp.slots.len() as u64;
         self.stats.destaged_pages += cp.slots.len() as u64;
+        for &slot in &cp.slots {
+            let key = self.slots.key(slot);
+            self.counts_mut(key).destaged_pages += 1;
+        }
         for &slot in cp.slots.iter().chain(&cp.covered) {
             debug_assert!(self.slots.has(slot, FLAG_DESTAGING));
             self.slots.set_flag(slot, FLAG_DESTAGING, false);

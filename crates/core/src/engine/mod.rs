@@ -575,7 +575,7 @@ impl Engine {
     pub fn volume_counts(&self) -> Vec<VolumeCounts> {
         self.volumes.iter().map(|v| v.counts).collect()
     }
-    fn counts_mut(&mut self, key: PageKey) -> &mut VolumeCounts {
+    pub(super) fn counts_mut(&mut self, key: PageKey) -> &mut VolumeCounts {
         &mut self.volumes[key.volume().0 as usize].counts
     }
     pub fn capacity_pages(&self) -> u64 {

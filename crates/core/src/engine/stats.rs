@@ -140,4 +140,6 @@ pub struct VolumeCounts {
     /// Pages written, and of those written over a dirty page.
     pub write_pages: u64,
     pub write_page_hits: u64,
+    /// Pages destaged to its backing (as the engine's `destaged_pages`).
+    pub destaged_pages: u64,
 }

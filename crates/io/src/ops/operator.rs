@@ -107,6 +107,9 @@ pub struct ExportStatus {
     /// Pages written over a dirty page, of all written since start.
     #[serde(default)]
     pub write_hit_ratio: f64,
+    /// Pages destaged to its backing since start.
+    #[serde(default)]
+    pub destaged_pages: u64,
 }
 
 /// The state of a running cache (`wcache status`).
@@ -348,6 +351,7 @@ impl Operator {
                 dirty_pages: c.dirty_pages,
                 read_hit_ratio: ratio(c.read_page_hits, c.read_pages),
                 write_hit_ratio: ratio(c.write_page_hits, c.write_pages),
+                destaged_pages: c.destaged_pages,
                 ..e.clone()
             })
             .collect()

@@ -273,7 +273,7 @@ pub fn naming_problems(text: &str) -> Vec<String> {
 /// Per export: its dirty pages (a gauge) and page counts (counters).
 fn render_exports(out: &mut String, snap: &Snapshot) {
     type Field = fn(&crate::ops::snapshot::ExportCounts) -> u64;
-    let families: [(&str, &str, &str, Field); 5] = [
+    let families: [(&str, &str, &str, Field); 6] = [
         (
             "wcache_export_dirty_pages",
             "gauge",
@@ -297,6 +297,12 @@ fn render_exports(out: &mut String, snap: &Snapshot) {
             "counter",
             "Pages the export's writes wrote.",
             |e| e.write_pages,
+        ),
+        (
+            "wcache_export_destaged_pages_total",
+            "counter",
+            "Pages destaged to the export's backing (its destage rate).",
+            |e| e.destaged_pages,
         ),
         (
             "wcache_export_write_page_hits_total",

@@ -134,6 +134,8 @@ pub struct ExportCounts {
     pub read_page_hits: u64,
     pub write_pages: u64,
     pub write_page_hits: u64,
+    #[serde(default)]
+    pub destaged_pages: u64,
 }
 
 impl ExportCounts {
@@ -145,6 +147,7 @@ impl ExportCounts {
             read_page_hits: c.read_page_hits,
             write_pages: c.write_pages,
             write_page_hits: c.write_page_hits,
+            destaged_pages: c.destaged_pages,
         }
     }
 }
