@@ -138,11 +138,10 @@ fn status_stats_set_and_online_flush_through_the_control_socket() {
     assert!(!ok && err.contains("no server at"), "{out}{err}");
 }
 
-#[test]
-fn wcache_log_filters_events_per_subsystem() {
-    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
-    let socket = dir.path().join("w.sock");
-    let control = dir.path().join("w.ctl");
+/// A server on a memory cache and backing in `dir` (socket `w.sock`,
+/// control `w.ctl`), started with `env`.
+fn serve_mem(dir: &std::path::Path, env: &[(&str, &str)]) -> Served {
+    let control = dir.join("w.ctl");
     let args = [
         "--cache",
         "mem",
@@ -150,9 +149,18 @@ fn wcache_log_filters_events_per_subsystem() {
         "4M",
         "--backing",
         "mem:16M",
+        "--control",
+        control.to_str().expect("utf8"),
     ];
+    Served::try_start_env(&args, &dir.join("w.sock"), env).expect("serve")
+}
+
+#[test]
+fn wcache_log_filters_events_per_subsystem() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let control = dir.path().join("w.ctl");
     let env = [("WCACHE_LOG", "warn,wcache_io::ops=debug")];
-    let served = Served::try_start_env(&args, &socket, &env).expect("serve");
+    let served = serve_mem(dir.path(), &env);
     let (ok, out, err) = wcache(&["status", "--control", control.to_str().expect("utf8")]);
     assert!(ok, "{out}{err}");
     let (ok, log) = served.stop();
@@ -202,16 +210,7 @@ fn wcache_log_filters_events_per_subsystem() {
 fn connections_are_logged_with_fields_and_json_logs_parse() {
     let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
     let socket = dir.path().join("w.sock");
-    let args = [
-        "--cache",
-        "mem",
-        "--cache-size",
-        "4M",
-        "--backing",
-        "mem:16M",
-    ];
-    let env = [("WCACHE_LOG_FORMAT", "json")];
-    let served = Served::try_start_env(&args, &socket, &env).expect("serve");
+    let served = serve_mem(dir.path(), &[("WCACHE_LOG_FORMAT", "json")]);
     {
         let mut nbd = Nbd::connect(&socket, "disk").expect("connect");
         nbd.write(0, &[1u8; 4096], false).expect("write");
@@ -246,17 +245,7 @@ fn status_lists_the_connected_clients() {
     let dir = tempfile::tempdir_in("/tmp").expect("tempdir");
     let socket = dir.path().join("w.sock");
     let control = dir.path().join("w.ctl");
-    let args = [
-        "--cache",
-        "mem",
-        "--cache-size",
-        "4M",
-        "--backing",
-        "mem:16M",
-        "--control",
-        control.to_str().expect("utf8"),
-    ];
-    let served = Served::try_start_env(&args, &socket, &[]).expect("serve");
+    let served = serve_mem(dir.path(), &[]);
     let status = || {
         let (ok, out, err) = wcache(&[
             "status",
