@@ -9,9 +9,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use wcache_io::backings::local_path;
-use wcache_io::device::journaled::{
-    region_bytes, JournalOpen, JournalPlace, JournaledDevice, BACKING_END,
-};
+use wcache_io::device::journaled::{JournalOpen, JournalPlace, JournaledDevice, BACKING_END};
 use wcache_io::device::BlockDevice;
 use wcache_io::lock::{DeviceLock, LockMode};
 use wcache_io::open_backing;
@@ -46,7 +44,6 @@ pub fn backing_recover(args: BackingRecoverArgs) -> Result<(), AnyError> {
         return Err(format!("--journal-size {}: at least one page", args.journal_size).into());
     }
     let sync = sync_arg("backing-sync", &args.backing_sync)?;
-    let region = region_bytes(pages, page);
     let mut locks = Vec::new();
     for (spec, what) in [(&args.backing, "backing"), (&args.journal, "journal")] {
         if let Some(path) = local_path(spec).filter(|_| spec != BACKING_END) {
@@ -62,7 +59,7 @@ pub fn backing_recover(args: BackingRecoverArgs) -> Result<(), AnyError> {
     } else {
         JournalPlace::Own(open_backing(&args.journal, sync, None, None)?)
     };
-    if !JournaledDevice::holds_journal(backing.as_ref(), &place, region)? {
+    if !JournaledDevice::holds_journal(&backing, &place, pages, page)? {
         return Err(format!(
             "{} holds no wcache journal (its header block is blank or another's): \
              nothing to replay, nothing written",

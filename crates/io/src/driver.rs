@@ -48,8 +48,9 @@ use std::time::{Duration, Instant};
 
 use wcache_core::time::Nanos;
 use wcache_core::{
-    ConfigError, Engine, EngineConfig, EngineError, IoCommand, IoError, PageBase, RecoveredSlot,
-    RecoveryError, Request, RequestFlags, RequestKind, SlotRecord, Source, Stats, SubmitError,
+    ChangeError, ConfigError, Engine, EngineConfig, EngineError, IoCommand, IoError, PageBase,
+    RecoveredSlot, RecoveryError, Request, RequestFlags, RequestKind, Retuned, SlotRecord, Source,
+    Stats, SubmitError,
 };
 
 use crate::device::{
@@ -864,12 +865,9 @@ impl Driver {
         self.shared.lock_core().engine.volume_counts()
     }
 
-    /// Changes tunables of the running engine (`Engine::retune`, at this
-    /// moment of the driver's clock), then sends out what that started.
-    pub fn retune(
-        &self,
-        change: impl FnOnce(&mut wcache_core::EngineConfig),
-    ) -> Result<(), wcache_core::ChangeError> {
+    /// `Engine::retune` at this moment of the driver's clock, then sends out
+    /// what that started; the configuration before and after.
+    pub fn retune(&self, change: impl FnOnce(&mut EngineConfig)) -> Result<Retuned, ChangeError> {
         let now = self.shared.now();
         self.change_engine(|e| e.retune(now, change))
     }

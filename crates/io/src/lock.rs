@@ -21,7 +21,7 @@ use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Who may share a lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +66,6 @@ const HINT_SERVER: &str = "A running server is operated through its control sock
 #[derive(Debug)]
 pub struct DeviceLock {
     _file: File,
-    path: PathBuf,
     mode: LockMode,
 }
 
@@ -113,15 +112,7 @@ impl DeviceLock {
             }
             return Err(io(e));
         }
-        Ok(DeviceLock {
-            _file: file,
-            path: path.to_path_buf(),
-            mode,
-        })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(DeviceLock { _file: file, mode })
     }
 
     pub fn mode(&self) -> LockMode {

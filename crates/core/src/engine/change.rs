@@ -16,6 +16,9 @@ use crate::policy::destage_rate::DESTAGE_RATES;
 use crate::policy::registry::UnknownPolicy;
 use crate::time::Nanos;
 
+/// The configuration before and after `Engine::retune`.
+pub type Retuned = (EngineConfig, EngineConfig);
+
 /// Why an online change was refused (the engine is unchanged).
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ChangeError {
@@ -103,11 +106,12 @@ impl Engine {
     /// (their per-stream state starts anew), the age periods (every page
     /// dirty now counts its age from `now`: never destaged later than `now`
     /// plus the new bound). Then destaging goes on at the new pace.
+    /// Returns the configuration before and after.
     pub fn retune(
         &mut self,
         now: Nanos,
         change: impl FnOnce(&mut EngineConfig),
-    ) -> Result<(), ChangeError> {
+    ) -> Result<Retuned, ChangeError> {
         let mut candidate = self.config.clone();
         change(&mut candidate);
         candidate.validate_settings()?;
@@ -129,7 +133,7 @@ impl Engine {
         }
         self.start_destages();
         self.emit_frees(now);
-        Ok(())
+        Ok((old, self.config.clone()))
     }
 
     /// Pace destages by `name` from now on (with the configured thresholds).

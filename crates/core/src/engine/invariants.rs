@@ -259,11 +259,30 @@ impl Engine {
             }
         });
         assert_eq!(in_set, self.dirty.pages(), "the dirty set's page count");
-        let destaged: u64 = self.volumes.iter().map(|v| v.counts.destaged_pages).sum();
-        assert_eq!(
-            destaged, self.stats.destaged_pages,
-            "the volumes' destaged pages against the engine's"
-        );
+        let sum =
+            |f: fn(&VolumeCounts) -> u64| self.volumes.iter().map(|v| f(&v.counts)).sum::<u64>();
+        let s = &self.stats;
+        for (name, volumes, engine) in [
+            (
+                "destaged pages",
+                sum(|c| c.destaged_pages),
+                s.destaged_pages,
+            ),
+            ("read pages", sum(|c| c.read_pages), s.read_pages),
+            (
+                "read page hits",
+                sum(|c| c.read_page_hits),
+                s.read_page_hits,
+            ),
+            ("write pages", sum(|c| c.write_pages), s.write_pages),
+            (
+                "write page hits",
+                sum(|c| c.write_page_hits),
+                s.write_page_hits,
+            ),
+        ] {
+            assert_eq!(volumes, engine, "the volumes' {name} against the engine's");
+        }
         let per_volume: u64 = self.volumes.iter().map(|v| v.counts.dirty_pages).sum();
         assert_eq!(
             per_volume, in_set as u64,

@@ -22,7 +22,7 @@ mod slots;
 mod stats;
 mod timers;
 
-pub use change::ChangeError;
+pub use change::{ChangeError, Retuned};
 pub use criticality::{CriticalityError, ISSUERS_MAX, ISSUER_UNTAGGED};
 pub use stats::{Stats, VolumeCounts};
 

@@ -11,13 +11,12 @@ impl Engine {
         let mut all_hit = true;
         // A run of consecutive missing pieces: (offset_bytes, len_bytes, req_offset_bytes).
         let mut run: Option<(u64, u64, u64)> = None;
+        let (mut pages, mut hits) = (0, 0);
         for piece in self.geometry.pieces(off, len) {
-            self.stats.read_pages += 1;
+            pages += 1;
             let key = PageKey::new(vol, piece.page);
-            self.counts_mut(key).read_pages += 1;
             if self.slots.lookup(key).is_some() {
-                self.stats.read_page_hits += 1;
-                self.counts_mut(key).read_page_hits += 1;
+                hits += 1;
                 if let Some(run) = run.take() {
                     self.issue_backing_read(ri, run);
                 }
@@ -35,6 +34,7 @@ impl Engine {
         if let Some(run) = run {
             self.issue_backing_read(ri, run);
         }
+        self.count_pages(vol, RequestKind::Read, pages, hits);
         if all_hit {
             self.stats.read_hits += 1;
         }

@@ -121,6 +121,7 @@ impl Engine {
             first_page.0 > 0 && self.page_dirty(PageKey::new(vol, PageIndex(first_page.0 - 1)));
         let mut pieces = self.geometry.pieces(off, len).peekable();
         let mut first_group = true;
+        let (mut pages, mut hits) = (0, 0);
         while let Some(&first) = pieces.peek() {
             let (gnum, _) = self.geometry.group_of(first.page);
             let gkey = PageKey::new(vol, PageIndex(gnum)).0;
@@ -133,14 +134,12 @@ impl Engine {
                     break;
                 }
                 pieces.next();
-                self.stats.write_pages += 1;
+                pages += 1;
                 self.write_seq += 1;
                 let key = PageKey::new(vol, piece.page);
-                self.counts_mut(key).write_pages += 1;
                 self.write_filter[Self::write_bucket(key)] = self.write_seq;
                 if self.page_dirty(key) {
-                    self.stats.write_page_hits += 1;
-                    self.counts_mut(key).write_page_hits += 1;
+                    hits += 1;
                     if self
                         .slots
                         .lookup(key)
@@ -164,8 +163,26 @@ impl Engine {
                 self.order.hit(view!(self), GroupKey(gkey), hit);
             }
         }
+        self.count_pages(vol, RequestKind::Write, pages, hits);
         if through {
             self.issue_backing_write(ri, false);
+        }
+    }
+
+    /// A request's pages and page hits, in the engine's counters and its
+    /// volume's (once per request, not per page).
+    pub(super) fn count_pages(&mut self, vol: VolumeId, kind: RequestKind, pages: u64, hits: u64) {
+        let c = &mut self.volumes[vol.0 as usize].counts;
+        if kind == RequestKind::Read {
+            self.stats.read_pages += pages;
+            self.stats.read_page_hits += hits;
+            c.read_pages += pages;
+            c.read_page_hits += hits;
+        } else {
+            self.stats.write_pages += pages;
+            self.stats.write_page_hits += hits;
+            c.write_pages += pages;
+            c.write_page_hits += hits;
         }
     }
 
@@ -202,11 +219,11 @@ impl Engine {
         self.stats.write_bypasses += 1;
         let r = self.req(ri);
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        let pages = self.pages_of(off, len);
+        self.count_pages(vol, RequestKind::Write, pages, 0);
         for piece in self.geometry.pieces(off, len) {
-            self.stats.write_pages += 1;
             self.write_seq += 1;
             let key = PageKey::new(vol, piece.page);
-            self.counts_mut(key).write_pages += 1;
             self.write_filter[Self::write_bucket(key)] = self.write_seq;
             if let Some(slot) = self.slots.lookup(key) {
                 debug_assert_eq!(self.slots.state(slot), SlotState::Clean);

@@ -265,7 +265,7 @@ impl BackingJournal {
     /// its offset there, the bytes of data before it on the backing).
     fn region(
         data: &Arc<dyn BlockDevice>,
-        place: JournalPlace,
+        place: &JournalPlace,
         pages: u64,
         page_size: u64,
     ) -> Result<(Arc<dyn BlockDevice>, u64, u64), JournalError> {
@@ -293,8 +293,7 @@ impl BackingJournal {
                         region_bytes: region,
                     });
                 }
-                let data_len = data.len_bytes();
-                (dev, 0, data_len)
+                (dev.clone(), 0, data.len_bytes())
             }
         })
     }
@@ -308,7 +307,7 @@ impl BackingJournal {
         pages: u64,
         page_size: u64,
     ) -> Result<(BackingJournal, JournalOpen), JournalError> {
-        let (dev, offset, data_len) = Self::region(&data, place, pages, page_size)?;
+        let (dev, offset, data_len) = Self::region(&data, &place, pages, page_size)?;
         let j = BackingJournal {
             dev,
             data,
@@ -482,26 +481,19 @@ impl JournaledDevice {
         Ok((JournaledDevice { inner, journal }, found))
     }
 
-    /// Whether `place` (for backing `data`, a journal of `region` bytes)
+    /// Whether `place` (for backing `data`, a journal of `pages` pages)
     /// starts with a wcache journal header; reads one block, writes nothing.
     pub fn holds_journal(
-        data: &dyn BlockDevice,
+        data: &Arc<dyn BlockDevice>,
         place: &JournalPlace,
-        region: u64,
-    ) -> Result<bool, DeviceError> {
-        let (dev, offset) = match place {
-            JournalPlace::Own(dev) => (dev.as_ref(), 0),
-            JournalPlace::BackingEnd => {
-                let len = data.len_bytes();
-                if len < region + BLOCK {
-                    return Ok(false);
-                }
-                (data, (len - region) / BLOCK * BLOCK)
-            }
+        pages: u64,
+        page_size: u64,
+    ) -> Result<bool, JournalError> {
+        let (dev, offset) = match BackingJournal::region(data, place, pages, page_size) {
+            Ok((dev, offset, _)) => (dev, offset),
+            Err(JournalError::TooSmall { .. }) => return Ok(false),
+            Err(e) => return Err(e),
         };
-        if dev.len_bytes() < offset + BLOCK {
-            return Ok(false);
-        }
         let mut buf = AlignedBuf::new();
         let block = buf.get(BLOCK as usize);
         dev.read_at(block, offset)?;

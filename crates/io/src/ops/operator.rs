@@ -494,11 +494,8 @@ impl Operator {
     /// as at start (`Engine::retune`), then in force at once.
     fn set_tunable(&self, key: &str, value: &str) -> Result<SetDone, OpError> {
         let edit = tunable_edit(key, value)?;
-        let driver = &self.inner.driver;
-        let show = |c: &wcache_core::EngineConfig| tunable_text(c, key);
-        let old = driver.change_engine(|e| show(e.config()));
-        driver.retune(edit)?;
-        let new = driver.change_engine(|e| show(e.config()));
+        let (before, after) = self.inner.driver.retune(edit)?;
+        let (old, new) = (tunable_text(&before, key), tunable_text(&after, key));
         Ok(SetDone {
             key: key.to_string(),
             old,
