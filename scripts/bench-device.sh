@@ -11,7 +11,10 @@
 #            write is durable), backing a file on the same filesystem
 #   kitmem   nbdkit's memory plugin (the NBD path's own limit)
 #   kitfile  nbdkit's file plugin on a file of the same filesystem (persists
-#            on flush; fio sends no flush here)
+#            on flush; fio sends no flush here): persist-on-flush's yardstick
+#   kitfua   nbdkit's file plugin behind its fua filter with fuamode=force
+#            (every write made durable before its reply): persist-on-write's
+#            yardstick
 # NBD targets are driven by fio's nbd engine over a Unix socket.
 #
 # Jobs: 4 KiB random write QD1 (p50 latency) and QD32; 1 MiB sequential write
@@ -39,9 +42,10 @@
 #        cache file, a real block device (root; add --direct to
 #        WCACHE_B_ARGS for O_DIRECT on it); JOBS picks
 #        some of the jobs; LOG_DIR keeps the servers' logs)
-# Each row also gives the whole machine's busy CPU time per request during
-# the job (/proc/stat around the fio run: fio, the server, the kernel) and
-# the share of the cores busy; a line before the ratios turns it into the
+# Each row also gives the server's own CPU time per request (user + system
+# of the server process, /proc/PID/stat around the fio run; none for the
+# device), the whole machine's busy CPU time per request during the job
+# (/proc/stat: fio, the server, the kernel) and the share of the cores busy; a line before the ratios turns it into the
 # cores a wcache job would need at each write target's rate.
 # Last lines: the ratios.
 set -euo pipefail
@@ -96,6 +100,7 @@ echo "files on $(df --output=source "$WORK" | tail -1) ($FSTYPE), in $WORK"
 fill "$WORK/dev.img" "$TOTAL_B"
 fill "$WORK/backing.img" "$TOTAL_B"
 fill "$WORK/kit.img" "$TOTAL_B"
+fill "$WORK/kitfua.img" "$TOTAL_B"
 for t in $WCACHE_TARGETS; do
     [ "$t" = wcache-b ] && fill "$WORK/backing-b.img" "$TOTAL_B"
     truncate -s "$CACHE_SIZE" "$WORK/cache-$t.img"
@@ -114,8 +119,13 @@ nbdkit -f -U "$WORK/kitmem.sock" --exportname=disk memory "$TOTAL_B" >"$WORK/kit
 PIDS+=($!)
 nbdkit -f -U "$WORK/kitfile.sock" --exportname=disk file "$WORK/kit.img" >"$WORK/kitfile.log" 2>&1 &
 PIDS+=($!)
+nbdkit -f -U "$WORK/kitfua.sock" --exportname=disk --filter=fua file "$WORK/kitfua.img" fuamode=force \
+    >"$WORK/kitfua.log" 2>&1 &
+PIDS+=($!)
+declare -A SERVER_PID=([kitmem]=${PIDS[0]} [kitfile]=${PIDS[1]} [kitfua]=${PIDS[2]})
 wait_socket "$WORK/kitmem.sock"
 wait_socket "$WORK/kitfile.sock"
+wait_socket "$WORK/kitfua.sock"
 
 wc_start() { # target job
     local args=$WCACHE_ARGS backing=$WORK/backing.img bin=$WCACHE cache=$WORK/cache-$1.img
@@ -125,6 +135,7 @@ wc_start() { # target job
     "$bin" serve --socket "$WORK/$1.sock" --cache "$cache" --cache-size "$CACHE_SIZE" \
         --backing "$backing" --write-policy write-back $args >"$WORK/$1-$2.log" 2>&1 &
     WC_PID=$!
+    SERVER_PID[$1]=$WC_PID
     wait_socket "$WORK/$1.sock"
 }
 wc_stop() { # target
@@ -144,12 +155,17 @@ fio_on() {
         dev) where=(--ioengine=io_uring --filename="$WORK/dev.img" --direct=1) ;;
         *) where=(--ioengine=nbd --uri="nbd+unix:///disk?socket=$WORK/$t.sock") ;;
     esac
-    local before after
+    local before after pid=${SERVER_PID[$t]:-} own_before=0 own_after=0
+    # The server's own CPU: utime + stime (clock ticks), fields 14 and 15
+    # of /proc/PID/stat (after the command name, which may hold spaces).
+    own() { [ -n "$pid" ] && sed 's/.*) //' "/proc/$pid/stat" | awk '{print $12 + $13}' || echo 0; }
+    own_before=$(own)
     before=$(head -1 /proc/stat)
     fio --name="$job" "${where[@]}" "$@" --randrepeat=0 --lat_percentiles=1 \
         --output-format=json --output="$WORK/$t-$job.json" >/dev/null
     after=$(head -1 /proc/stat)
-    printf '%s\n%s\n' "$before" "$after" >"$WORK/$t-$job.cpu"
+    own_after=$(own)
+    printf '%s\n%s\nown %s\n' "$before" "$after" "$((own_after - own_before))" >"$WORK/$t-$job.cpu"
 }
 
 TIMED=(--time_based --runtime="$RUNTIME")
@@ -182,7 +198,7 @@ run_job() { # job
     local extent=("${WRITE_REGION[@]}" "${TIMED[@]}")
     [ "$job" = r1m-qd4-cold ] && extent=("${READ_REGION[@]}")
     [ "$job" = warm ] && extent=("${WRITE_REGION[@]}")
-    for t in dev kitmem kitfile $WCACHE_TARGETS; do
+    for t in dev kitmem kitfile kitfua $WCACHE_TARGETS; do
         local extra=()
         [ "$t" = dev ] && [[ "$job" == w* ]] && extra=(--sync=dsync)
         # The target before may have left dirty page-cache pages (nbdkit
@@ -206,9 +222,10 @@ python3 - "$WORK" "$RUNTIME" "$SIZE" "$READ_SIZE" "$FSTYPE" "$WCACHE_TARGETS" "$
 import json, os, re, sys
 work, runtime, size, read_size, fstype = sys.argv[1:6]
 wtargets, wargs, bargs, jobs = sys.argv[6].split(), sys.argv[7], sys.argv[8], sys.argv[9:]
-targets = ["dev", "kitmem", "kitfile"] + wtargets
+targets = ["dev", "kitmem", "kitfile", "kitfua"] + wtargets
 names = {"dev": f"device: {fstype} file, io_uring O_DIRECT(+O_DSYNC)",
          "kitmem": "nbdkit memory", "kitfile": f"nbdkit file ({fstype})",
+         "kitfua": f"nbdkit file ({fstype}), every write FUA",
          "wcache": f"wcache write-back, cache on {fstype}", "wcache-b": "wcache-b (WCACHE_B_ARGS)"}
 print(f"wcache: serve {wargs or '(defaults)'}")
 if bargs:
@@ -228,12 +245,20 @@ def cpu(t, job):
     """The whole machine's busy CPU time per request during the job (µs:
     fio, the server and the kernel's work for both), and the share of the
     cores that were busy, from /proc/stat around the fio run."""
-    rows = [list(map(int, l.split()[1:])) for l in open(f"{work}/{t}-{job}.cpu")]
+    rows = [list(map(int, l.split()[1:])) for l in open(f"{work}/{t}-{job}.cpu").readlines()[:2]]
     d = [b - a for a, b in zip(*rows)]
     total, idle = sum(d[:8]), d[3] + d[4]  # user..steal; idle + iowait
     ios = r[(t, job)]["ios"]
     busy_s = (total - idle) / os.sysconf("SC_CLK_TCK")  # summed over the cores
     return (busy_s * 1e6 / ios if ios else float("nan"), (total - idle) / total if total else float("nan"))
+def own_cpu(t, job):
+    """The server process's own CPU time per request (µs; user + system),
+    NaN for the device (no server)."""
+    if t == "dev":
+        return float("nan")
+    ticks = int(open(f"{work}/{t}-{job}.cpu").readlines()[2].split()[1])
+    ios = r[(t, job)]["ios"]
+    return ticks / os.sysconf("SC_CLK_TCK") * 1e6 / ios if ios else float("nan")
 def flushes(t, job):
     log = open(f"{work}/{t}-{job}.log").read()
     req = re.search(r"stopped after (\d+) requests", log)
@@ -242,7 +267,7 @@ def flushes(t, job):
 r = {(t, job): get(t, job) for t in targets for job in jobs}
 print(f"\nfio, {runtime} s per timed job, write region {size}, cold read {read_size} once; Unix sockets for NBD")
 print(f"{'job':<14}{'target':<46}{'IOPS':>10}{'MiB/s':>9}{'p50 us':>9}{'p99 us':>10}{'flushes/req':>13}"
-      f"{'CPU us/req':>12}{'busy':>6}")
+      f"{'server CPU us/req':>19}{'CPU us/req':>12}{'busy':>6}")
 for job in jobs:
     for t in targets:
         x = r[(t, job)]
@@ -251,8 +276,10 @@ for job in jobs:
             req, n = flushes(t, job)
             fl = f"{n / req:.3f}" if req else "?"
         us, busy = cpu(t, job)
+        own = own_cpu(t, job)
+        own = "" if own != own else f"{own:.1f}"
         print(f"{job:<14}{names[t]:<46}{x['iops']:>10.0f}{x['mibs']:>9.1f}{x['p50']:>9.1f}{x['p99']:>10.1f}{fl:>13}"
-              f"{us:>12.1f}{busy:>6.0%}")
+              f"{own:>19}{us:>12.1f}{busy:>6.0%}")
 g = lambda t, job, k: r[(t, job)][k] if (t, job) in r else float("nan")
 div = lambda a, b: a / b if b else float("nan")
 budget = g("dev", "w4k-qd1", "p50") + g("kitmem", "w4k-qd1", "p50")
@@ -277,4 +304,16 @@ for w in wtargets:
     print(f"ratio 4k randwrite QD32 IOPS / 1M write QD4 MiB/s {w}/nbdkit file (persist-on-flush's yardstick): "
           f"{div(g(w, 'w4k-qd32', 'iops'), g('kitfile', 'w4k-qd32', 'iops')):.2f} / {div(g(w, 'w1m-qd4', 'mibs'), g('kitfile', 'w1m-qd4', 'mibs')):.2f}")
     print(f"ratio 1M read QD4 uncached MiB/s {w}/nbdkit file: {div(g(w, 'r1m-qd4-cold', 'mibs'), g('kitfile', 'r1m-qd4-cold', 'mibs')):.2f}")
+# Each wcache target against the nbdkit yardstick of its persistence mode:
+# persist-on-flush against nbdkit file, persist-on-write (the default)
+# against nbdkit file with every write FUA.
+for w, a in zip(wtargets, [wargs, bargs]):
+    k = "kitfile" if "--persist-on-flush" in a.split() else "kitfua"
+    mode = "persist-on-flush" if k == "kitfile" else "persist-on-write"
+    c = lambda t, job: own_cpu(t, job) if (t, job) in r else float("nan")
+    print(f"yardstick {w} ({mode}) / {names[k]}: 4k QD1 p50 {div(g(w, 'w4k-qd1', 'p50'), g(k, 'w4k-qd1', 'p50')):.2f}, "
+          f"4k QD32 IOPS {div(g(w, 'w4k-qd32', 'iops'), g(k, 'w4k-qd32', 'iops')):.2f}, "
+          f"1M QD4 MiB/s {div(g(w, 'w1m-qd4', 'mibs'), g(k, 'w1m-qd4', 'mibs')):.2f}, "
+          f"server CPU per 4k write {div(c(w, 'w4k-qd32'), c(k, 'w4k-qd32')):.2f}, "
+          f"per 1M write {div(c(w, 'w1m-qd4'), c(k, 'w1m-qd4')):.2f}")
 PY
