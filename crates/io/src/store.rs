@@ -142,6 +142,9 @@ pub struct CacheStore {
     /// (`set_write_ended_hook`): the io_uring data path starts the next
     /// write for the batches waiting on it.
     write_ended: std::sync::OnceLock<WriteEndedHook>,
+    /// Bytes of zeros the format wrote where the device had no storage of
+    /// its own (`BlockDevice::fill_holes`); 0 for a device opened.
+    filled_bytes: u64,
 }
 
 /// See `CacheStore::set_write_ended_hook`.
@@ -313,6 +316,10 @@ impl CacheStore {
             transaction_id: 0,
         };
         let encoded = sb.encode().map_err(fmt_err)?;
+        // First, before anything else is written: the data area is written
+        // at random, and a write where a file has no storage yet makes the
+        // next flush commit the allocation too.
+        let filled_bytes = dev.fill_holes()?;
         let mut buf = AlignedBuf::new();
         const ZERO_CHUNK_BYTES: u64 = 1 << 20;
         let zeros = buf.get(ZERO_CHUNK_BYTES as usize);
@@ -331,7 +338,9 @@ impl CacheStore {
         sb_buf.copy_from_slice(&encoded);
         dev.write_at(sb_buf, 0)?;
         sync(dev.as_ref())?;
-        Ok(CacheStore::with_blocks(dev, sb, None))
+        let mut store = CacheStore::with_blocks(dev, sb, None);
+        store.filled_bytes = filled_bytes;
+        Ok(store)
     }
 
     /// Opens a formatted device: verifies the superblock and loads the record area.
@@ -387,6 +396,7 @@ impl CacheStore {
             record_writes: AtomicU64::new(0),
             writers: WriterQueue::default(),
             write_ended: std::sync::OnceLock::new(),
+            filled_bytes: 0,
         }
     }
 
@@ -1151,6 +1161,9 @@ pub struct OpenReport {
     /// The superblock's format version as found (`FORMAT_VERSION` after a
     /// format); below it, the open for service upgrades the superblock.
     pub format_version_found: u32,
+    /// Zeros written at format where the cache file had no storage of its
+    /// own (`BlockDevice::fill_holes`).
+    pub filled_bytes: u64,
     /// Records that failed verification and were freed (an in-flight write
     /// at a power loss shows as a data checksum mismatch).
     pub discarded: Vec<BadSlot>,
@@ -1197,10 +1210,12 @@ impl CacheStore {
             format_version_found: FORMAT_VERSION,
             discarded: Vec::new(),
             dirty_pages: 0,
+            filled_bytes: 0,
         };
         if CacheStore::is_blank(dev.as_ref()).map_err(StoreError::from)? {
             report.formatted = true;
             let store = CacheStore::format(dev, page_size_bytes, engine, volumes)?;
+            report.filled_bytes = store.filled_bytes;
             return Ok((store, Vec::new(), report));
         }
         let store = match CacheStore::open(dev.clone()) {
@@ -1210,6 +1225,7 @@ impl CacheStore {
                     "an unreadable cache device ({source}) and whatever it held"
                 ));
                 let store = CacheStore::format(dev, page_size_bytes, engine, volumes)?;
+                report.filled_bytes = store.filled_bytes;
                 return Ok((store, Vec::new(), report));
             }
             Err(source) => {
@@ -1261,6 +1277,7 @@ impl CacheStore {
             ));
             drop(store);
             let store = CacheStore::format(dev, page_size_bytes, engine, volumes)?;
+            report.filled_bytes = store.filled_bytes;
             return Ok((store, Vec::new(), report));
         }
         let bad_slots: Vec<SlotIndex> = scan

@@ -428,6 +428,12 @@ fn print_open_report(cache: &Cache, config: &CacheConfig) {
     if report.formatted {
         say!("wcache: formatted a new cache device {cache_name}");
     }
+    if report.filled_bytes > 0 {
+        say!(
+            "  wrote {} MiB of zeros where the cache file had no storage of its own (so that a flush writes data, not allocations)",
+            report.filled_bytes.div_ceil(1 << 20)
+        );
+    }
     if let Some(what) = &report.reformatted {
         tracing::warn!("--force: formatted {cache_name} anew, DISCARDING {what}");
     } else if !report.formatted {

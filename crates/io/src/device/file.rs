@@ -472,6 +472,58 @@ impl BlockDevice for FileDevice {
         }
     }
 
+    /// Regular files on a disk filesystem: the holes `SEEK_HOLE` finds
+    /// (unwritten extents count as holes on ext4 and XFS) are written with
+    /// zeros. Memory filesystems are left alone: allocation costs them
+    /// memory and their flush nothing.
+    fn fill_holes(&self) -> Result<u64, DeviceError> {
+        let is_file = self.file.metadata().map(|m| m.is_file()).unwrap_or(false);
+        if !is_file || self.mapping.is_some() || is_on_volatile_memory(&self.path) {
+            return Ok(0);
+        }
+        const CHUNK_BYTES: u64 = 1 << 20;
+        let mut zeros = super::AlignedBuf::new();
+        let zeros = zeros.get(CHUNK_BYTES as usize);
+        zeros.fill(0);
+        let fd = self.file.as_raw_fd();
+        let seek = |from: u64, whence: libc::c_int| -> Option<u64> {
+            let from = libc::off_t::try_from(from).ok()?;
+            // SAFETY: plain syscall on an open fd; the result is checked.
+            let at = unsafe { libc::lseek(fd, from, whence) };
+            u64::try_from(at).ok()
+        };
+        let a = self.alignment_bytes() as u64;
+        let mut written = 0;
+        let mut at = 0;
+        while at < self.size_bytes {
+            // No hole from `at` on (or no SEEK_HOLE here): done.
+            let Some(hole) = seek(at, libc::SEEK_HOLE).filter(|&h| h < self.size_bytes) else {
+                break;
+            };
+            let end = seek(hole, libc::SEEK_DATA)
+                .unwrap_or(self.size_bytes)
+                .min(self.size_bytes);
+            // Whole aligned chunks for O_DIRECT: the hole widened to the
+            // alignment, which may zero bytes beside it (a format calls
+            // this before it writes anything).
+            let mut w = hole / a * a;
+            let stop = end.div_ceil(a) * a;
+            while w < stop.min(self.size_bytes) {
+                let n = (stop.min(self.size_bytes) - w).min(CHUNK_BYTES);
+                self.write_at(&zeros[..n as usize], w)?;
+                written += n;
+                w += n;
+            }
+            at = end.max(w);
+        }
+        if written > 0 {
+            self.file
+                .sync_data()
+                .map_err(|e| self.io_err("fdatasync", 0, 0, e))?;
+        }
+        Ok(written)
+    }
+
     fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
         check_range(&|| self.name(), offset_bytes, len_bytes, self.size_bytes)?;
         if self.mapping.is_some() {
@@ -597,6 +649,61 @@ pub fn is_on_volatile_memory(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `/var/tmp` is a disk filesystem on every machine this runs on
+    /// (tmpfs would be skipped by design: the test refuses it).
+    fn disk_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir_in("/var/tmp").expect("tempdir in /var/tmp");
+        assert!(
+            !is_on_volatile_memory(dir.path()),
+            "/var/tmp is memory here: the hole test needs a disk filesystem"
+        );
+        dir
+    }
+
+    fn first_hole(dev: &FileDevice) -> u64 {
+        // SAFETY: plain syscall on an open fd.
+        let at = unsafe { libc::lseek(dev.file.as_raw_fd(), 0, libc::SEEK_HOLE) };
+        assert!(at >= 0, "SEEK_HOLE: {}", io::Error::last_os_error());
+        at as u64
+    }
+
+    #[test]
+    fn fill_holes_gives_a_sparse_or_preallocated_file_its_storage() {
+        const MIB: u64 = 1 << 20;
+        let dir = disk_dir();
+        for (name, preallocate) in [("sparse", false), ("fallocated", true)] {
+            let path = dir.path().join(name);
+            let options = FileOptions {
+                create_size_bytes: Some(8 * MIB),
+                ..FileOptions::default()
+            };
+            let dev = FileDevice::open(&path, options).expect("open");
+            if preallocate {
+                // SAFETY: plain syscall on an open fd, checked.
+                let rc = unsafe { libc::fallocate(dev.file.as_raw_fd(), 0, 0, 8 * MIB as i64) };
+                assert_eq!(rc, 0, "fallocate");
+            }
+            dev.write_at(&[0xab; 4096], MIB).expect("write");
+            dev.flush().expect("flush");
+            assert_eq!(first_hole(&dev), 0, "{name}: a hole at the start before");
+            let written = dev.fill_holes().expect("fill");
+            assert!(
+                written >= 8 * MIB - 4096 && written <= 8 * MIB,
+                "{name}: wrote {written} bytes"
+            );
+            assert_eq!(first_hole(&dev), 8 * MIB, "{name}: a hole left");
+            assert_eq!(dev.fill_holes().expect("again"), 0, "{name}: filled twice");
+            let mut back = vec![0u8; 4096];
+            dev.read_at(&mut back, MIB).expect("read");
+            assert!(
+                back.iter().all(|&b| b == 0xab),
+                "{name}: data beside the holes kept"
+            );
+            dev.read_at(&mut back, 4 * MIB).expect("read");
+            assert!(back.iter().all(|&b| b == 0), "{name}: holes read as zeros");
+        }
+    }
 
     fn round_trip(sync: SyncMode) {
         let dir = tempfile::tempdir().expect("tempdir");

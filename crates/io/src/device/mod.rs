@@ -115,6 +115,17 @@ pub trait BlockDevice: Send + Sync {
         let _ = (offset_bytes, len_bytes);
         Ok(())
     }
+    /// Give every byte of the device storage of its own, where it may have
+    /// none (a sparse or preallocated regular file: holes and unwritten
+    /// extents), by writing zeros there, then flush. May zero bytes beside
+    /// a hole: for a device being formatted only. A write into storage
+    /// the filesystem has not allocated makes the next flush commit the
+    /// allocation too; a cache writes its data area at random, so it is
+    /// filled once, at format. Returns the bytes written. Default: nothing
+    /// to do (block devices, memory).
+    fn fill_holes(&self) -> Result<u64, DeviceError> {
+        Ok(0)
+    }
     /// True when a write is durable as soon as it returns (flush not needed).
     fn writes_durable(&self) -> bool {
         false
