@@ -110,7 +110,7 @@ impl std::fmt::Display for DataPath {
         match self {
             DataPath::IoUring => write!(
                 f,
-                "io_uring (page and record writes submitted by the request's thread, completions reaped in batches)"
+                "io_uring (page and record writes submitted by the request's thread, completions reaped in batches; under persist-on-flush, writes under 64 KiB to a buffered cache file are written by the request's thread itself)"
             ),
             DataPath::Threads { why } => write!(f, "threads ({why})"),
         }
@@ -628,7 +628,12 @@ impl Driver {
                 false,
             );
         }
-        if s.uring.is_none() || (fua && s.persist_on_flush.load(Ordering::Relaxed)) {
+        let persist_on_flush = s.persist_on_flush.load(Ordering::Relaxed);
+        let uring_takes = s
+            .uring
+            .as_ref()
+            .is_some_and(|u| u.takes(len, persist_on_flush));
+        if !uring_takes || (fua && persist_on_flush) {
             let result = self.write(volume, offset_bytes, &buffer[start..start + len], fua);
             return done(result, buffer, false);
         }

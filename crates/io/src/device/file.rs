@@ -574,6 +574,7 @@ impl BlockDevice for FileDevice {
             rw_flags,
             needs_flush,
             direct_fd,
+            buffered: !self.options.direct,
         })
     }
 

@@ -198,6 +198,9 @@ pub struct UringTarget {
     /// (same `rw_flags`, same barrier: `fdatasync` flushes the device's
     /// cache after direct writes too). None where `fd` is O_DIRECT already.
     pub direct_fd: Option<std::os::unix::io::RawFd>,
+    /// `fd` goes through the page cache: io_uring hands each write on it
+    /// to a kernel worker thread (no non-blocking buffered writes here).
+    pub buffered: bool,
 }
 
 /// Checks `offset_bytes + len_bytes <= size_bytes` without overflow.
