@@ -587,7 +587,6 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         replacement: o.replacement.clone(),
         admission: o.admission.clone(),
         critical_volumes: o.critical_volumes.clone(),
-        volume_admissions: Vec::new(),
         sequential_cutoff_bytes: o.sequential_cutoff,
         staleness: StalenessConfig {
             max_dirty_age_ns: o.max_dirty_age,
@@ -601,6 +600,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         persistent,
         // The simulator keeps buffers past answers (`Simulation::new`).
         buffers_outlive_answers: true,
+        ..EngineConfig::default()
     };
     let faults = match &args.faults {
         Some(spec) => FaultPlan::parse(spec).map_err(|e| format!("--faults: {e}"))?,

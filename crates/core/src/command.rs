@@ -58,6 +58,8 @@ pub enum SubmitError {
     LargerThanCache { pages: u64, slots: u64 },
     #[error("request of {pages} pages is larger than the whole journal ({journal_pages} pages; journaled write-back checkpoints a write whole)")]
     LargerThanJournal { pages: u64, journal_pages: u64 },
+    #[error("request of {pages} pages is larger than this cache takes in one request ({pages_max} pages: a quarter of its log)")]
+    LargerThanLog { pages: u64, pages_max: u64 },
     #[error("too many requests in flight ({0}); retry after a completion")]
     Busy(u32),
 }
@@ -210,6 +212,36 @@ pub enum IoCommand {
         pages: Vec<PageIndex>,
         apply: bool,
     },
+    /// Log mode (`EngineConfig::log`, format 3): one batch of the cache
+    /// device's log, to be written with one write (two where it reaches the
+    /// ring's end and goes on at slot 0): a header in slot `header`, then
+    /// the `pages` (`WritePage`s of slots `header + 1 …` in order, each
+    /// built as its command says) and, in the header, the extents they make
+    /// and the slots of the `frees` (`FreeSlots`). `seq` is the batch's
+    /// sequence number (one more than the batch before it); the next batch
+    /// starts at `next_header`. Completes when durable (a persist-on-flush
+    /// driver: when written) with one result for the whole batch; that
+    /// completes every inner command not completed before (a driver may
+    /// complete a page whose base could not be read on its own, with its
+    /// error, and leave its slot out of the header). Batches are issued one
+    /// at a time, in sequence order.
+    WriteBatch {
+        io: IoId,
+        header: SlotIndex,
+        seq: u64,
+        next_header: SlotIndex,
+        pages: Vec<IoCommand>,
+        frees: Vec<IoCommand>,
+    },
+    /// Log mode: durably record that recovery starts at the batch whose
+    /// header is `tail` (sequence number `tail_seq`): every batch before it
+    /// is gone, and its slots will be written over once this completes.
+    /// The driver makes every earlier write durable first.
+    AdvanceLog {
+        io: IoId,
+        tail: SlotIndex,
+        tail_seq: u64,
+    },
     /// Transaction `txn`'s pages are in place on `volume`: its journal
     /// entry is durably dropped, so the journal may take the next one.
     Retire {
@@ -222,6 +254,7 @@ pub enum IoCommand {
 impl IoCommand {
     pub fn io(&self) -> IoId {
         match *self {
+            IoCommand::WriteBatch { io, .. } | IoCommand::AdvanceLog { io, .. } => io,
             IoCommand::WritePage { io, .. }
             | IoCommand::ReadPage { io, .. }
             | IoCommand::ReadBacking { io, .. }

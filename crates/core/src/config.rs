@@ -13,6 +13,8 @@ use thiserror::Error;
 /// Most cache slots an engine takes (2 TiB of 4 KiB pages): a slot index
 /// shares a 32-bit dirty-set entry with three flag bits.
 pub const CACHE_SLOTS_MAX: u64 = 1 << 29;
+/// Fewest slots a log-mode cache takes (`EngineConfig::log`).
+pub const LOG_SLOTS_MIN: u64 = 64;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
@@ -62,6 +64,12 @@ pub struct EngineConfig {
     /// real driver, which lends the client's buffer to the I/O) it is
     /// answered when both are done.
     pub buffers_outlive_answers: bool,
+    /// Log mode (format 3, `docs/format-v3.md`): the slots are a ring
+    /// written in order as a log of batches (`IoCommand::WriteBatch`), room
+    /// is made at the log's tail, and slots are reused only after
+    /// `IoCommand::AdvanceLog`. Needs `persistent`; not yet with ordered or
+    /// journaled write-back.
+    pub log: bool,
 }
 
 impl Default for EngineConfig {
@@ -86,6 +94,7 @@ impl Default for EngineConfig {
             requests_max: 4096,
             persistent: false,
             buffers_outlive_answers: false,
+            log: false,
         }
     }
 }
@@ -244,6 +253,8 @@ pub enum ConfigError {
     Ordered(&'static str),
     #[error("write policy write-back-journaled: {0}")]
     Journaled(String),
+    #[error("log mode: {0}")]
+    Log(&'static str),
 }
 
 impl EngineConfig {
@@ -257,6 +268,11 @@ impl EngineConfig {
         }
         if self.cache_slots > CACHE_SLOTS_MAX {
             return Err(ConfigError::CacheTooLarge(self.cache_slots));
+        }
+        if self.log && self.cache_slots < LOG_SLOTS_MIN {
+            return Err(ConfigError::Log(
+                "the cache needs at least 64 slots (room for batches and their headers)",
+            ));
         }
         Ok(geometry)
     }
@@ -282,6 +298,19 @@ impl EngineConfig {
         }
         if self.write_policy == WritePolicyKind::JournaledWriteBack {
             self.check_journaled()?;
+        }
+        if self.log {
+            if !self.persistent {
+                return Err(ConfigError::Log("needs a persistent cache"));
+            }
+            let kind = self.write_policy;
+            if kind == WritePolicyKind::OrderedWriteBack
+                || kind == WritePolicyKind::JournaledWriteBack
+            {
+                return Err(ConfigError::Log(
+                    "ordered and journaled write-back are not built on the log yet",
+                ));
+            }
         }
         let s = &self.staleness;
         if s.max_dirty_age_ns != 0 && s.max_dirty_age_ns < MAX_DIRTY_AGE_NS_MIN {

@@ -383,7 +383,22 @@ impl Harness {
         self.promoted_before = self.promotions();
         let found = self.devices.recoverable();
         let sizes: Vec<u64> = self.vol_sizes.iter().map(|&s| s as u64).collect();
-        self.engine = Engine::recover(self.config.clone(), &sizes, found).unwrap();
+        // Log mode: the log as the engine had it (the model keeps records,
+        // not the log; the real driver reads the position from the device).
+        self.engine = match self.engine.log_position() {
+            Some(at) => {
+                // Recovery reads the log only: a record left in a slot
+                // outside it (from the head to the tail: a clean copy the
+                // tail dropped, a stale version its durable move freed) is
+                // not found.
+                let slots = self.config.cache_slots as u32;
+                let head = (at.tail.0 + at.log_slots) % slots;
+                let outside = |s: u32| (s + slots - head) % slots < slots - at.log_slots;
+                let found: Vec<_> = found.into_iter().filter(|f| !outside(f.slot.0)).collect();
+                Engine::recover_log_mode(self.config.clone(), &sizes, found, at).unwrap()
+            }
+            None => Engine::recover(self.config.clone(), &sizes, found).unwrap(),
+        };
         self.pending.clear();
         for vol in &mut self.model {
             for m in vol.iter_mut() {
@@ -544,12 +559,17 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
         ),
         // Staleness bounds (maximum dirty age, idle destages): groups
         // destaged out of the order's turn must keep every rule above.
-        prop_oneof![
-            2 => Just((0u64, 0u32)),
-            1 => Just((10_000_000u64, 0u32)),
-            1 => Just((0u64, 2u32)),
-            1 => Just((30_000_000u64, 1u32)),
-        ],
+        // And log mode (format 3) where it applies: persistent, not ordered
+        // or journaled, at least 64 slots.
+        (
+            prop_oneof![
+                2 => Just((0u64, 0u32)),
+                1 => Just((10_000_000u64, 0u32)),
+                1 => Just((0u64, 2u32)),
+                1 => Just((30_000_000u64, 1u32)),
+            ],
+            any::<bool>(),
+        ),
     )
         .prop_map(
             |(
@@ -564,7 +584,7 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                 rate,
                 persistent,
                 (cutoff_pages, admission, volume_1_critical),
-                (max_dirty_age_ns, idle_destages),
+                ((max_dirty_age_ns, idle_destages), log),
             )| {
                 // Ordered and journaled write-back admit every write (their
                 // config says why).
@@ -574,6 +594,8 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                 );
                 let cutoff_pages = if ordered { 0 } else { cutoff_pages };
                 let admission = if ordered { "all" } else { admission };
+                let cache_slots = (slots_groups * group_pages).max(24);
+                let log = log && persistent && !ordered && cache_slots >= 64;
                 EngineConfig {
                     staleness: StalenessConfig {
                         max_dirty_age_ns,
@@ -589,7 +611,8 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
                     buffers_outlive_answers: read_insert != keep_clean,
                     page_size_bytes: page,
                     group_size_bytes: page * group_pages,
-                    cache_slots: (slots_groups * group_pages).max(24),
+                    cache_slots,
+                    log,
                     write_policy: wp,
                     destage_order: order.into(),
                     destage_rate: rate.into(),
@@ -628,6 +651,13 @@ fn run_promoting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u
     let mut h = Harness::new(config.clone(), &[vol_size, vol_size - 333], fail_every);
     let sizes = [vol_size, vol_size - 333];
     let slot_bytes = (config.cache_slots * config.page_size_bytes) as usize;
+    // Log mode takes requests of up to a quarter of the slots (two pages
+    // spare for the ends of an unaligned one).
+    let slot_bytes = if config.log {
+        ((config.cache_slots / 4 - 2) * config.page_size_bytes * 2) as usize
+    } else {
+        slot_bytes
+    };
     for op in ops {
         match op {
             Op::Write(v, o, l, tags) => {
@@ -685,6 +715,30 @@ proptest! {
     fn reads_stay_correct_with_device_errors(config in config_strategy(), ops in proptest::collection::vec(op(40_000), 1..120), fail_every in 3..12u64) {
         run(config, ops, fail_every);
     }
+
+    /// Log mode (format 3) on every case: the same checks, crashes and
+    /// device errors included.
+    #[test]
+    fn log_mode_keeps_acknowledged_data(config in log_config_strategy(), ops in proptest::collection::vec(op(40_000), 1..160), fail_every in prop_oneof![Just(0u64), 3..12u64]) {
+        run(config, ops, fail_every);
+    }
+}
+
+/// `config_strategy`'s configurations that log mode takes: persistent,
+/// write-back, write-through or write-around, at least 64 slots.
+fn log_config_strategy() -> impl Strategy<Value = EngineConfig> {
+    config_strategy().prop_map(|mut c| {
+        if matches!(
+            c.write_policy,
+            WritePolicyKind::OrderedWriteBack | WritePolicyKind::JournaledWriteBack
+        ) {
+            c.write_policy = WritePolicyKind::WriteBack;
+        }
+        c.persistent = true;
+        c.cache_slots = c.cache_slots.max(64);
+        c.log = true;
+        c
+    })
 }
 
 /// A fixed pseudo-random script of `count` ops over both volumes: for each,

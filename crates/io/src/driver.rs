@@ -31,7 +31,9 @@
 //! This module must never complete a command early, and never make a policy
 //! decision.
 
+mod data_path;
 mod flusher;
+pub use data_path::DataPath;
 mod frees;
 mod gate;
 mod waiter;
@@ -94,29 +96,6 @@ impl Default for DriverConfig {
 /// caller may batch its replies until one comes with `more` false).
 pub type WriteDone = Box<dyn FnOnce(Result<(), DriverError>, Vec<u8>, bool) + Send>;
 
-/// Which data path page writes of `write_async` take (`Driver::data_path`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DataPath {
-    /// Submitted to io_uring by the request's thread; one thread reaps the
-    /// completions in batches and answers the requests.
-    IoUring,
-    /// The threads (run to completion, pool, record writers), and why not
-    /// io_uring.
-    Threads { why: String },
-}
-
-impl std::fmt::Display for DataPath {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DataPath::IoUring => write!(
-                f,
-                "io_uring (page and record writes submitted by the request's thread, completions reaped in batches; under persist-on-flush, writes under 64 KiB to a buffered cache file are written by the request's thread itself)"
-            ),
-            DataPath::Threads { why } => write!(f, "threads ({why})"),
-        }
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
     #[error("engine configuration: {0}")]
@@ -137,6 +116,8 @@ pub enum DriverError {
     Submit(#[from] SubmitError),
     #[error("request failed: {0}")]
     Io(#[from] IoError),
+    #[error("the engine's log mode (cache format 3) is not driven by this driver yet")]
+    LogModeNotBuilt,
     #[error("cache device {device} holds {size_bytes} bytes, but {cache_slots} slots of {page_size_bytes} bytes need {need_bytes}")]
     CacheTooSmall {
         device: String,
@@ -460,20 +441,7 @@ impl Driver {
             !overlapped || cache.writes_durable(),
             "a device whose writes wait for the medium has durable writes"
         );
-        let data_offset_bytes = store.as_ref().map_or(0, |s| s.layout().data_offset_bytes);
-        let need_bytes = engine_config
-            .cache_slots
-            .saturating_mul(page)
-            .saturating_add(data_offset_bytes);
-        if cache.len_bytes() < need_bytes {
-            return Err(DriverError::CacheTooSmall {
-                device: cache.name(),
-                size_bytes: cache.len_bytes(),
-                cache_slots: engine_config.cache_slots,
-                page_size_bytes: page,
-                need_bytes,
-            });
-        }
+        check_cache(&engine_config, &cache, store.as_deref())?;
         for dev in std::iter::once(&cache).chain(backings.iter()) {
             let a = dev.alignment_bytes();
             if a > 1 && (!page.is_multiple_of(a as u64) || a > AlignedBuf::ALIGNMENT_BYTES) {
@@ -520,8 +488,8 @@ impl Driver {
                 dev: cache,
                 gate: FlushGate::default(),
             },
+            data_offset_bytes: store.as_ref().map_or(0, |s| s.layout().data_offset_bytes),
             store,
-            data_offset_bytes,
             backings: backings
                 .into_iter()
                 .map(|dev| Device {
@@ -629,11 +597,7 @@ impl Driver {
             );
         }
         let persist_on_flush = s.persist_on_flush.load(Ordering::Relaxed);
-        let uring_takes = s
-            .uring
-            .as_ref()
-            .is_some_and(|u| u.takes(len, persist_on_flush));
-        if !uring_takes || (fua && persist_on_flush) {
+        if !uring::takes(s.uring.as_ref(), len, fua, persist_on_flush) {
             let result = self.write(volume, offset_bytes, &buffer[start..start + len], fua);
             return done(result, buffer, false);
         }
@@ -1055,6 +1019,34 @@ impl Drop for Driver {
     }
 }
 
+/// What the driver cannot run: the engine's log mode (not built here
+/// yet), a cache device smaller than its slots.
+fn check_cache(
+    engine_config: &EngineConfig,
+    cache: &Arc<dyn BlockDevice>,
+    store: Option<&CacheStore>,
+) -> Result<(), DriverError> {
+    if engine_config.log {
+        return Err(DriverError::LogModeNotBuilt);
+    }
+    let page = engine_config.page_size_bytes;
+    let data_offset_bytes = store.map_or(0, |s| s.layout().data_offset_bytes);
+    let need_bytes = engine_config
+        .cache_slots
+        .saturating_mul(page)
+        .saturating_add(data_offset_bytes);
+    if cache.len_bytes() < need_bytes {
+        return Err(DriverError::CacheTooSmall {
+            device: cache.name(),
+            size_bytes: cache.len_bytes(),
+            cache_slots: engine_config.cache_slots,
+            page_size_bytes: page,
+            need_bytes,
+        });
+    }
+    Ok(())
+}
+
 fn io_error_of_spawn(_: std::io::Error) -> IoError {
     IoError::Io
 }
@@ -1260,6 +1252,9 @@ impl Shared {
                 | IoCommand::Stage { .. }
                 | IoCommand::Commit { .. }
                 | IoCommand::Retire { .. } => None,
+                IoCommand::WriteBatch { .. } | IoCommand::AdvanceLog { .. } => {
+                    unreachable!("log mode is refused at start (DriverError::LogModeNotBuilt)")
+                }
             };
             let buf = match req {
                 Some(r) => {
@@ -1949,12 +1944,12 @@ impl Shared {
         let on_cache = |e| (e, Some(true));
         let on_backing = |e| (e, Some(false));
         match &job.cmd {
-            IoCommand::FreeSlots { .. } => {
-                unreachable!("record frees run in batches (execute_write_batch)")
-            }
-            IoCommand::WritePage { .. } => {
-                unreachable!("page writes run in batches (execute_write_batch)")
-            }
+            IoCommand::FreeSlots { .. }
+            | IoCommand::WritePage { .. }
+            | IoCommand::WriteBatch { .. }
+            | IoCommand::AdvanceLog { .. } => unreachable!(
+                "page writes and frees run in batches (execute_write_batch); log mode is refused at start"
+            ),
             IoCommand::ReadPage {
                 slot,
                 page_offset_bytes,

@@ -213,6 +213,7 @@ impl CrashCase {
             admission: "all".into(),
             critical_volumes: Vec::new(),
             volume_admissions: Vec::new(),
+            log: false,
             sequential_cutoff_bytes: self.sequential_cutoff_bytes,
             staleness: StalenessConfig {
                 max_dirty_age_ns: self.max_dirty_age_ms * 1_000_000,

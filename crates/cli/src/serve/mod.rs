@@ -76,6 +76,7 @@ fn export_error(e: DriverError) -> ExportError {
         }
         DriverError::Submit(SubmitError::OutOfRange { .. }) => ExportError::Invalid,
         DriverError::Submit(SubmitError::LargerThanCache { .. }) => ExportError::NoSpace,
+        DriverError::Submit(SubmitError::LargerThanLog { .. }) => ExportError::NoSpace,
         DriverError::ShutDown => ExportError::ShuttingDown,
         other => ExportError::Io(std::io::Error::other(other.to_string())),
     }

@@ -12,8 +12,74 @@ impl Engine {
         result: Result<(), IoError>,
     ) -> Result<(), EngineError> {
         self.advance_ages(now);
+        self.complete_one(now, io, result)?;
+        self.drain_stalls(now);
+        self.start_destages();
+        self.emit_frees(now);
+        self.log_step();
+        self.step_done();
+        Ok(())
+    }
+
+    /// What command `io`'s completion means (a batch's: each of its inner
+    /// commands' too), without the end-of-step work.
+    pub(super) fn complete_one(
+        &mut self,
+        now: Nanos,
+        io: IoId,
+        result: Result<(), IoError>,
+    ) -> Result<(), EngineError> {
         let ctx = self.take_io(io).ok_or(EngineError::UnknownIo(io))?;
         let done_req = match ctx {
+            IoCtx::PromotedOriginal {
+                volume,
+                offset_bytes,
+                len_bytes,
+            } => {
+                self.original_discarded(volume, offset_bytes, len_bytes, result);
+                None
+            }
+            IoCtx::Destage { slots } => {
+                self.finish_destage(now, slots, result);
+                None
+            }
+            IoCtx::FreeSlots { slots } => {
+                self.complete_free_slots(slots, result);
+                None
+            }
+            IoCtx::Checkpoint { cmd } => {
+                self.checkpoint_io_done(now, cmd, result);
+                None
+            }
+            IoCtx::Batch {
+                seq,
+                header,
+                next_header,
+                ios,
+            } => {
+                self.complete_batch(now, seq, (header, next_header), ios, result)?;
+                None
+            }
+            IoCtx::AdvanceLog { slots } => {
+                self.complete_advance(slots, result);
+                None
+            }
+            ctx => Some(self.complete_for_request(ctx, result)),
+        };
+        if let Some(ri) = done_req {
+            debug_assert!(
+                self.req(ri).pending > 0,
+                "a completion for a request with nothing pending"
+            );
+            self.req_mut(ri).pending -= 1;
+            self.maybe_finish(ri);
+        }
+        Ok(())
+    }
+
+    /// A command of a request completed; returns the request.
+    fn complete_for_request(&mut self, ctx: IoCtx, result: Result<(), IoError>) -> u32 {
+        match ctx {
             IoCtx::Fill {
                 req,
                 slot,
@@ -22,18 +88,18 @@ impl Engine {
                 through,
             } => {
                 self.complete_fill(req, slot, old, undo, through, result);
-                Some(req)
+                req
             }
             IoCtx::InsertFill { req, slot } => {
                 self.complete_insert_fill(slot, result);
-                Some(req)
+                req
             }
             IoCtx::ReadSlot { req, slot } => {
                 self.unpin(slot);
                 if let Err(e) = result {
                     self.fail(req, e);
                 }
-                Some(req)
+                req
             }
             IoCtx::ReadBacking {
                 req,
@@ -55,46 +121,14 @@ impl Engine {
                     Ok(()) => {}
                     Err(e) => self.fail(req, e),
                 }
-                Some(req)
+                req
             }
             IoCtx::WriteBacking { req, around } => {
                 self.complete_backing_write(req, around, result);
-                Some(req)
+                req
             }
-            IoCtx::PromotedOriginal {
-                volume,
-                offset_bytes,
-                len_bytes,
-            } => {
-                self.original_discarded(volume, offset_bytes, len_bytes, result);
-                None
-            }
-            IoCtx::Destage { slots } => {
-                self.finish_destage(now, slots, result);
-                None
-            }
-            IoCtx::FreeSlots { slots } => {
-                self.complete_free_slots(slots, result);
-                None
-            }
-            IoCtx::Checkpoint { cmd } => {
-                self.checkpoint_io_done(now, cmd, result);
-                None
-            }
-        };
-        if let Some(ri) = done_req {
-            debug_assert!(
-                self.req(ri).pending > 0,
-                "a completion for a request with nothing pending"
-            );
-            self.req_mut(ri).pending -= 1;
-            self.maybe_finish(ri);
+            _ => unreachable!("not a request's command"),
         }
-        self.drain_stalls(now);
-        self.start_destages();
-        self.emit_frees(now);
-        self.step_done();
-        Ok(())
     }
 
     /// A page version of a write reached the cache device, or failed.
@@ -221,7 +255,11 @@ impl Engine {
     /// Slot records were zeroed (persistent caches): the slots go back to
     /// the pool, each page's next old version may be freed, and failed
     /// write-through requests waiting on them are answered.
-    fn complete_free_slots(&mut self, slots: Vec<SlotIndex>, result: Result<(), IoError>) {
+    pub(super) fn complete_free_slots(
+        &mut self,
+        slots: Vec<SlotIndex>,
+        result: Result<(), IoError>,
+    ) {
         if result.is_err() {
             // Try again with the next batch; the slots stay out of the pool.
             self.stats.io_errors += 1;
@@ -245,7 +283,12 @@ impl Engine {
             let key = self.slots.key(slot).0;
             let was_old = self.slots.has(slot, FLAG_OLD);
             self.remove_old(slot);
-            self.slots.push_free(slot);
+            if self.log.is_some() {
+                // A hole in the log until the tail passes it.
+                self.slots.make_hole(slot);
+            } else {
+                self.slots.push_free(slot);
+            }
             if was_old {
                 self.send_oldest_free(key);
                 if self.ordered.is_some() {

@@ -62,6 +62,7 @@ impl Engine {
         self.check_ios(&ios, filter);
         self.check_dirty();
         self.check_waits();
+        self.check_log();
     }
 
     fn count_ios(&self) -> IoCounts {
@@ -110,7 +111,7 @@ impl Engine {
                     c.destages += 1;
                     None
                 }
-                IoCtx::FreeSlots { .. } => None,
+                IoCtx::FreeSlots { .. } | IoCtx::Batch { .. } | IoCtx::AdvanceLog { .. } => None,
             };
             if let Some(ri) = req {
                 c.per_req[ri as usize] += 1;

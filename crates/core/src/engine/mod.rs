@@ -24,6 +24,7 @@ mod timers;
 
 pub use change::{ChangeError, Retuned};
 pub use criticality::{CriticalityError, ISSUERS_MAX, ISSUER_UNTAGGED};
+pub use log::LogPosition;
 pub use stats::{Stats, VolumeCounts};
 
 use crate::command::*;
@@ -69,9 +70,11 @@ mod criticality;
 mod destage;
 mod invariants;
 mod journal;
+mod log;
 mod ordered;
 mod promote;
 mod read;
+mod recovery;
 mod report;
 mod request;
 mod staleness;
@@ -117,6 +120,14 @@ pub enum RecoveryError {
         page: u64,
         volumes: usize,
     },
+    #[error("log position: a tail at slot {tail} and {log_slots} slots of log must fit the {slots} slots, with every version found inside the log")]
+    LogOutOfRange {
+        tail: u32,
+        log_slots: u32,
+        slots: u64,
+    },
+    #[error("log mode needs the log's position to recover (and only log mode takes one)")]
+    LogPositionMissing,
     #[error(
         "slot {slot} holds page {page} of volume {volume}, beyond its size of {size_bytes} bytes"
     )]
@@ -188,6 +199,8 @@ struct Req {
     backing_in_flight: bool,
     /// Ordered write-back: the write's issue number (`NO_NODE`: none).
     node: u64,
+    /// Log mode: slots it holds in the pool and has not taken yet.
+    log_budget: u32,
 }
 
 /// `Req::node` of a request that is not an ordered write.
@@ -266,6 +279,17 @@ enum IoCtx {
     /// send again if it fails).
     Checkpoint {
         cmd: IoCommand,
+    },
+    /// Log mode: a batch (`IoCommand::WriteBatch`) and its inner commands.
+    Batch {
+        seq: u64,
+        header: SlotIndex,
+        next_header: SlotIndex,
+        ios: Vec<IoId>,
+    },
+    /// Log mode: the tail's move past `slots` slots.
+    AdvanceLog {
+        slots: u32,
     },
 }
 
@@ -354,6 +378,8 @@ pub struct Engine {
     ordered: Option<Ordered>,
     /// Journaled write-back's transactions (None under other policies).
     journal: Option<Journal>,
+    /// Log mode's ring, batches and tail (None unless `EngineConfig::log`).
+    log: Option<log::Log>,
     last_request_at: Nanos,
     /// The cache went idle with dirty pages: destage at the idle rate.
     idle_draining: bool,
@@ -424,6 +450,9 @@ impl Engine {
             ages: Ages::new(slots as usize, config.staleness.max_dirty_age_ns),
             ordered,
             journal,
+            log: config
+                .log
+                .then(|| log::Log::new(slots, config.page_size_bytes)),
             last_request_at: Nanos::ZERO,
             idle_draining: false,
             destaging_stopped: false,
@@ -431,96 +460,6 @@ impl Engine {
             stats: Stats::default(),
             config,
         })
-    }
-
-    /// Rebuild the cache after a restart from the page versions found on the
-    /// cache device. The newest version of each page becomes current if its
-    /// record is dirty (clean copies are dropped); older versions are freed through
-    /// `FreeSlots` (the first commands polled), and the newer version is not
-    /// destaged before they are. Every slot not found is free.
-    pub fn recover(
-        config: EngineConfig,
-        volume_sizes_bytes: &[u64],
-        mut found: Vec<RecoveredSlot>,
-    ) -> Result<Engine, RecoveryError> {
-        if !config.persistent {
-            return Err(RecoveryError::NotPersistent);
-        }
-        let mut engine = Engine::new(config)?;
-        for &size in volume_sizes_bytes {
-            engine.add_volume(size)?;
-        }
-        let slots = engine.slots.len() as u64;
-        let mut seen = vec![false; slots as usize];
-        for f in &found {
-            let (slot, key) = (f.slot.0, f.record.key);
-            if slot as u64 >= slots {
-                return Err(RecoveryError::SlotOutOfRange { slot, slots });
-            }
-            if std::mem::replace(&mut seen[slot as usize], true) {
-                return Err(RecoveryError::DuplicateSlot(slot));
-            }
-            let (volume, page) = (key.volume().0, key.page().0);
-            let Some(vol) = engine.volumes.get(volume as usize) else {
-                return Err(RecoveryError::UnknownVolume {
-                    slot,
-                    volume,
-                    page,
-                    volumes: engine.volumes.len(),
-                });
-            };
-            if page >= engine.geometry.pages_in(vol.size_bytes) {
-                return Err(RecoveryError::BeyondVolume {
-                    slot,
-                    volume,
-                    page,
-                    size_bytes: vol.size_bytes,
-                });
-            }
-        }
-        let used: Vec<SlotIndex> = found.iter().map(|f| f.slot).collect();
-        engine.slots.exclude_from_pool(&used);
-        // Each page's versions, oldest first.
-        found.sort_by_key(|f| (f.record.key, f.record.seq));
-        let ordered = engine.ordered.is_some();
-        let mut kept = Vec::new();
-        for (i, f) in found.iter().enumerate() {
-            engine.next_seq = engine.next_seq.max(f.record.seq + 1);
-            let (slot, key) = (f.slot, f.record.key);
-            let newest = found.get(i + 1).is_none_or(|n| n.record.key != key);
-            engine.slots.set_key(slot, key);
-            if newest && f.record.dirty {
-                engine.slots.map(slot, key);
-                engine.slots.set_state(slot, SlotState::Dirty);
-                engine.mark_dirty(key);
-                kept.push((f.record.seq, slot));
-            } else if ordered && f.record.dirty {
-                // Ordered write-back destages every version, in order.
-                engine.slots.set_state(slot, SlotState::OldDirty);
-                engine.push_old(slot);
-                kept.push((f.record.seq, slot));
-            } else {
-                // An older version, or a clean copy: free it for good, oldest
-                // first. Clean copies are not trusted after a crash: one
-                // dropped just before (a write-around, say) could come back.
-                engine.slots.set_state(slot, SlotState::Stale);
-                engine.push_old(slot);
-                engine.free_slot(slot);
-            }
-        }
-        engine.emit_frees(Nanos::MAX);
-        if ordered {
-            engine.recover_order(kept);
-        } else if engine.journal.is_some() {
-            engine.journal_recovered(kept);
-            engine.start_destages();
-        }
-        if engine.must_drain_dirty() {
-            // The write policy keeps no dirty data: its promise holds once these are destaged.
-            engine.start_destages();
-        }
-        engine.check_invariants();
-        Ok(engine)
     }
 
     pub fn add_volume(&mut self, size_bytes: u64) -> Result<VolumeId, EngineError> {
@@ -602,7 +541,7 @@ impl Engine {
     /// Writes wait for room, or a drain runs: slot frees in flight hold
     /// them up (a driver that delays frees to batch them stops delaying).
     pub fn frees_urgent(&self) -> bool {
-        !self.stalled.is_empty() || self.draining
+        !self.stalled.is_empty() || self.draining || self.log_wants_room()
     }
     /// Nothing in flight and nothing to hand out.
     pub fn is_idle(&self) -> bool {
@@ -619,11 +558,13 @@ impl Engine {
         self.draining = true;
         self.start_destages();
         self.emit_frees(Nanos::MAX);
+        self.log_step();
     }
     /// Issue every slot free gathered so far now, batch or no batch (before a
     /// shutdown, so the cache is left with no stale records it could avoid).
     pub fn flush_frees(&mut self) {
         self.emit_frees(Nanos::MAX);
+        self.log_step();
     }
     pub fn stop_drain(&mut self) {
         self.draining = false;
@@ -677,6 +618,9 @@ impl Engine {
             self.journal_commit_due();
             destage = true;
         }
+        if self.timers.due(Timer::LogRetry, now) {
+            self.timers.set(Timer::LogRetry, None);
+        }
         if self.idle_deadline().is_some_and(|at| now >= at) {
             self.idle_draining = true;
             destage = true;
@@ -685,6 +629,7 @@ impl Engine {
             self.start_destages();
         }
         self.emit_frees(now);
+        self.log_step();
         self.step_done();
     }
 }

@@ -181,7 +181,7 @@ impl Engine {
             .filter(|r| r.bypass_io.is_some())
             .map(|r| self.pages_of(r.offset_bytes, r.len_bytes))
             .sum();
-        if self.slots.free_count() + self.slots.evictable() < need {
+        if !self.has_room(need) {
             return false;
         }
         chosen.sort_unstable();

@@ -120,7 +120,7 @@ impl Engine {
         let end = (offset_bytes + len_bytes) / ps;
         let id = self.req(ri).id;
         for page in first..end {
-            if !self.stalled.is_empty() || self.slots.free_count() + self.slots.evictable() == 0 {
+            if !self.stalled.is_empty() || !self.has_room(1) {
                 return; // never take room from writes
             }
             let key = PageKey::new(volume, PageIndex(page));
@@ -131,7 +131,11 @@ impl Engine {
             {
                 continue;
             }
-            let slot = self.alloc_slot(key);
+            let slot = if self.log.is_some() {
+                self.log_alloc(None)
+            } else {
+                self.alloc_slot(key)
+            };
             self.slots.set_state(slot, SlotState::Filling);
             self.slots.set_flag(slot, FLAG_FILL_CLEAN, true);
             self.slots.map(slot, key);
@@ -143,7 +147,7 @@ impl Engine {
                 offset_bytes: req_offset_bytes + page * ps - offset_bytes,
             };
             let record = self.record(key, false);
-            self.commands.push_back(IoCommand::WritePage {
+            self.push_page_write(IoCommand::WritePage {
                 io,
                 slot,
                 base: PageBase::None,

@@ -21,21 +21,7 @@ impl Engine {
         }
         let is_write = matches!(req.kind, RequestKind::Write | RequestKind::WriteZeroes);
         if is_write {
-            let pages = self.pages_of(req.offset_bytes, req.len_bytes);
-            if pages > self.slots.len() as u64 && !self.write_policy.may_bypass() {
-                return Err(SubmitError::LargerThanCache {
-                    pages,
-                    slots: self.slots.len() as u64,
-                });
-            }
-            if let Some(j) = &self.journal {
-                if pages > j.limit() {
-                    return Err(SubmitError::LargerThanJournal {
-                        pages,
-                        journal_pages: j.limit(),
-                    });
-                }
-            }
+            self.check_write_size(&req)?;
         }
         if self.reqs_live >= self.config.requests_max {
             return Err(SubmitError::Busy(self.config.requests_max));
@@ -92,8 +78,34 @@ impl Engine {
         self.drain_stalls(now);
         self.start_destages();
         self.emit_frees(now);
+        self.log_step();
         self.step_done();
         Ok(())
+    }
+
+    /// A write the cache could never take at once is refused.
+    fn check_write_size(&self, req: &Request) -> Result<(), SubmitError> {
+        let pages = self.pages_of(req.offset_bytes, req.len_bytes);
+        if pages > self.slots.len() as u64 && !self.write_policy.may_bypass() {
+            return Err(SubmitError::LargerThanCache {
+                pages,
+                slots: self.slots.len() as u64,
+            });
+        }
+        let log_max = self.slots.len() as u64 / 4;
+        if self.log.is_some() && pages > log_max {
+            return Err(SubmitError::LargerThanLog {
+                pages,
+                pages_max: log_max,
+            });
+        }
+        match &self.journal {
+            Some(j) if pages > j.limit() => Err(SubmitError::LargerThanJournal {
+                pages,
+                journal_pages: j.limit(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     pub(super) fn pages_of(&self, offset_bytes: u64, len_bytes: u64) -> u64 {
@@ -140,6 +152,7 @@ impl Engine {
             holds: false,
             backing_in_flight: false,
             node: NO_NODE,
+            log_budget: 0,
         });
         self.reqs_live += 1;
         ri
@@ -163,8 +176,9 @@ impl Engine {
         for &slot in &finalize {
             self.finalize_through(slot, failed.is_none());
         }
-        let r = self.req_mut(ri);
-        r.finalize = finalize;
+        self.req_mut(ri).finalize = finalize;
+        self.log_release(ri);
+        let r = self.req(ri);
         debug_assert!(r.reserved.is_empty(), "reserved slots left over");
         let response = Response {
             id: r.id,
@@ -276,6 +290,7 @@ impl Engine {
             failed_count += 1;
         }
         debug_assert!(self.stalled.is_empty());
+        self.log_step();
         self.step_done();
         failed_count
     }

@@ -201,6 +201,41 @@ impl Slots {
         Some(SlotIndex(first))
     }
 
+    /// Log mode: take `slot`, the head of the log, out of the pool.
+    pub fn take_from_pool(&mut self, slot: SlotIndex) {
+        debug_assert!(
+            self.free.is_free(slot.0),
+            "log head {} not in the pool",
+            slot.0
+        );
+        debug_assert_eq!(self.state(slot), SlotState::Free);
+        self.free.take(slot.0);
+    }
+
+    /// Log mode: a free slot the tail passed joins the pool.
+    pub fn return_to_pool(&mut self, slot: SlotIndex) {
+        debug_assert_eq!(
+            self.state(slot),
+            SlotState::Free,
+            "slot {} passed in use",
+            slot.0
+        );
+        self.free.push(slot.0);
+    }
+
+    pub fn in_pool(&self, slot: SlotIndex) -> bool {
+        self.free.is_free(slot.0)
+    }
+
+    /// Log mode: a slot nothing uses any more stays out of the pool (a
+    /// hole in the log) until the tail passes it.
+    pub fn make_hole(&mut self, slot: SlotIndex) {
+        debug_assert_eq!(self.pins(slot), 0);
+        debug_assert!(!self.has(slot, FLAG_DESTAGING));
+        self.set_state(slot, SlotState::Free);
+        self.state[slot.0 as usize] = SlotState::Free as u8;
+    }
+
     pub fn push_free(&mut self, slot: SlotIndex) {
         debug_assert_eq!(self.pins(slot), 0);
         debug_assert!(!self.has(slot, FLAG_DESTAGING));

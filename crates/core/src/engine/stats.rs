@@ -103,6 +103,12 @@ counters! {
     evictions: u64,
     /// Requests and slot frees that failed with a device error.
     io_errors: u64,
+    /// Log mode: batches sealed (each one write of the cache device).
+    log_batches: u64,
+    /// Log mode: moves of the log's tail made durable (`AdvanceLog`).
+    log_advances: u64,
+    /// Log mode: groups destaged because a dirty page was in the tail's way.
+    log_forced_destages: u64,
 }
 
 impl Stats {

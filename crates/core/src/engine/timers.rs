@@ -13,10 +13,12 @@ pub(super) enum Timer {
     Frees,
     /// Journaled write-back's open transaction reaches its commit age.
     Commit,
+    /// Log mode: a batch write failed; it is written again from here.
+    LogRetry,
 }
 
 #[derive(Default)]
-pub(super) struct Timers([Option<Nanos>; 3]);
+pub(super) struct Timers([Option<Nanos>; 4]);
 
 impl Timers {
     pub fn get(&self, t: Timer) -> Option<Nanos> {

@@ -94,6 +94,12 @@ impl Engine {
             return;
         }
         self.timers.set(Timer::Frees, None);
+        if let Some(log) = &mut self.log {
+            // Log mode: they ride in the next batch's header; now one is
+            // due even if it carries nothing else (`log_step`).
+            log.frees_due = true;
+            return;
+        }
         let slots = std::mem::take(&mut self.to_free);
         let io = self.new_io(IoCtx::FreeSlots {
             slots: slots.clone(),

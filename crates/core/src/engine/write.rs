@@ -29,7 +29,7 @@ impl Engine {
             return None;
         }
         let need = self.pages_of(r.offset_bytes, r.len_bytes);
-        if self.slots.free_count() + self.slots.evictable() < need || !self.journal_has_room(need) {
+        if !self.has_room(need) || !self.journal_has_room(need) {
             return None;
         }
         // Two backing writes of one page must not race, so a write that
@@ -195,6 +195,10 @@ impl Engine {
         let r = self.req(ri);
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
         let n = self.pages_of(off, len) as u32;
+        if self.log.is_some() {
+            // Slots are taken in log order as the pieces are issued.
+            return self.log_reserve(ri, n as u64);
+        }
         let mut reserved = std::mem::take(&mut self.req_mut(ri).reserved);
         debug_assert!(reserved.is_empty());
         let run = if n > 1 {
@@ -319,11 +323,7 @@ impl Engine {
             made_dirty: !clean && !dirty_before,
             through_clean: through_clean && clean,
         };
-        let slot = self
-            .req_mut(ri)
-            .reserved
-            .pop()
-            .expect("slot reserved at admission");
+        let slot = self.take_reserved_slot(ri);
         let base = self.page_base(vol, piece, cur);
         let coalesces = self.journal.is_some()
             && cur.is_some_and(|c| {
@@ -361,7 +361,7 @@ impl Engine {
         // Write-through versions are recorded dirty too: the backing may miss
         // the write if the host crashes before it completes.
         let record = self.record(key, true);
-        self.commands.push_back(IoCommand::WritePage {
+        self.push_page_write(IoCommand::WritePage {
             io,
             slot,
             base,
@@ -372,6 +372,16 @@ impl Engine {
             },
             record,
         });
+    }
+
+    /// The slot of write `ri`'s next page version: reserved at admission,
+    /// or in log mode the next of the log, paid by its reservation.
+    fn take_reserved_slot(&mut self, ri: u32) -> SlotIndex {
+        if self.log.is_some() {
+            return self.log_alloc(Some(ri));
+        }
+        let r = self.req_mut(ri);
+        r.reserved.pop().expect("slot reserved at admission")
     }
 
     /// What a new version of `piece`'s page is built on: nothing (the piece

@@ -104,6 +104,12 @@ enum Phase {
     Barrier,
 }
 
+/// Whether a write goes to io_uring: there is one and it takes the write
+/// (`Uring::takes`).
+pub(super) fn takes(uring: Option<&Uring>, len: usize, fua: bool, persist_on_flush: bool) -> bool {
+    uring.is_some_and(|u| u.takes(len, fua, persist_on_flush))
+}
+
 impl Uring {
     /// The data path for a cache device: io_uring when asked for, the cache
     /// is persistent, the device offers it, and the kernel sets up a ring.
@@ -148,7 +154,8 @@ impl Uring {
         }
     }
 
-    /// Whether a write of `len_bytes` goes this way. Not a small write to
+    /// Whether a write of `len_bytes` goes this way. Not a FUA write under
+    /// persist-on-flush (written and flushed by its thread), nor a small write to
     /// a buffered cache file under persist-on-flush: io_uring hands it to
     /// a kernel worker thread, a wake-up and a switch per write, where the
     /// request's thread writes it into the page cache itself with no wait
@@ -159,8 +166,9 @@ impl Uring {
     /// 1,611 MiB/s: they go O_DIRECT, `DIRECT_MIN_BYTES`), and so does
     /// persist-on-write, whose barrier overlaps the next writes (4 KiB
     /// QD32 44.8 / 24.3 K IOPS).
-    pub(super) fn takes(&self, len_bytes: usize, persist_on_flush: bool) -> bool {
-        !(persist_on_flush && self.target.buffered && len_bytes < DIRECT_MIN_BYTES)
+    fn takes(&self, len_bytes: usize, fua: bool, persist_on_flush: bool) -> bool {
+        let small_buffered = self.target.buffered && len_bytes < DIRECT_MIN_BYTES;
+        !(persist_on_flush && (fua || small_buffered))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

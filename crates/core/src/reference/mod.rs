@@ -27,6 +27,9 @@ use crate::types::{RequestId, SlotIndex, VolumeId};
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 
+mod accesses;
+pub use accesses::accesses;
+
 /// One unit of modelled data, with the values that mark where it came from.
 pub trait Unit: Copy + Eq + std::fmt::Debug + Into<u64> {
     /// Zeros (`Source::Zero`, and a backing never written).
@@ -123,123 +126,6 @@ pub struct Access {
     pub write: bool,
     pub offset_bytes: u64,
     pub len_bytes: u64,
-}
-
-/// The device accesses a command makes, in order: the first, and the one
-/// that starts when the first is done (a page write after reading its base,
-/// a destage's backing write after reading its slots). A page write's record
-/// goes with its data write (`docs/on-disk-format.md`).
-pub fn accesses(cmd: &IoCommand, page_size_bytes: u64) -> (Access, Option<Access>) {
-    let p = page_size_bytes;
-    let access = |target, write, offset_bytes, len_bytes| Access {
-        target,
-        write,
-        offset_bytes,
-        len_bytes,
-    };
-    match cmd {
-        IoCommand::FreeSlots { slots, .. } => (
-            access(Target::Records, true, 0, slots.len() as u64 * 32),
-            None,
-        ),
-        IoCommand::WritePage { slot, base, .. } => {
-            let write = access(Target::Slots, true, slot.0 as u64 * p, p);
-            match *base {
-                PageBase::None => (write, None),
-                PageBase::Slot(old) => (
-                    access(Target::Slots, false, old.0 as u64 * p, p),
-                    Some(write),
-                ),
-                PageBase::Backing { volume, page } => (
-                    access(Target::Backing(volume), false, page.0 * p, p),
-                    Some(write),
-                ),
-            }
-        }
-        IoCommand::ReadPage {
-            slot,
-            page_offset_bytes,
-            len_bytes,
-            ..
-        } => (
-            access(
-                Target::Slots,
-                false,
-                slot.0 as u64 * p + *page_offset_bytes as u64,
-                *len_bytes as u64,
-            ),
-            None,
-        ),
-        IoCommand::ReadBacking {
-            volume,
-            offset_bytes,
-            len_bytes,
-            ..
-        } => (
-            access(Target::Backing(*volume), false, *offset_bytes, *len_bytes),
-            None,
-        ),
-        IoCommand::WriteBacking {
-            volume,
-            offset_bytes,
-            len_bytes,
-            ..
-        } => (
-            access(Target::Backing(*volume), true, *offset_bytes, *len_bytes),
-            None,
-        ),
-        IoCommand::Destage {
-            volume,
-            first_page,
-            slots,
-            ..
-        } => {
-            let n = slots.len() as u64;
-            (
-                access(Target::Slots, false, slots[0].0 as u64 * p, p * n),
-                Some(access(
-                    Target::Backing(*volume),
-                    true,
-                    first_page.0 * p,
-                    p * n,
-                )),
-            )
-        }
-        IoCommand::Stage {
-            volume,
-            first_page,
-            slots,
-            journal_page,
-            ..
-        } => {
-            let n = slots.len() as u64;
-            // NVRAM: the array writes staged pages out in place in the
-            // background; their device time is that of a destage.
-            let write = match journal_page {
-                Some(j) => access(Target::Journal(*volume), true, (j + 1) * p, p * n),
-                None => access(Target::Backing(*volume), true, first_page.0 * p, p * n),
-            };
-            (
-                access(Target::Slots, false, slots[0].0 as u64 * p, p * n),
-                Some(write),
-            )
-        }
-        IoCommand::Commit {
-            volume,
-            pages,
-            apply,
-            ..
-        } => {
-            let access = if *apply {
-                access(Target::Nvram, true, 0, 0)
-            } else {
-                let record = (64 + 16 * pages.len() as u64).div_ceil(512) * 512;
-                access(Target::Journal(*volume), true, 0, record)
-            };
-            (access, None)
-        }
-        IoCommand::Retire { volume, .. } => (access(Target::Journal(*volume), true, 0, 512), None),
-    }
 }
 
 /// A volume's journal as the storage holds it (journaled write-back).
@@ -421,6 +307,8 @@ impl<T: Unit> Reference<T> {
             }
             // A commit record or a retire lands whole or not at all (its checksum).
             IoCommand::Commit { .. } | IoCommand::Retire { .. } => 1,
+            IoCommand::WriteBatch { pages, .. } => (1 + pages.len()) * self.units_per_page,
+            IoCommand::AdvanceLog { .. } => 1,
             IoCommand::ReadPage { .. } | IoCommand::ReadBacking { .. } => 0,
         }
     }
@@ -538,9 +426,26 @@ impl<T: Unit> Reference<T> {
                 run.truncate(partial.units);
                 self.write_backing(*volume, first_page.0 * upp as u64, &run);
             }
-            // A torn stage lands whole here: staged pages matter only once
-            // committed, and a commit follows only completed stages (the
-            // next transaction stages after the last one retired).
+            IoCommand::Stage { .. } | IoCommand::Commit { .. } | IoCommand::Retire { .. } => {
+                self.apply_journal_command(cmd, complete)
+            }
+            IoCommand::WriteBatch {
+                header,
+                pages,
+                frees,
+                ..
+            } => self.apply_batch(*header, (pages, frees), partial, bufs),
+            // Where recovery starts: the records model has no log to cut.
+            IoCommand::AdvanceLog { .. } => {}
+        }
+    }
+
+    /// Journaled write-back's commands. A torn stage lands whole here:
+    /// staged pages matter only once committed, and a commit follows only
+    /// completed stages (the next transaction stages after the last one
+    /// retired). A commit or retire lands whole or not at all.
+    fn apply_journal_command(&mut self, cmd: &IoCommand, complete: bool) {
+        match cmd {
             IoCommand::Stage {
                 volume,
                 first_page,
@@ -575,7 +480,39 @@ impl<T: Unit> Reference<T> {
                 j.committed = None;
                 j.staged.clear();
             }
-            IoCommand::Commit { .. } | IoCommand::Retire { .. } => {}
+            _ => {}
+        }
+    }
+
+    /// What lands of a log batch: its pages' data as far as it landed (the
+    /// header slot first, whose record it overwrites); their records only
+    /// if the whole batch did (recovery discards a torn batch whole), and
+    /// its frees with them.
+    fn apply_batch(
+        &mut self,
+        header: SlotIndex,
+        (pages, frees): (&[IoCommand], &[IoCommand]),
+        partial: Partial,
+        bufs: &mut impl RequestBuffers<T>,
+    ) {
+        let upp = self.units_per_page;
+        let complete = partial == Partial::ALL;
+        if partial.units > 0 {
+            self.cache_write(header.0);
+            self.slots[header.0 as usize].record = None;
+        }
+        let mut left = partial.units.saturating_sub(upp);
+        for page in pages {
+            let units = if complete { usize::MAX } else { left.min(upp) };
+            left = left.saturating_sub(upp);
+            let part = Partial {
+                units,
+                record: complete,
+            };
+            self.apply_partial(page, part, bufs);
+        }
+        for free in frees.iter().filter(|_| complete) {
+            self.apply_partial(free, Partial::ALL, bufs);
         }
     }
 

@@ -1,0 +1,592 @@
+//! Log mode (`EngineConfig::log`, format 3: `docs/format-v3.md`): the slots
+//! are a ring written in order, one batch at a time (a header slot, then
+//! its pages); room is made at the tail, and a slot the tail passed is
+//! reused only once that move is durable (`AdvanceLog`). The pool holds
+//! exactly the slots from the head up to the durable tail, so allocation
+//! is the head moving on.
+
+use super::*;
+
+mod check;
+mod recovery;
+
+/// Bytes of a batch header before its entries, and per entry (format 3).
+const HEADER_FIXED_BYTES: u64 = 64;
+const EXTENT_BYTES: u64 = 24;
+const FREE_BYTES: u64 = 4;
+/// Slots kept out of every write's reach, for the headers of batches that
+/// carry only frees (the tail waits for frees; they must never wait for room).
+const SPARE_SLOTS: u64 = 2;
+/// Pages a batch takes at most (4 MiB of 4 KiB pages), and at most a
+/// quarter of the ring.
+const BATCH_PAGES_MAX: u32 = 1024;
+
+/// A sealed batch still in the log: issued, written, or waiting its turn;
+/// or, after a restart, a stretch of the log recovery found (`recovered`:
+/// its first slot is no header but may hold a page too, and its `seq` 0).
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    header: u32,
+    /// Slots after the header (its pages, or holes where pages failed).
+    pages: u32,
+    seq: u64,
+    recovered: bool,
+}
+
+/// Slots per span of the log recovery found (the tail passes one such
+/// stretch at a time).
+const RECOVERED_SPAN_SLOTS: u32 = 64;
+
+/// Where the log stands on the cache device, as recovery reads it (or as
+/// the engine had it: `Engine::log_position`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogPosition {
+    /// The durable tail: the first slot recovery reads.
+    pub tail: SlotIndex,
+    /// Slots of the log from the tail on (0: empty; all of them: full):
+    /// the next batch starts after them.
+    pub log_slots: u32,
+    /// The next batch's sequence number.
+    pub next_seq: u64,
+}
+
+/// How a slot of the batch at the tail can leave the log.
+enum Leaves {
+    Free,
+    /// A clean copy: dropped.
+    Dropped,
+    /// A stale version whose free waits: the tail's durable move frees it.
+    FreedByMove,
+    /// In use (dirty, filling, pinned, being destaged or freed): the tail waits.
+    Waits,
+}
+
+/// The batch being filled.
+struct Open {
+    header: u32,
+    seq: u64,
+    pages: Vec<IoCommand>,
+    frees: Vec<IoCommand>,
+    /// Slots taken after the header; each has its command in `pages` by
+    /// the end of the engine step that took it.
+    taken: u32,
+    extents: u64,
+    free_slots: u64,
+    /// The last page: (page key, seq, dirty), to tell whether the next one
+    /// continues its extent.
+    last: Option<(u64, u64, bool)>,
+}
+
+pub(super) struct Log {
+    ring: u32,
+    /// The next slot to take; the pool is the `free_count` slots from here.
+    head: u32,
+    /// Slots the tail passed whose move is not durable yet: from the end of
+    /// the pool on (free, not in the pool). `advancing` of them are in the
+    /// `AdvanceLog` in flight.
+    passed: u32,
+    advancing: u32,
+    spans: VecDeque<Span>,
+    /// Slots of the oldest span known to be free already (reclaim resumes there).
+    scanned: u32,
+    open: Option<Open>,
+    next_seq: u64,
+    /// Sealed batches not issued yet, oldest first.
+    sealed: VecDeque<IoCommand>,
+    /// A `WriteBatch` is in flight (one at a time, so they complete in order).
+    writing: bool,
+    /// Every batch up to this one is durable.
+    durable_seq: u64,
+    /// Slots promised to admitted writes (their pages and headers).
+    budget: u64,
+    /// Frees wait (`Engine::to_free`) that should go out even in a batch
+    /// of their own.
+    pub(super) frees_due: bool,
+    /// Stale slots the tail passed before their free went out: the
+    /// `AdvanceLog` that makes the pass durable frees them.
+    advance_frees: Vec<SlotIndex>,
+    /// Of those, how many the `AdvanceLog` in flight covers.
+    advance_frees_sent: usize,
+    header_bytes: u64,
+    batch_pages_max: u32,
+}
+
+impl Log {
+    pub(super) fn new(ring: u32, page_size_bytes: u64) -> Log {
+        Log {
+            ring,
+            head: 0,
+            passed: 0,
+            advancing: 0,
+            spans: VecDeque::new(),
+            scanned: 0,
+            open: None,
+            next_seq: 1,
+            sealed: VecDeque::new(),
+            writing: false,
+            durable_seq: 0,
+            budget: 0,
+            frees_due: false,
+            advance_frees: Vec::new(),
+            advance_frees_sent: 0,
+            header_bytes: page_size_bytes,
+            batch_pages_max: BATCH_PAGES_MAX.min(ring / 4).max(1),
+        }
+    }
+
+    fn add(&self, s: u32, n: u32) -> u32 {
+        ((s as u64 + n as u64) % self.ring as u64) as u32
+    }
+
+    fn fits(&self, extents: u64, frees: u64) -> bool {
+        HEADER_FIXED_BYTES + extents * EXTENT_BYTES + frees * FREE_BYTES <= self.header_bytes
+    }
+
+    /// Frees a header with `extents` extents has room for.
+    fn frees_room(&self, extents: u64) -> usize {
+        ((self.header_bytes - HEADER_FIXED_BYTES - extents * EXTENT_BYTES) / FREE_BYTES) as usize
+    }
+
+    /// Slots a write of `pages` pages may take: its pages and a header for
+    /// each (a piece that waited for an earlier version of its page is
+    /// issued in a later step, and may open the next batch; how often a
+    /// piece waits depends on other writes, so each page counts one).
+    fn slots_for(pages: u64) -> u64 {
+        2 * pages + 1
+    }
+
+    /// The slot of the oldest batch still in the log (the head if none).
+    fn tail(&self, pool: u64) -> u32 {
+        self.add(self.head, (pool + self.passed as u64) as u32 % self.ring)
+    }
+}
+
+impl Engine {
+    /// Room for `pages` new page versions now: free or evictable slots, or
+    /// in log mode slots in the pool beyond what admitted writes hold.
+    pub(super) fn has_room(&self, pages: u64) -> bool {
+        match &self.log {
+            None => self.slots.free_count() + self.slots.evictable() >= pages,
+            Some(log) => {
+                self.slots.free_count() >= log.budget + Log::slots_for(pages) + SPARE_SLOTS
+            }
+        }
+    }
+
+    /// Log mode: an admitted write of `pages` pages holds its slots.
+    pub(super) fn log_reserve(&mut self, ri: u32, pages: u64) {
+        let log = self.log.as_mut().expect("log mode");
+        let n = Log::slots_for(pages);
+        log.budget += n;
+        self.req_mut(ri).log_budget = n as u32;
+    }
+
+    /// Log mode: what a finished write held and did not take goes back.
+    pub(super) fn log_release(&mut self, ri: u32) {
+        let n = std::mem::take(&mut self.req_mut(ri).log_budget);
+        if let Some(log) = &mut self.log {
+            log.budget -= n as u64;
+        }
+    }
+
+    /// Log mode: the next slot for a page version, in the open batch
+    /// (opened, or the full one sealed and a new one opened, first). `ri`:
+    /// the write whose reservation pays; None for a read miss's copy, which
+    /// checked for room itself.
+    pub(super) fn log_alloc(&mut self, ri: Option<u32>) -> SlotIndex {
+        let log = self.log.as_ref().expect("log mode");
+        let fits = log.open.as_ref().is_some_and(|o| {
+            o.taken < log.batch_pages_max && log.fits(o.extents + 1, o.free_slots)
+        });
+        if !fits {
+            self.log_open_batch(ri);
+        }
+        let slot = self.log_take_head(ri);
+        let log = self.log.as_mut().expect("log mode");
+        log.open.as_mut().expect("opened above").taken += 1;
+        slot
+    }
+
+    fn log_take_head(&mut self, ri: Option<u32>) -> SlotIndex {
+        let log = self.log.as_mut().expect("log mode");
+        let slot = SlotIndex(log.head);
+        log.head = log.add(log.head, 1);
+        if let Some(ri) = ri {
+            log.budget -= 1;
+            let r = self.req_mut(ri);
+            assert!(r.log_budget > 0, "a write took more slots than it held");
+            r.log_budget -= 1;
+        }
+        self.slots.take_from_pool(slot);
+        slot
+    }
+
+    /// Seal the open batch, if any, and open a new one at the head.
+    fn log_open_batch(&mut self, ri: Option<u32>) {
+        self.log_seal();
+        let header = self.log_take_head(ri);
+        let log = self.log.as_mut().expect("log mode");
+        let seq = log.next_seq;
+        log.next_seq += 1;
+        log.open = Some(Open {
+            header: header.0,
+            seq,
+            pages: Vec::new(),
+            frees: Vec::new(),
+            taken: 0,
+            extents: 0,
+            free_slots: 0,
+            last: None,
+        });
+    }
+
+    /// The open batch, if any, becomes a sealed batch waiting its turn
+    /// (and a span of the log), carrying as many of the waiting frees as
+    /// its header holds.
+    fn log_seal(&mut self) {
+        let log = self.log.as_mut().expect("log mode");
+        let Some(mut open) = log.open.take() else {
+            return;
+        };
+        let room = log.frees_room(open.extents);
+        if !self.to_free.is_empty() && room > 0 {
+            let n = room.min(self.to_free.len());
+            let slots: Vec<SlotIndex> = self.to_free.drain(..n).collect();
+            let io = self.new_io(IoCtx::FreeSlots {
+                slots: slots.clone(),
+            });
+            open.free_slots += slots.len() as u64;
+            open.frees.push(IoCommand::FreeSlots { io, slots });
+        }
+        let log = self.log.as_mut().expect("log mode");
+        if self.to_free.is_empty() {
+            log.frees_due = false;
+        }
+        debug_assert_eq!(
+            open.taken as usize,
+            open.pages.len(),
+            "every slot of a batch has its page write when it is sealed"
+        );
+        let next_header = SlotIndex(log.head);
+        log.spans.push_back(Span {
+            header: open.header,
+            pages: open.taken,
+            seq: open.seq,
+            recovered: false,
+        });
+        let ios = open
+            .pages
+            .iter()
+            .chain(&open.frees)
+            .map(IoCommand::io)
+            .collect();
+        let io = self.new_io(IoCtx::Batch {
+            seq: open.seq,
+            header: SlotIndex(open.header),
+            next_header,
+            ios,
+        });
+        let cmd = IoCommand::WriteBatch {
+            io,
+            header: SlotIndex(open.header),
+            seq: open.seq,
+            next_header,
+            pages: open.pages,
+            frees: open.frees,
+        };
+        self.stats.log_batches += 1;
+        self.log.as_mut().expect("log mode").sealed.push_back(cmd);
+    }
+
+    /// A command for the device: in log mode a page write joins the open
+    /// batch (its slot was just taken there), else it goes out on its own.
+    pub(super) fn push_page_write(&mut self, cmd: IoCommand) {
+        let Some(log) = &mut self.log else {
+            self.commands.push_back(cmd);
+            return;
+        };
+        let IoCommand::WritePage { slot, record, .. } = &cmd else {
+            unreachable!("only page writes join a batch");
+        };
+        let ring = log.ring;
+        let open = log
+            .open
+            .as_mut()
+            .expect("the slot was taken in the open batch");
+        debug_assert_eq!(
+            slot.0 as u64,
+            (open.header as u64 + open.pages.len() as u64 + 1) % ring as u64,
+            "a batch's pages follow its header in order"
+        );
+        let (key, seq, dirty) = (record.key.0, record.seq, record.dirty);
+        let continues = open
+            .last
+            .is_some_and(|(k, q, d)| k + 1 == key && q + 1 == seq && d == dirty);
+        if !continues {
+            open.extents += 1;
+        }
+        open.last = Some((key, seq, dirty));
+        open.pages.push(cmd);
+    }
+
+    /// Log mode: room is wanted at the tail (writes wait for it, or the
+    /// pool beyond the reservations is low).
+    pub(super) fn log_wants_room(&self) -> bool {
+        self.log.as_ref().is_some_and(|log| {
+            let low = (log.ring / 8).max(SPARE_SLOTS as u32 + 2) as u64;
+            !self.stalled.is_empty() || self.slots.free_count() < log.budget + low
+        })
+    }
+
+    /// The end of an engine step in log mode: make room at the tail while
+    /// it is wanted, make the tail's move durable, and issue the next batch
+    /// if none is being written (sealing the open one).
+    pub(super) fn log_step(&mut self) {
+        if self.log.is_none() {
+            return;
+        }
+        if self.log_wants_room() {
+            self.log_reclaim();
+        }
+        self.log_advance();
+        let log = self.log.as_mut().expect("log mode");
+        if log.writing || self.timers.get(Timer::LogRetry).is_some() {
+            return;
+        }
+        if log.sealed.is_empty() && log.open.is_none() && log.frees_due && !self.to_free.is_empty()
+        {
+            // Frees due with no page to carry them: a batch of their own,
+            // its header from the slots no write holds.
+            if self.slots.free_count() > log.budget {
+                self.log_open_batch(None);
+            }
+        }
+        let log = self.log.as_mut().expect("log mode");
+        if log.sealed.is_empty() {
+            self.log_seal();
+        }
+        let log = self.log.as_mut().expect("log mode");
+        if let Some(cmd) = log.sealed.pop_front() {
+            log.writing = true;
+            self.commands.push_back(cmd);
+        }
+    }
+
+    /// Pass the oldest durable batches whose slots can all be let go (free,
+    /// a clean copy, a stale version whose free has not gone out), while
+    /// room is wanted; a dirty page in the way is destaged first.
+    fn log_reclaim(&mut self) {
+        loop {
+            let log = self.log.as_ref().expect("log mode");
+            let Some(&span) = log.spans.front() else {
+                return;
+            };
+            if span.seq > log.durable_seq {
+                return; // not written yet
+            }
+            // A recovered stretch's first slot may hold a page; a batch's is its header.
+            let first = if span.recovered { 0 } else { 1 };
+            let slot_at = |log: &Log, i: u32| SlotIndex(log.add(span.header, first + i));
+            // `scanned` moves over the free slots at the start only: they
+            // stay free (a slot out of the pool is never taken).
+            let (mut blocked, mut prefix) = (false, true);
+            for i in log.scanned..span.pages + 1 - first {
+                let log = self.log.as_ref().expect("log mode");
+                let slot = slot_at(log, i);
+                match self.log_slot_leaves(slot) {
+                    Leaves::Free if prefix => self.log.as_mut().expect("log mode").scanned = i + 1,
+                    Leaves::Free => {}
+                    Leaves::Dropped | Leaves::FreedByMove => prefix = false,
+                    Leaves::Waits => (blocked, prefix) = (true, false),
+                }
+            }
+            if blocked {
+                return;
+            }
+            let log = self.log.as_ref().expect("log mode");
+            let from = log.scanned;
+            for i in from..span.pages + 1 - first {
+                let slot = slot_at(self.log.as_ref().expect("log mode"), i);
+                self.log_let_go(slot);
+            }
+            let log = self.log.as_mut().expect("log mode");
+            log.spans.pop_front();
+            log.scanned = 0;
+            log.passed += 1 + span.pages;
+            if !self.log_wants_room() {
+                return;
+            }
+        }
+    }
+
+    /// How `slot`, in the batch at the tail, can leave the log; a dirty
+    /// page's group is destaged on the way (it waits).
+    fn log_slot_leaves(&mut self, slot: SlotIndex) -> Leaves {
+        match self.slots.state(slot) {
+            SlotState::Free => Leaves::Free,
+            SlotState::Clean
+                if self.slots.pins(slot) == 0 && !self.slots.has(slot, FLAG_DESTAGING) =>
+            {
+                Leaves::Dropped
+            }
+            // A version nothing uses whose free has not gone out: the tail's
+            // durable move frees it (the batch naming it is then never read
+            // again). Its page's older versions are passed already (the log
+            // is in version order), though their free may still wait for a
+            // move: then it waits its turn (`send_oldest_free`).
+            SlotState::Stale
+                if self.slots.freeable(slot)
+                    && self.slots.has(slot, FLAG_FREE_SENT)
+                    && self.to_free.contains(&slot) =>
+            {
+                Leaves::FreedByMove
+            }
+            SlotState::Dirty
+                if !self.slots.has(slot, FLAG_DESTAGING)
+                    && self.timers.get(Timer::DestageRetry).is_none() =>
+            {
+                let gkey = self.dirty.group_of(self.slots.key(slot).0);
+                if self.issue_group_destages(gkey) > 0 {
+                    self.stats.log_forced_destages += 1;
+                }
+                self.group_changed(gkey);
+                Leaves::Waits
+            }
+            _ => Leaves::Waits,
+        }
+    }
+
+    /// `slot` leaves with the batch the tail passes: a clean copy is
+    /// dropped (its record says clean: recovery ignores it, so it needs no
+    /// free), a stale version's free moves to the tail's move.
+    fn log_let_go(&mut self, slot: SlotIndex) {
+        match self.slots.state(slot) {
+            SlotState::Free => {}
+            SlotState::Clean => {
+                self.replacement.remove(slot);
+                self.slots.unmap(slot);
+                self.slots.set_state(slot, SlotState::Free);
+                self.stats.evictions += 1;
+            }
+            SlotState::Stale => {
+                let at = self
+                    .to_free
+                    .iter()
+                    .position(|&s| s == slot)
+                    .expect("checked by log_slot_leaves");
+                self.to_free.swap_remove(at);
+                self.log
+                    .as_mut()
+                    .expect("log mode")
+                    .advance_frees
+                    .push(slot);
+            }
+            state => unreachable!("slot {} in a passed batch is {state:?}", slot.0),
+        }
+    }
+
+    /// Issue the `AdvanceLog` for the slots the tail passed, when none is
+    /// in flight and room is wanted, enough have gathered, or frees wait
+    /// for it.
+    fn log_advance(&mut self) {
+        let wants = self.log_wants_room();
+        let pool = self.slots.free_count();
+        let log = self.log.as_mut().expect("log mode");
+        if log.advancing > 0 || log.passed == 0 {
+            return;
+        }
+        // Frees waiting for the move hold up their pages' next destage
+        // and any write around them: they go at once.
+        if !wants && log.passed < log.ring / 16 && log.advance_frees.is_empty() {
+            return;
+        }
+        let n = log.passed;
+        let tail = log.tail(pool);
+        let tail_seq = log
+            .spans
+            .front()
+            .map(|s| s.seq)
+            .or(log.open.as_ref().map(|o| o.seq))
+            .unwrap_or(log.next_seq);
+        log.advancing = n;
+        log.advance_frees_sent = log.advance_frees.len();
+        let io = self.new_io(IoCtx::AdvanceLog { slots: n });
+        self.stats.log_advances += 1;
+        self.commands.push_back(IoCommand::AdvanceLog {
+            io,
+            tail: SlotIndex(tail),
+            tail_seq,
+        });
+    }
+
+    /// A batch is durable (its inner commands complete with it), or failed:
+    /// then its pages fail, and the batch is written again empty (same
+    /// header, sequence number and next header) before any later one, so
+    /// the chain recovery follows has no gap.
+    pub(super) fn complete_batch(
+        &mut self,
+        now: Nanos,
+        seq: u64,
+        (header, next_header): (SlotIndex, SlotIndex),
+        ios: Vec<IoId>,
+        result: Result<(), IoError>,
+    ) -> Result<(), EngineError> {
+        for io in ios {
+            if self.io_live(io) {
+                self.complete_one(now, io, result)?;
+            }
+        }
+        let log = self.log.as_mut().expect("log mode");
+        log.writing = false;
+        match result {
+            Ok(()) => log.durable_seq = seq,
+            Err(_) => {
+                self.stats.io_errors += 1;
+                let io = self.new_io(IoCtx::Batch {
+                    seq,
+                    header,
+                    next_header,
+                    ios: Vec::new(),
+                });
+                let again = IoCommand::WriteBatch {
+                    io,
+                    header,
+                    seq,
+                    next_header,
+                    pages: Vec::new(),
+                    frees: Vec::new(),
+                };
+                let log = self.log.as_mut().expect("log mode");
+                log.sealed.push_front(again);
+                let at = Nanos(now.0.saturating_add(DESTAGE_RETRY_NS_MIN));
+                self.timers.set(Timer::LogRetry, Some(at));
+            }
+        }
+        Ok(())
+    }
+
+    /// The tail's move is durable: the stale slots it passed are freed,
+    /// and the slots it passed join the pool.
+    pub(super) fn complete_advance(&mut self, slots: u32, result: Result<(), IoError>) {
+        let log = self.log.as_mut().expect("log mode");
+        log.advancing = 0;
+        if result.is_err() {
+            self.stats.io_errors += 1;
+            return; // issued again at the next step
+        }
+        let n = std::mem::take(&mut log.advance_frees_sent);
+        let freed: Vec<SlotIndex> = log.advance_frees.drain(..n).collect();
+        if !freed.is_empty() {
+            self.complete_free_slots(freed, Ok(()));
+        }
+        let pool = self.slots.free_count() as u32;
+        let log = self.log.as_mut().expect("log mode");
+        let first = log.add(log.head, pool % log.ring);
+        log.passed -= slots;
+        let ring = log.ring;
+        for i in 0..slots {
+            let s = ((first as u64 + i as u64) % ring as u64) as u32;
+            self.slots.return_to_pool(SlotIndex(s));
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Log mode after a restart: where the durable log stands, and the engine's
+//! log rebuilt from it.
+
+use super::*;
+
+impl Engine {
+    /// Log mode: where the durable log stands, as recovery would find it
+    /// after a crash now: from the durable tail to the end of the last
+    /// durable batch; None otherwise.
+    pub fn log_position(&self) -> Option<LogPosition> {
+        let log = self.log.as_ref()?;
+        let pool = self.slots.free_count();
+        let durable: u64 = log
+            .spans
+            .iter()
+            .take_while(|s| s.seq <= log.durable_seq)
+            .map(|s| 1 + s.pages as u64)
+            .sum();
+        Some(LogPosition {
+            tail: SlotIndex(log.add(log.head, (pool % log.ring as u64) as u32)),
+            log_slots: (log.passed as u64 + durable) as u32,
+            next_seq: log.durable_seq + 1,
+        })
+    }
+
+    /// Recovery in log mode: the slots from the durable tail to the head
+    /// are the log found (stretches of it the tail will pass in turn; the
+    /// versions found lie there), the rest is the pool.
+    pub(in crate::engine) fn recover_log(&mut self, at: LogPosition) -> Result<(), RecoveryError> {
+        let ring = self.slots.len();
+        let (tail, found_len) = (at.tail.0, at.log_slots);
+        let bad = || RecoveryError::LogOutOfRange {
+            tail,
+            log_slots: found_len,
+            slots: ring as u64,
+        };
+        if tail >= ring || found_len > ring {
+            return Err(bad());
+        }
+        let log = self.log.as_mut().expect("log mode");
+        let head = log.add(tail, found_len);
+        let mut s = head;
+        for _ in 0..ring - found_len {
+            // A version found there would be outside the log.
+            if !self.slots.in_pool(SlotIndex(s)) {
+                return Err(bad());
+            }
+            s = log.add(s, 1);
+        }
+        let found_len = found_len as u64;
+        let mut s = tail;
+        let mut left = found_len as u32;
+        while left > 0 {
+            let n = left.min(RECOVERED_SPAN_SLOTS);
+            log.spans.push_back(Span {
+                header: s,
+                pages: n - 1,
+                seq: 0,
+                recovered: true,
+            });
+            for i in 0..n {
+                let slot = SlotIndex(log.add(s, i));
+                if self.slots.in_pool(slot) {
+                    self.slots.take_from_pool(slot);
+                }
+            }
+            s = log.add(s, n);
+            left -= n;
+        }
+        log.head = head;
+        log.next_seq = at.next_seq;
+        log.durable_seq = at.next_seq.saturating_sub(1);
+        Ok(())
+    }
+}
