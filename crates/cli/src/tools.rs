@@ -110,6 +110,7 @@ mod tests {
             engine,
             epoch: 0,
             transaction_id: 0,
+            salt: 0,
         }
     }
 

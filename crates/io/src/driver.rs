@@ -31,8 +31,10 @@
 //! This module must never complete a command early, and never make a policy
 //! decision.
 
+mod batch;
 mod data_path;
 mod flusher;
+mod log;
 pub use data_path::DataPath;
 mod frees;
 mod gate;
@@ -116,7 +118,7 @@ pub enum DriverError {
     Submit(#[from] SubmitError),
     #[error("request failed: {0}")]
     Io(#[from] IoError),
-    #[error("the engine's log mode (cache format 3) is not driven by this driver yet")]
+    #[error("the engine's log mode goes with a format-3 cache device, and only it (Driver::recover_log)")]
     LogModeNotBuilt,
     #[error("cache device {device} holds {size_bytes} bytes, but {cache_slots} slots of {page_size_bytes} bytes need {need_bytes}")]
     CacheTooSmall {
@@ -225,6 +227,8 @@ const RECORD_WRITERS: usize = 4;
 struct Job {
     cmd: IoCommand,
     buf: BufPtr,
+    /// A `WriteBatch`'s pages' buffers, in order (empty for other commands).
+    bufs: Vec<BufPtr>,
 }
 
 thread_local! {
@@ -336,6 +340,8 @@ struct Shared {
     cache: Device,
     /// The on-device format (persistent caches): records beside the pages.
     store: Option<Arc<CacheStore>>,
+    /// Format 3 (log mode; `store` is then None): batches and tail moves.
+    log: Option<crate::store::LogWriter>,
     /// Where slot 0's page lies on the cache device (0 without a store).
     data_offset_bytes: u64,
     backings: Vec<Device>,
@@ -386,7 +392,14 @@ impl Driver {
             !engine_config.persistent,
             "a persistent engine needs a CacheStore (Driver::recover)"
         );
-        Driver::start(engine_config, cache, None, Vec::new(), backings, config)
+        Driver::start(
+            engine_config,
+            cache,
+            None,
+            Vec::new(),
+            backings,
+            (config, None),
+        )
     }
 
     /// Starts a persistent engine over a formatted cache device: `found` are
@@ -418,7 +431,14 @@ impl Driver {
         }
         engine_config.persistent = true;
         let cache = store.device().clone();
-        Driver::start(engine_config, cache, Some(store), found, backings, config)
+        Driver::start(
+            engine_config,
+            cache,
+            Some(store),
+            found,
+            backings,
+            (config, None),
+        )
     }
 
     fn start(
@@ -427,7 +447,10 @@ impl Driver {
         store: Option<Arc<CacheStore>>,
         found: Vec<RecoveredSlot>,
         backings: Vec<Arc<dyn BlockDevice>>,
-        config: DriverConfig,
+        (config, log): (
+            DriverConfig,
+            Option<(crate::store::LogWriter, wcache_core::LogPosition)>,
+        ),
     ) -> Result<Driver, DriverError> {
         let page = engine_config.page_size_bytes;
         // Records written beside the page data, by threads of their own.
@@ -441,7 +464,8 @@ impl Driver {
             !overlapped || cache.writes_durable(),
             "a device whose writes wait for the medium has durable writes"
         );
-        check_cache(&engine_config, &cache, store.as_deref())?;
+        let log_store = log.as_ref().map(|(w, _)| w.store().as_ref());
+        check_cache(&engine_config, &cache, store.as_deref().or(log_store))?;
         for dev in std::iter::once(&cache).chain(backings.iter()) {
             let a = dev.alignment_bytes();
             if a > 1 && (!page.is_multiple_of(a as u64) || a > AlignedBuf::ALIGNMENT_BYTES) {
@@ -452,8 +476,11 @@ impl Driver {
                 });
             }
         }
-        let engine = if store.is_some() {
-            let sizes: Vec<u64> = backings.iter().map(|b| b.len_bytes()).collect();
+        let sizes: Vec<u64> = backings.iter().map(|b| b.len_bytes()).collect();
+        let (log, position) = log.map_or((None, None), |(w, at)| (Some(w), Some(at)));
+        let engine = if let Some(at) = position {
+            Engine::recover_log_mode(engine_config.clone(), &sizes, found, at)?
+        } else if store.is_some() {
             let mut engine = Engine::recover(engine_config.clone(), &sizes, found)?;
             if gather_frees {
                 // The free thread gathers frees (`frees.rs`): no engine timer for them.
@@ -467,7 +494,8 @@ impl Driver {
             }
             engine
         };
-        let (uring, data_path) = uring::Uring::choose(&cache, store.is_some(), &config);
+        let (uring, data_path) =
+            uring::Uring::choose(&cache, store.is_some(), log.is_some(), &config);
         let shared = Arc::new(Shared {
             core: Mutex::new(Core {
                 engine,
@@ -488,8 +516,10 @@ impl Driver {
                 dev: cache,
                 gate: FlushGate::default(),
             },
-            data_offset_bytes: store.as_ref().map_or(0, |s| s.layout().data_offset_bytes),
+            data_offset_bytes: (store.as_ref().or(log.as_ref().map(|l| l.store())))
+                .map_or(0, |s| s.layout().data_offset_bytes),
             store,
+            log,
             backings: backings
                 .into_iter()
                 .map(|dev| Device {
@@ -545,7 +575,8 @@ impl Driver {
     }
 
     pub fn store(&self) -> Option<&Arc<CacheStore>> {
-        self.shared.store.as_ref()
+        let log = self.shared.log.as_ref().map(|l| l.store());
+        self.shared.store.as_ref().or(log)
     }
 
     /// Sends the device writes `write_async` held (`hold`).
@@ -1019,14 +1050,14 @@ impl Drop for Driver {
     }
 }
 
-/// What the driver cannot run: the engine's log mode (not built here
-/// yet), a cache device smaller than its slots.
+/// What the driver cannot run: the engine's log mode without a format-3
+/// store (or such a store without it), a cache device smaller than its slots.
 fn check_cache(
     engine_config: &EngineConfig,
     cache: &Arc<dyn BlockDevice>,
     store: Option<&CacheStore>,
 ) -> Result<(), DriverError> {
-    if engine_config.log {
+    if engine_config.log != store.is_some_and(|s| s.layout().log) {
         return Err(DriverError::LogModeNotBuilt);
     }
     let page = engine_config.page_size_bytes;
@@ -1237,26 +1268,8 @@ impl Shared {
     fn pump(&self, core: &mut Core, jobs: &mut VecDeque<Job>) {
         let mut answered = false;
         while let Some(cmd) = core.engine.poll_command() {
-            let req = match &cmd {
-                IoCommand::ReadPage { req, .. } | IoCommand::ReadBacking { req, .. } => Some(*req),
-                IoCommand::WritePage { patch, .. } => match patch.src {
-                    Source::Request { req, .. } => Some(req),
-                    Source::Zero => None,
-                },
-                IoCommand::WriteBacking { src, .. } => match src {
-                    Source::Request { req, .. } => Some(*req),
-                    Source::Zero => None,
-                },
-                IoCommand::Destage { .. }
-                | IoCommand::FreeSlots { .. }
-                | IoCommand::Stage { .. }
-                | IoCommand::Commit { .. }
-                | IoCommand::Retire { .. } => None,
-                IoCommand::WriteBatch { .. } | IoCommand::AdvanceLog { .. } => {
-                    unreachable!("log mode is refused at start (DriverError::LogModeNotBuilt)")
-                }
-            };
-            let buf = match req {
+            let req = command_request(&cmd);
+            let buf_of = |r: Option<RequestId>| match r {
                 Some(r) => {
                     core.in_flight
                         .get(&r.0)
@@ -1265,7 +1278,14 @@ impl Shared {
                 }
                 None => BufPtr::NONE,
             };
-            jobs.push_back(Job { cmd, buf });
+            let bufs = match &cmd {
+                IoCommand::WriteBatch { pages, .. } => {
+                    pages.iter().map(|p| buf_of(command_request(p))).collect()
+                }
+                _ => Vec::new(),
+            };
+            let buf = buf_of(req);
+            jobs.push_back(Job { cmd, buf, bufs });
         }
         while let Some(response) = core.engine.poll_response() {
             let entry = core
@@ -1403,6 +1423,9 @@ impl Shared {
     }
 
     fn execute_and_complete(&self, job: Job, jobs: &mut VecDeque<Job>) {
+        if matches!(job.cmd, IoCommand::WriteBatch { .. }) {
+            return self.execute_and_complete_log_batch(job, jobs);
+        }
         if is_batched(&job) {
             // Every page write and record free in hand joins it (up to WRITE_BATCH_MAX).
             let mut batch = Vec::with_capacity(jobs.len() + 1);
@@ -1455,406 +1478,6 @@ impl Shared {
         drop(core);
         self.run_answered();
         SCRATCH.with(|s| s.borrow_mut().batch.results = results);
-    }
-
-    /// Page writes and record frees as one batch, results in
-    /// `scratch.batch.results`:
-    /// 1. each page's data: partial pages built one at a time in the scratch
-    ///    page; whole pages from requests sorted by slot, each run of
-    ///    consecutive slots written by one vectored write;
-    /// 2. the records of the pages written, one device write per record
-    ///    block touched (group-committed with other threads' writes of the
-    ///    block), and the records freed (zeroed);
-    /// 3. one durability barrier (group-committed flush) for every dirty
-    ///    page and free of the batch. Clean copies (read misses) need none.
-    ///
-    /// On a device whose writes wait for the medium (`dsync`), 1 and 2 run
-    /// at once: the records are handed to the record writer threads before
-    /// the whole pages are written (`write_batch_overlapped`). Otherwise data
-    /// before records. Either way a crash finds a page's record absent, old,
-    /// or naming data that matches its checksum only if that data is whole
-    /// on the device; a job completes only when both are durable.
-    fn execute_write_batch(&self, batch: &[Job], scratch: &mut Scratch) {
-        let Scratch {
-            page,
-            bounce,
-            batch: b,
-        } = scratch;
-        b.results.clear();
-        b.results.resize(batch.len(), Ok(()));
-        b.crcs.clear();
-        b.crcs.resize(batch.len(), 0);
-        self.write_partial_pages(batch, b, page, bounce);
-        self.sort_whole_pages(batch, b);
-        let overlapped = self.store.is_some() && self.cache.dev.writes_wait_for_medium();
-        if overlapped {
-            self.write_batch_overlapped(batch, b, bounce);
-        } else {
-            self.write_whole_pages(batch, b, bounce);
-            self.write_batch_records(batch, b);
-        }
-        // Counted once written (the flusher flushes after it sees this).
-        self.counters
-            .cache_page_writes
-            .fetch_add(1, Ordering::Relaxed);
-        let needs = |i: usize| self.batch_needs(&batch[i].cmd).1;
-        let needs_barrier = (0..batch.len()).any(|i| b.results[i].is_ok() && needs(i));
-        if needs_barrier {
-            if let Err(e) = self.make_durable(&self.cache, true) {
-                let err = self.io_fail(&e, true);
-                for i in 0..batch.len() {
-                    if b.results[i].is_ok() && needs(i) {
-                        b.results[i] = Err(err);
-                    }
-                }
-            }
-        }
-    }
-
-    /// What a batched job needs: its record written (page writes: slot and
-    /// record), and the barrier (dirty page writes unless persist-on-flush,
-    /// and record frees: an old version is overwritten only once its newer
-    /// one is durable).
-    fn batch_needs(&self, cmd: &IoCommand) -> (Option<(SlotIndex, SlotRecord)>, bool) {
-        let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
-        match cmd {
-            IoCommand::WritePage { slot, record, .. } => {
-                (Some((*slot, *record)), record.dirty && !persist_on_flush)
-            }
-            IoCommand::FreeSlots { .. } => (None, true),
-            _ => unreachable!("write batches hold page writes and record frees only"),
-        }
-    }
-
-    /// Builds and writes every page of the batch that is not one whole page
-    /// of a request; whole pages go to `b.whole`, unsorted.
-    fn write_partial_pages(
-        &self,
-        batch: &[Job],
-        b: &mut BatchScratch,
-        page: &mut AlignedBuf,
-        bounce: &mut AlignedBuf,
-    ) {
-        let p = self.page_size_bytes as usize;
-        b.whole.clear();
-        for (i, job) in batch.iter().enumerate() {
-            let IoCommand::WritePage {
-                slot, base, patch, ..
-            } = &job.cmd
-            else {
-                continue; // a record free: with the records
-            };
-            let whole = patch.page_offset_bytes == 0 && patch.len_bytes as usize == p;
-            if whole && matches!(patch.src, Source::Request { .. }) {
-                b.whole.push(i as u32);
-                continue;
-            }
-            match self.write_partial_page(job.buf, *slot, base, patch, page, bounce) {
-                Ok(crc) => b.crcs[i] = crc,
-                Err((e, side)) => b.results[i] = Err(self.io_fail(&e, side.unwrap_or(true))),
-            }
-        }
-    }
-
-    /// Sorts the whole pages by slot and computes their checksums (with a
-    /// store), before any of them is written.
-    fn sort_whole_pages(&self, batch: &[Job], b: &mut BatchScratch) {
-        b.whole.sort_unstable_by_key(|&i| batch_slot(batch, i));
-        if self.store.is_none() {
-            return;
-        }
-        for &i in &b.whole {
-            // SAFETY: the request is in flight (module header).
-            let data = unsafe { whole_page(&batch[i as usize], self.page_size_bytes) };
-            b.crcs[i as usize] = crc32c::crc32c(data);
-        }
-    }
-
-    /// Writes the whole pages of `b.whole` (sorted), one write per run of
-    /// consecutive slots.
-    fn write_whole_pages(&self, batch: &[Job], b: &mut BatchScratch, bounce: &mut AlignedBuf) {
-        let p = self.page_size_bytes as usize;
-        let cache = &self.cache;
-        let mut bufs: Vec<&[u8]> = Vec::with_capacity(b.whole.len());
-        let mut k = 0;
-        while k < b.whole.len() {
-            let mut end = k + 1;
-            while end < b.whole.len()
-                && batch_slot(batch, b.whole[end]) == batch_slot(batch, b.whole[end - 1]) + 1
-            {
-                end += 1;
-            }
-            bufs.clear();
-            for &i in &b.whole[k..end] {
-                // SAFETY: the request is in flight (module header).
-                bufs.push(unsafe { whole_page(&batch[i as usize], p as u64) });
-            }
-            let offset = self.slot_offset_bytes(SlotIndex(batch_slot(batch, b.whole[k])));
-            let a = cache.dev.alignment_bytes();
-            let result = if a > 1
-                && bufs
-                    .iter()
-                    .any(|d| !is_aligned(d.as_ptr() as usize, 0, d.len(), a))
-            {
-                // O_DIRECT and request buffers that are not aligned: the
-                // run is copied into one aligned buffer and written at once.
-                let run = bounce.get(bufs.len() * p);
-                for (m, d) in bufs.iter().enumerate() {
-                    run[m * p..(m + 1) * p].copy_from_slice(d);
-                }
-                cache.dev.write_at(run, offset)
-            } else {
-                cache.dev.write_vectored_at(&bufs, offset)
-            };
-            if let Err(e) = result {
-                let err = self.io_fail(&e, true);
-                for &i in &b.whole[k..end] {
-                    b.results[i as usize] = Err(err);
-                }
-            }
-            k = end;
-        }
-    }
-
-    /// Data before records: the records of the pages written, then the
-    /// frees (persist-on-flush: after a flush that makes the newer versions
-    /// of the freed pages durable, since they completed without one).
-    fn write_batch_records(&self, batch: &[Job], b: &mut BatchScratch) {
-        let Some(store) = &self.store else {
-            return;
-        };
-        self.collect_records(batch, b);
-        let (results, record_jobs) = (&mut b.results, &b.record_jobs);
-        store.write_records(&b.records, &mut b.order, &mut |k, e| {
-            results[record_jobs[k] as usize] = Err(self.io_fail(e, true));
-        });
-        let frees = batch
-            .iter()
-            .any(|j| matches!(j.cmd, IoCommand::FreeSlots { .. }));
-        let before = if frees && self.persist_on_flush.load(Ordering::Relaxed) {
-            self.make_durable(&self.cache, true)
-                .map_err(|e| self.io_fail(&e, true))
-        } else {
-            Ok(())
-        };
-        for (i, job) in batch.iter().enumerate() {
-            if let IoCommand::FreeSlots { slots, .. } = &job.cmd {
-                if let Err(e) = before {
-                    b.results[i] = Err(e);
-                } else if let Err(e) = store.free_records(slots) {
-                    b.results[i] = Err(self.io_fail(&e, true));
-                }
-            }
-        }
-    }
-
-    /// The records of the page writes that have not failed, into
-    /// `b.records` with their jobs in `b.record_jobs`.
-    fn collect_records(&self, batch: &[Job], b: &mut BatchScratch) {
-        b.records.clear();
-        b.record_jobs.clear();
-        for (i, job) in batch.iter().enumerate() {
-            if let (true, (Some((slot, record)), _)) =
-                (b.results[i].is_ok(), self.batch_needs(&job.cmd))
-            {
-                b.records.push((slot, record, b.crcs[i]));
-                b.record_jobs.push(i as u32);
-            }
-        }
-    }
-
-    /// Records and frees staged and handed to the record writer threads,
-    /// then the whole pages written while they write, then a wait for
-    /// both. Every write here is durable on return (`dsync`), so the newer
-    /// versions of freed pages are durable already and no order is needed:
-    /// a record that reaches the device before its data names a checksum
-    /// the slot does not have yet, and recovery ignores it. A page whose
-    /// data write failed has its record zeroed again before it completes,
-    /// so no record is left naming a version that was refused.
-    fn write_batch_overlapped(&self, batch: &[Job], b: &mut BatchScratch, bounce: &mut AlignedBuf) {
-        let store = self.store.as_ref().expect("overlapped writes need a store");
-        self.collect_records(batch, b);
-        b.staged.clear();
-        store.stage_records(&b.records, &mut b.order, &mut b.staged);
-        let record_blocks = b.staged.len();
-        for job in batch {
-            if let IoCommand::FreeSlots { slots, .. } = &job.cmd {
-                store.stage_frees(slots, &mut b.order, &mut b.staged);
-            }
-        }
-        self.write_together(batch, b, bounce, store);
-        let mut failed_blocks: Vec<usize> = Vec::new();
-        store.await_writes(&b.staged, &mut |k, e| {
-            self.note_error(true, e);
-            failed_blocks.push(k);
-        });
-        for k in failed_blocks {
-            let block = b.staged[k].block;
-            let in_block = |slot: SlotIndex| CacheStore::block_of_slot(slot) == block;
-            for (i, job) in batch.iter().enumerate() {
-                let hit = match &job.cmd {
-                    IoCommand::WritePage { slot, .. } => k < record_blocks && in_block(*slot),
-                    IoCommand::FreeSlots { slots, .. } => {
-                        k >= record_blocks && slots.iter().any(|&s| in_block(s))
-                    }
-                    _ => false,
-                };
-                if hit && b.results[i].is_ok() {
-                    b.results[i] = Err(IoError::Io);
-                }
-            }
-        }
-        self.unstage_failed_pages(batch, b, store);
-    }
-
-    /// Sends the batch's page data (one write per run of consecutive
-    /// slots) and the staged record blocks no thread is writing now in one
-    /// go (`write_many`: native AIO, all in flight at once up to
-    /// `aio::AIO_WRITES_MAX`, no thread handoff); the other blocks go to the
-    /// record writer threads. Pages are copied into one aligned buffer
-    /// unless each run is a single page already aligned (O_DIRECT).
-    fn write_together(
-        &self,
-        batch: &[Job],
-        b: &mut BatchScratch,
-        bounce: &mut AlignedBuf,
-        store: &CacheStore,
-    ) {
-        let p = self.page_size_bytes as usize;
-        store.take_writes(&b.staged, usize::MAX, &mut b.own);
-        store.request_writes_except(&b.staged, &b.own);
-        // Runs of consecutive slots: (first index in b.whole, page count).
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        for (k, &i) in b.whole.iter().enumerate() {
-            match runs.last_mut() {
-                Some((first, n))
-                    if batch_slot(batch, b.whole[*first + *n - 1]) + 1 == batch_slot(batch, i) =>
-                {
-                    *n += 1
-                }
-                _ => runs.push((k, 1)),
-            }
-        }
-        // SAFETY: the requests are in flight (module header).
-        let page_of = |k: usize| unsafe { whole_page(&batch[b.whole[k] as usize], p as u64) };
-        let a = self.cache.dev.alignment_bytes();
-        let direct = runs.iter().all(|&(first, n)| {
-            n == 1 && (a <= 1 || is_aligned(page_of(first).as_ptr() as usize, 0, p, a))
-        });
-        let mut writes: Vec<(&[u8], u64)> = Vec::with_capacity(runs.len() + b.staged.len());
-        let copied: &[u8] = if direct || b.whole.is_empty() {
-            &[]
-        } else {
-            let all = bounce.get(b.whole.len() * p);
-            for k in 0..b.whole.len() {
-                all[k * p..(k + 1) * p].copy_from_slice(page_of(k));
-            }
-            all
-        };
-        for &(first, n) in &runs {
-            let data = if direct {
-                page_of(first)
-            } else {
-                &copied[first * p..(first + n) * p]
-            };
-            let slot = SlotIndex(batch_slot(batch, b.whole[first]));
-            writes.push((data, self.slot_offset_bytes(slot)));
-        }
-        let data_writes = writes.len();
-        let mut own = std::mem::take(&mut b.own);
-        store.own_writes(&mut own, &mut writes);
-        let mut errors: Vec<Option<DeviceError>> = (0..writes.len()).map(|_| None).collect();
-        self.cache
-            .dev
-            .write_many(&writes, &mut |i, e| errors[i] = Some(e));
-        drop(writes);
-        store.end_writes(&mut own, &mut |k| errors[data_writes + k].take());
-        b.own = own;
-        for (&(first, n), error) in runs.iter().zip(errors.iter_mut()) {
-            if let Some(e) = error.take() {
-                let err = self.io_fail(&e, true);
-                for &i in &b.whole[first..first + n] {
-                    b.results[i as usize] = Err(err);
-                }
-            }
-        }
-    }
-
-    /// Zeroes (durably, as every write here is) the records staged for
-    /// pages whose data write failed. If that fails too, the record names
-    /// data the slot most likely does not hold: recovery drops it by its
-    /// checksum.
-    fn unstage_failed_pages(&self, batch: &[Job], b: &mut BatchScratch, store: &CacheStore) {
-        let failed: Vec<SlotIndex> = b
-            .record_jobs
-            .iter()
-            .filter(|&&i| b.results[i as usize].is_err())
-            .filter_map(|&i| match &batch[i as usize].cmd {
-                IoCommand::WritePage { slot, .. } => Some(*slot),
-                _ => None,
-            })
-            .collect();
-        if failed.is_empty() {
-            return;
-        }
-        if let Err(e) = store.free_records(&failed) {
-            self.note_error(true, &e);
-        }
-    }
-
-    /// Builds a page that is not one whole page of a request (base, then
-    /// the patch) in `page` and writes it to `slot`; returns its crc32c
-    /// (0 without a store). Errors carry the side that failed.
-    fn write_partial_page(
-        &self,
-        buf: BufPtr,
-        slot: SlotIndex,
-        base: &PageBase,
-        patch: &wcache_core::Patch,
-        page: &mut AlignedBuf,
-        bounce: &mut AlignedBuf,
-    ) -> Result<u32, (DeviceError, Option<bool>)> {
-        let p = self.page_size_bytes;
-        let cache = &self.cache;
-        let on_cache = |e| (e, Some(true));
-        let on_backing = |e| (e, Some(false));
-        let page = page.get(p as usize);
-        match *base {
-            PageBase::None => page.fill(0),
-            PageBase::Slot(old) => {
-                cache
-                    .dev
-                    .read_at(page, self.slot_offset_bytes(old))
-                    .map_err(on_cache)?;
-            }
-            PageBase::Backing {
-                volume,
-                page: index,
-            } => {
-                let b = self.backing(volume);
-                let start = index.0 * p;
-                let len = b.dev.len_bytes().saturating_sub(start).min(p) as usize;
-                read_aligned(b.dev.as_ref(), &mut page[..len], start, bounce)
-                    .map_err(on_backing)?;
-                page[len..].fill(0);
-            }
-        }
-        let o = patch.page_offset_bytes as usize;
-        let n = patch.len_bytes as usize;
-        match patch.src {
-            Source::Zero => page[o..o + n].fill(0),
-            Source::Request { offset_bytes, .. } => {
-                // SAFETY: the request is in flight (module header).
-                let data = unsafe { buf.slice(offset_bytes, n) };
-                page[o..o + n].copy_from_slice(data);
-            }
-        }
-        let crc = self.store.as_ref().map_or(0, |_| crc32c::crc32c(page));
-        cache
-            .dev
-            .write_at(page, self.slot_offset_bytes(slot))
-            .map_err(on_cache)?;
-        Ok(crc)
     }
 
     /// Counts a failed device call and maps it to the engine's error.
@@ -1946,10 +1569,10 @@ impl Shared {
         match &job.cmd {
             IoCommand::FreeSlots { .. }
             | IoCommand::WritePage { .. }
-            | IoCommand::WriteBatch { .. }
-            | IoCommand::AdvanceLog { .. } => unreachable!(
-                "page writes and frees run in batches (execute_write_batch); log mode is refused at start"
-            ),
+            | IoCommand::WriteBatch { .. } => {
+                unreachable!("page writes and frees run in batches (execute_write_batch, log.rs)")
+            }
+            IoCommand::AdvanceLog { .. } => self.execute_advance(&job.cmd).map_err(on_cache),
             IoCommand::ReadPage {
                 slot,
                 page_offset_bytes,
@@ -2132,6 +1755,29 @@ impl Shared {
 }
 
 /// A page write whose whole page comes from its request's buffer.
+/// The request whose buffer a command reads or fills, if any (a batch's
+/// pages name theirs each).
+fn command_request(cmd: &IoCommand) -> Option<RequestId> {
+    match cmd {
+        IoCommand::ReadPage { req, .. } | IoCommand::ReadBacking { req, .. } => Some(*req),
+        IoCommand::WritePage { patch, .. } => match patch.src {
+            Source::Request { req, .. } => Some(req),
+            Source::Zero => None,
+        },
+        IoCommand::WriteBacking { src, .. } => match src {
+            Source::Request { req, .. } => Some(*req),
+            Source::Zero => None,
+        },
+        IoCommand::Destage { .. }
+        | IoCommand::FreeSlots { .. }
+        | IoCommand::Stage { .. }
+        | IoCommand::Commit { .. }
+        | IoCommand::Retire { .. }
+        | IoCommand::WriteBatch { .. }
+        | IoCommand::AdvanceLog { .. } => None,
+    }
+}
+
 fn is_whole_request_page(job: &Job, page_size_bytes: u64) -> bool {
     matches!(
         &job.cmd,

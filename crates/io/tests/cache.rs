@@ -602,12 +602,12 @@ fn a_newer_superblock_version_is_refused_by_name_and_left_unchanged() {
     let cache = Cache::open(&cfg).expect("format");
     write_pages(&cache, 3, 6);
     cache.close().expect("close");
-    rewrite_superblock_as(&cache_path, 3, false);
+    rewrite_superblock_as(&cache_path, 4, false);
     let before = std::fs::read(&cache_path).expect("cache bytes");
-    let e = Cache::open(&cfg).err().expect("version 3 refused");
+    let e = Cache::open(&cfg).err().expect("version 4 refused");
     let text = e.to_string();
     assert!(
-        text.contains("superblock format version 3: this wcache reads versions 1 to 2 only"),
+        text.contains("superblock format version 4: this wcache reads versions 1 to 3 only"),
         "{text}"
     );
     assert!(text.contains("--force"), "{text}");
@@ -616,7 +616,7 @@ fn a_newer_superblock_version_is_refused_by_name_and_left_unchanged() {
         .expect("offline refuses it too");
     assert!(
         e.to_string()
-            .contains("superblock format version 3: this wcache reads versions 1 to 2 only"),
+            .contains("superblock format version 4: this wcache reads versions 1 to 3 only"),
         "{e}"
     );
     assert!(std::fs::read(&cache_path).expect("cache bytes") == before);

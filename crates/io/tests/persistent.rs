@@ -332,7 +332,8 @@ fn concurrent_record_writes_to_shared_blocks_all_reach_the_device() {
     let slots_bytes = 4096 + 4096 * 2 + 256 * PAGE_BYTES;
     let dev = open_file(&path, slots_bytes, false);
     let store = Arc::new(
-        CacheStore::format(dev, PAGE_BYTES, &record(), volumes(VOLUME_BYTES)).expect("format"),
+        CacheStore::format(dev, PAGE_BYTES, &record(), volumes(VOLUME_BYTES), false)
+            .expect("format"),
     );
     let slot_count = store.layout().slot_count as u32;
     let threads = 8u32;

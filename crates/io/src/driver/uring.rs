@@ -116,6 +116,7 @@ impl Uring {
     pub(super) fn choose(
         cache: &Arc<dyn BlockDevice>,
         persistent: bool,
+        log: bool,
         config: &DriverConfig,
     ) -> (Option<Uring>, DataPath) {
         let threads = |why: &str| {
@@ -128,6 +129,9 @@ impl Uring {
         };
         if !config.io_uring {
             return threads("io_uring turned off");
+        }
+        if log {
+            return threads("format 3: each batch is written by the thread that issues it");
         }
         if !persistent {
             return threads("io_uring serves persistent caches only");

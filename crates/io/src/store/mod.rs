@@ -17,8 +17,10 @@
 //! This module must never decide what a page's current version is: recovery
 //! hands every verified record to the engine, which decides.
 
+mod log;
 mod open;
-pub use open::{show_volumes, OpenError, OpenReport};
+pub use log::{LogFound, LogWriter};
+pub use open::{show_volumes, Asked, OpenError, OpenReport};
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +48,8 @@ pub enum StoreError {
         size_bytes: u64,
         need_bytes: u64,
     },
+    #[error("cache device {device}: neither log-start block is valid (format 3: both torn or corrupt); the log cannot be read")]
+    NoLogStart { device: String },
 }
 
 /// A record that failed verification during a scan.
@@ -290,60 +294,6 @@ impl CacheStore {
             });
         }
         Ok(sb)
-    }
-
-    /// Formats `dev`: every record free, a new UUID, `volumes` and the
-    /// engine configuration `engine` in the superblock (current version).
-    /// The old superblock is invalidated first, so that a crash in the
-    /// middle leaves a device that is recognisably unformatted.
-    pub fn format(
-        dev: Arc<dyn BlockDevice>,
-        page_size_bytes: u64,
-        engine: &EngineRecord,
-        volumes: Vec<VolumeEntry>,
-    ) -> Result<CacheStore, StoreError> {
-        let fmt_err = |source| StoreError::Format {
-            device: dev.name(),
-            source,
-        };
-        let layout = Layout::for_device(dev.len_bytes(), page_size_bytes).map_err(fmt_err)?;
-        let sb = Superblock {
-            format_version: FORMAT_VERSION,
-            uuid: new_uuid(),
-            layout,
-            clean: true,
-            open_count: 0,
-            volumes,
-            engine: Some(engine.clone()),
-            epoch: 0,
-            transaction_id: 0,
-        };
-        let encoded = sb.encode().map_err(fmt_err)?;
-        // First, before anything else is written: the data area is written
-        // at random, and a write where a file has no storage yet makes the
-        // next flush commit the allocation too.
-        let filled_bytes = dev.fill_holes()?;
-        let mut buf = AlignedBuf::new();
-        const ZERO_CHUNK_BYTES: u64 = 1 << 20;
-        let zeros = buf.get(ZERO_CHUNK_BYTES as usize);
-        zeros.fill(0);
-        dev.write_at(&zeros[..SUPERBLOCK_BYTES as usize], 0)?;
-        sync(dev.as_ref())?;
-        let mut at = layout.record_offset_bytes;
-        let end = layout.record_offset_bytes + layout.record_area_bytes;
-        while at < end {
-            let n = (end - at).min(ZERO_CHUNK_BYTES);
-            dev.write_at(&zeros[..n as usize], at)?;
-            at += n;
-        }
-        sync(dev.as_ref())?;
-        let sb_buf = buf.get(SUPERBLOCK_BYTES as usize);
-        sb_buf.copy_from_slice(&encoded);
-        dev.write_at(sb_buf, 0)?;
-        sync(dev.as_ref())?;
-        let mut store = CacheStore::with_blocks(dev, sb, None);
-        store.filled_bytes = filled_bytes;
-        Ok(store)
     }
 
     /// Opens a formatted device: verifies the superblock and loads the record area.
@@ -1116,7 +1066,7 @@ impl CacheStore {
         sb.clean = false;
         sb.open_count += 1;
         if let Some(engine) = engine {
-            sb.format_version = FORMAT_VERSION;
+            sb.format_version = sb.format_version.max(FORMAT_VERSION);
             sb.engine = Some(engine.clone());
         }
         self.write_superblock(&sb)

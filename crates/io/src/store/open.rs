@@ -2,6 +2,7 @@
 //! against the configuration being started and scan its records.
 
 use super::*;
+use crate::format::log as format_log;
 
 /// How `open_or_format` found the cache device.
 #[derive(Debug)]
@@ -24,6 +25,8 @@ pub struct OpenReport {
     pub discarded: Vec<BadSlot>,
     /// Dirty pages handed to recovery (newest versions).
     pub dirty_pages: u64,
+    /// Format 3: where the log found stands, and why it ends there.
+    pub log: Option<LogFound>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -38,9 +41,86 @@ pub enum OpenError {
         dirty_pages: u64,
         differences: String,
     },
+    #[error("cache device {device} is format {found}, and the other format was asked for (--cache-format). To change it, drain it first with the format it has (wcache flush --cache {device}, or a clean stop of a server that leaves no dirty page), then start with --force, which formats it anew; or leave --cache-format out to keep format {found}")]
+    OtherFormat { device: String, found: u32 },
 }
 
 impl CacheStore {
+    /// Formats `dev`: every record free, a new UUID, `volumes` and the
+    /// engine configuration `engine` in the superblock (current version).
+    /// The old superblock is invalidated first, so that a crash in the
+    /// middle leaves a device that is recognisably unformatted.
+    /// With `log`, format 3: the record area holds the two log-start
+    /// blocks (A written with the empty log), and the superblock a salt.
+    pub fn format(
+        dev: Arc<dyn BlockDevice>,
+        page_size_bytes: u64,
+        engine: &EngineRecord,
+        volumes: Vec<VolumeEntry>,
+        log: bool,
+    ) -> Result<CacheStore, StoreError> {
+        let fmt_err = |source| StoreError::Format {
+            device: dev.name(),
+            source,
+        };
+        let (layout, version) = if log {
+            let layout = format_log::layout_for_device(dev.len_bytes(), page_size_bytes);
+            (layout.map_err(fmt_err)?, format_log::FORMAT_VERSION_LOG)
+        } else {
+            let layout = Layout::for_device(dev.len_bytes(), page_size_bytes);
+            (layout.map_err(fmt_err)?, FORMAT_VERSION)
+        };
+        let uuid = new_uuid();
+        let sb = Superblock {
+            format_version: version,
+            uuid,
+            layout,
+            clean: true,
+            open_count: 0,
+            volumes,
+            engine: Some(engine.clone()),
+            epoch: 0,
+            transaction_id: 0,
+            salt: u64::from_le_bytes(new_uuid()[..8].try_into().expect("8 bytes")),
+        };
+        let encoded = sb.encode().map_err(fmt_err)?;
+        // First, before anything else is written: the data area is written
+        // at random, and a write where a file has no storage yet makes the
+        // next flush commit the allocation too.
+        let filled_bytes = dev.fill_holes()?;
+        let mut buf = AlignedBuf::new();
+        const ZERO_CHUNK_BYTES: u64 = 1 << 20;
+        let zeros = buf.get(ZERO_CHUNK_BYTES as usize);
+        zeros.fill(0);
+        dev.write_at(&zeros[..SUPERBLOCK_BYTES as usize], 0)?;
+        sync(dev.as_ref())?;
+        let mut at = layout.record_offset_bytes;
+        let end = layout.record_offset_bytes + layout.record_area_bytes;
+        while at < end {
+            let n = (end - at).min(ZERO_CHUNK_BYTES);
+            dev.write_at(&zeros[..n as usize], at)?;
+            at += n;
+        }
+        if log {
+            let start = format_log::LogStart {
+                generation: 1,
+                tail_slot: 0,
+                tail_seq: 1,
+            };
+            let block = buf.get(format_log::LOG_START_BYTES as usize);
+            block.copy_from_slice(&start.encode(&uuid));
+            dev.write_at(block, layout.record_offset_bytes)?;
+        }
+        sync(dev.as_ref())?;
+        let sb_buf = buf.get(SUPERBLOCK_BYTES as usize);
+        sb_buf.copy_from_slice(&encoded);
+        dev.write_at(sb_buf, 0)?;
+        sync(dev.as_ref())?;
+        let mut store = CacheStore::with_blocks(dev, sb, None);
+        store.filled_bytes = filled_bytes;
+        Ok(store)
+    }
+
     /// Opens `dev` for service with `page_size_bytes` and `volumes`:
     /// formats a blank device; otherwise verifies the superblock, scans and
     /// verifies every record, frees the bad ones durably, and returns the
@@ -58,6 +138,24 @@ impl CacheStore {
         volumes: Vec<VolumeEntry>,
         force: bool,
     ) -> Result<(CacheStore, Vec<RecoveredSlot>, OpenReport), OpenError> {
+        let asked = Asked {
+            page_size_bytes,
+            engine,
+            log: None,
+            force,
+        };
+        CacheStore::open_or_format_as(dev, asked, volumes)
+    }
+
+    /// `open_or_format` with the format asked for: `log` Some(true) for
+    /// format 3, Some(false) for format 2, None for format 2 if new and
+    /// whatever an existing cache has. An existing cache of the other
+    /// format is refused (naming both and what to do) unless `force`.
+    pub fn open_or_format_as(
+        dev: Arc<dyn BlockDevice>,
+        asked: Asked<'_>,
+        volumes: Vec<VolumeEntry>,
+    ) -> Result<(CacheStore, Vec<RecoveredSlot>, OpenReport), OpenError> {
         let mut report = OpenReport {
             formatted: false,
             reformatted: None,
@@ -66,10 +164,16 @@ impl CacheStore {
             discarded: Vec::new(),
             dirty_pages: 0,
             filled_bytes: 0,
+            log: None,
         };
         let format = |dev, volumes, mut report: OpenReport| {
-            let store = CacheStore::format(dev, page_size_bytes, engine, volumes)?;
+            let log = asked.log.unwrap_or(false);
+            let store = CacheStore::format(dev, asked.page_size_bytes, asked.engine, volumes, log)?;
             report.filled_bytes = store.filled_bytes;
+            if log {
+                // The empty log just written.
+                report.log = Some(store.read_log()?.1);
+            }
             Ok((store, Vec::new(), report))
         };
         if CacheStore::is_blank(dev.as_ref()).map_err(StoreError::from)? {
@@ -78,7 +182,7 @@ impl CacheStore {
         }
         let store = match CacheStore::open(dev.clone()) {
             Ok(store) => store,
-            Err(source) if force => {
+            Err(source) if asked.force => {
                 report.reformatted = Some(format!(
                     "an unreadable cache device ({source}) and whatever it held"
                 ));
@@ -94,11 +198,10 @@ impl CacheStore {
         let sb = store.superblock();
         report.was_clean = sb.clean;
         report.format_version_found = sb.format_version;
-        let differences = differences(&sb, dev.len_bytes(), page_size_bytes, &volumes);
-        let scan = store.scan(true).map_err(StoreError::from)?;
+        let differences = asked.differences(&sb, dev.as_ref(), &volumes)?;
+        let (found, dirty_pages) = store.found_versions(&mut report)?;
         if !differences.is_empty() {
-            let dirty_pages = scan.dirty_pages();
-            if dirty_pages > 0 && !force {
+            if dirty_pages > 0 && !asked.force {
                 return Err(OpenError::OtherConfiguration {
                     device: dev.name(),
                     dirty_pages,
@@ -109,9 +212,28 @@ impl CacheStore {
                 "{dirty_pages} dirty pages of the previous configuration ({})",
                 differences.join("; ")
             ));
+            report.log = None;
+            report.discarded.clear();
             drop(store);
             return format(dev, volumes, report);
         }
+        report.dirty_pages = dirty_pages;
+        Ok((store, found, report))
+    }
+
+    /// The versions recovery starts from, and how many pages are dirty:
+    /// format 2's scan of every record (those that fail are zeroed, and
+    /// named in the report), or format 3's log (its position in the report).
+    fn found_versions(
+        &self,
+        report: &mut OpenReport,
+    ) -> Result<(Vec<RecoveredSlot>, u64), OpenError> {
+        if self.layout.log {
+            let (found, log) = self.read_log()?;
+            report.log = Some(log);
+            return Ok((found.clone(), dirty_pages_of(&found)));
+        }
+        let scan = self.scan(true).map_err(StoreError::from)?;
         let bad_slots: Vec<SlotIndex> = scan
             .bad
             .iter()
@@ -120,14 +242,62 @@ impl CacheStore {
             })
             .collect();
         if !bad_slots.is_empty() {
-            store
-                .free_records_durably(&bad_slots)
+            self.free_records_durably(&bad_slots)
                 .map_err(StoreError::from)?;
         }
-        report.dirty_pages = scan.dirty_pages();
+        let dirty_pages = scan.dirty_pages();
         report.discarded = scan.bad;
-        Ok((store, scan.found, report))
+        Ok((scan.found, dirty_pages))
     }
+}
+
+impl Asked<'_> {
+    /// How the device's format differs from what is asked; another
+    /// format is refused unless `force`.
+    fn differences(
+        &self,
+        sb: &Superblock,
+        dev: &dyn BlockDevice,
+        volumes: &[VolumeEntry],
+    ) -> Result<Vec<String>, OpenError> {
+        let other_format = self.log.is_some_and(|log| log != sb.layout.log);
+        if other_format && !self.force {
+            return Err(OpenError::OtherFormat {
+                device: dev.name(),
+                found: sb.format_version,
+            });
+        }
+        let mut differences = differences(sb, dev.len_bytes(), self.page_size_bytes, volumes);
+        if other_format {
+            differences.push(format!("format version {}, now another", sb.format_version));
+        }
+        Ok(differences)
+    }
+}
+
+/// What a start asks of the cache device's format.
+#[derive(Clone, Copy, Debug)]
+pub struct Asked<'a> {
+    pub page_size_bytes: u64,
+    pub engine: &'a EngineRecord,
+    /// Format 3 (true), 2 (false), or as found (None; 2 if new).
+    pub log: Option<bool>,
+    /// Format over what cannot be opened, or opened as asked.
+    pub force: bool,
+}
+
+/// Pages whose newest version found is dirty.
+fn dirty_pages_of(found: &[RecoveredSlot]) -> u64 {
+    let mut newest: std::collections::HashMap<u64, (u64, bool)> = Default::default();
+    for f in found {
+        let e = newest
+            .entry(f.record.key.0)
+            .or_insert((f.record.seq, f.record.dirty));
+        if f.record.seq >= e.0 {
+            *e = (f.record.seq, f.record.dirty);
+        }
+    }
+    newest.values().filter(|(_, dirty)| *dirty).count() as u64
 }
 
 /// How a formatted device differs from the configuration being started
@@ -145,9 +315,12 @@ fn differences(
             sb.layout.page_size_bytes
         ));
     }
-    let fits = Layout::for_device(device_bytes, page_size_bytes)
-        .map(|l| l.slot_count)
-        .unwrap_or(0);
+    let layout = if sb.layout.log {
+        format_log::layout_for_device(device_bytes, page_size_bytes)
+    } else {
+        Layout::for_device(device_bytes, page_size_bytes)
+    };
+    let fits = layout.map(|l| l.slot_count).unwrap_or(0);
     if sb.layout.page_size_bytes == page_size_bytes && fits != sb.layout.slot_count {
         differences.push(format!(
             "{} slots, the device now fits {fits}",

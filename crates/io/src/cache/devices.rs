@@ -1,0 +1,202 @@
+//! Opening a cache's devices: the backings, their journals and the cache
+//! device, each locked before the first write; the checks of sizes and
+//! alignment before anything is formatted; the volume table they make.
+
+use super::*;
+
+/// The opened devices of a cache for service.
+pub(super) type Devices = (
+    Backings,
+    Vec<JournalOpen>,
+    (Arc<dyn BlockDevice>, CacheDeviceInfo),
+    Vec<DeviceLock>,
+);
+
+/// Opens `config`'s backings, their journals and the cache device, each
+/// locked before the first write to any of them (a cache file that does
+/// not exist yet is locked once created, before its format).
+pub(super) fn open_devices(config: &CacheConfig) -> Result<Devices, CacheError> {
+    let backings = open_backings(
+        &config.volumes,
+        (config.backing_sync, config.backing_timeout),
+        config.backing_create_size_bytes,
+        Some(config.block_size_bytes),
+    )?;
+    let mut locks = lock_backings(&config.volumes)?;
+    let cache_path = match &config.cache {
+        CacheDeviceSpec::File { path, .. } => Some(path),
+        CacheDeviceSpec::Memory { .. } => None,
+    };
+    let lock_cache =
+        |path: &PathBuf| DeviceLock::acquire(path, LockMode::Exclusive, "cache device");
+    // An existing cache device: locked and checked before anything is written.
+    let mut opened = None;
+    if let Some(path) = cache_path.filter(|p| p.exists()) {
+        locks.push(lock_cache(path)?);
+        let (cache, device) = open_cache_device(&config.cache)?;
+        check_asked_size(&config.cache, device.size_bytes)?;
+        opened = Some((cache, device));
+    }
+    let sync_timeout = (config.backing_sync, config.backing_timeout);
+    let (backings, journals) = open_journals(
+        backings,
+        &config.volumes,
+        &config.engine,
+        sync_timeout,
+        &mut locks,
+    )?;
+    let cache = match opened {
+        Some(opened) => opened,
+        None => {
+            let created = open_cache_device(&config.cache)?;
+            if let Some(path) = cache_path {
+                locks.push(lock_cache(path)?);
+            }
+            created
+        }
+    };
+    Ok((backings, journals, cache, locks))
+}
+
+/// An existing cache device must have the size the operator asked for, if asked.
+pub(super) fn check_asked_size(spec: &CacheDeviceSpec, size_bytes: u64) -> Result<(), CacheError> {
+    match spec {
+        CacheDeviceSpec::File {
+            path,
+            create_size_bytes,
+            size_given: true,
+            ..
+        } if *create_size_bytes != size_bytes => Err(CacheError::SizeMismatch {
+            path: path.display().to_string(),
+            size_bytes,
+            asked_bytes: *create_size_bytes,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// What the driver would refuse once the device is formatted, checked
+/// before anything is written to it: a cache smaller than one write group,
+/// and (persistent) the engine's configuration with the slot count the
+/// format gives a device of `size_bytes`.
+pub(super) fn check_cache_size(
+    engine: &EngineConfig,
+    size_bytes: u64,
+    persistent: bool,
+) -> Result<(), CacheError> {
+    if size_bytes < engine.group_size_bytes {
+        return Err(CacheError::CacheTooSmall {
+            cache_bytes: size_bytes,
+            group_bytes: engine.group_size_bytes,
+        });
+    }
+    if persistent {
+        if let Ok(layout) = Layout::for_device(size_bytes, engine.page_size_bytes) {
+            let mut config = engine.clone();
+            config.cache_slots = layout.slot_count;
+            config.persistent = true;
+            config.validate()?;
+        }
+    }
+    Ok(())
+}
+
+/// The page size against each device's alignment (O_DIRECT), checked
+/// before the cache device is formatted or written.
+pub(super) fn check_alignment(
+    page_size_bytes: u64,
+    cache: &dyn BlockDevice,
+    backings: &[Arc<dyn BlockDevice>],
+) -> Result<(), CacheError> {
+    let devices = std::iter::once(cache).chain(backings.iter().map(|b| b.as_ref()));
+    for dev in devices {
+        let alignment_bytes = dev.alignment_bytes();
+        if alignment_bytes > 1 && !page_size_bytes.is_multiple_of(alignment_bytes as u64) {
+            return Err(DriverError::PageNotAligned {
+                device: dev.name(),
+                alignment_bytes,
+                page_size_bytes,
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn open_cache_device(
+    spec: &CacheDeviceSpec,
+) -> Result<(Arc<dyn BlockDevice>, CacheDeviceInfo), CacheError> {
+    match spec {
+        CacheDeviceSpec::Memory { size_bytes } => {
+            let dev: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(*size_bytes));
+            let info = CacheDeviceInfo {
+                name: dev.name(),
+                size_bytes: dev.len_bytes(),
+                mapped: false,
+                on_volatile_memory: false,
+            };
+            Ok((dev, info))
+        }
+        CacheDeviceSpec::File {
+            path,
+            create_size_bytes,
+            sync,
+            direct,
+            ..
+        } => {
+            let options = FileOptions {
+                sync: *sync,
+                direct: *direct,
+                create_size_bytes: Some(*create_size_bytes).filter(|_| !path.exists()),
+                map: true,
+                direct_large_reads: false,
+            };
+            let device = FileDevice::open(path, options)?;
+            let info = CacheDeviceInfo {
+                name: device.name(),
+                size_bytes: device.len_bytes(),
+                mapped: device.is_mapped(),
+                on_volatile_memory: is_on_volatile_memory(path),
+            };
+            Ok((Arc::new(device), info))
+        }
+    }
+}
+
+/// Opens an existing, formatted-looking cache device by path (never
+/// created here; a blank one is refused: there is nothing on it).
+pub fn open_existing_cache_device(
+    path: &Path,
+    sync: SyncMode,
+) -> Result<Arc<dyn BlockDevice>, CacheError> {
+    if !path.exists() {
+        return Err(CacheError::Missing(path.display().to_string()));
+    }
+    let options = FileOptions {
+        sync,
+        direct: false,
+        create_size_bytes: None,
+        map: false,
+        direct_large_reads: false,
+    };
+    let dev: Arc<dyn BlockDevice> = Arc::new(FileDevice::open(path, options)?);
+    if CacheStore::is_blank(dev.as_ref())? {
+        return Err(CacheError::Blank(path.display().to_string()));
+    }
+    Ok(dev)
+}
+
+pub(super) fn volume_entries(
+    volumes: &[VolumeSpec],
+    backings: &[Arc<dyn BlockDevice>],
+) -> Result<Vec<VolumeEntry>, CacheError> {
+    let mut entries = Vec::with_capacity(volumes.len());
+    for (v, backing) in volumes.iter().zip(backings) {
+        entries.push(VolumeEntry::new(
+            &v.name,
+            backing.len_bytes(),
+            &backing_identity(&v.backing),
+        )?);
+    }
+    Ok(entries)
+}

@@ -1,0 +1,207 @@
+//! Format 3's data path (the engine's log mode): a batch is built in one
+//! aligned buffer (its header slot, then each page: a request's bytes, or
+//! a base read and the patch over it) and written with one write (two
+//! where it passes the ring's end); the tail's moves. Batches come one at
+//! a time, in sequence order, to the thread that pumped them (group commit:
+//! the writes admitted while one is written join the next).
+
+use super::*;
+use crate::format::log::{BatchHeader, Extent};
+use crate::store::{LogFound, LogWriter};
+use wcache_core::types::IoId;
+
+thread_local! {
+    /// A batch's header and pages (grows to the largest batch; reused).
+    static BATCH: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::new());
+}
+
+impl Driver {
+    /// Starts the engine in log mode over a format-3 cache: `found` and
+    /// `log` are what the store read back (`CacheStore::read_log`).
+    pub fn recover_log(
+        mut engine_config: EngineConfig,
+        store: Arc<CacheStore>,
+        found: Vec<RecoveredSlot>,
+        log: &LogFound,
+        backings: Vec<Arc<dyn BlockDevice>>,
+        config: DriverConfig,
+    ) -> Result<Driver, DriverError> {
+        let layout = store.layout();
+        assert!(layout.log, "a format-3 store");
+        engine_config.persistent = true;
+        engine_config.log = true;
+        engine_config.cache_slots = layout.slot_count;
+        let cache = store.device().clone();
+        let writer = LogWriter::new(store, log.start);
+        let start = (writer, log.position);
+        Driver::start(
+            engine_config,
+            cache,
+            None,
+            found,
+            backings,
+            (config, Some(start)),
+        )
+    }
+}
+
+impl Driver {
+    /// Format 3, with nothing in flight and nothing dirty (a clean close):
+    /// the log is emptied (its tail moved to its head), so the next start
+    /// reads no batch. Nothing to do in format 2.
+    pub fn empty_log(&self) -> Result<(), DeviceError> {
+        let Some(log) = &self.shared.log else {
+            return Ok(());
+        };
+        let at = self.shared.lock_core().engine.log_position();
+        let at = at.expect("log mode has a position");
+        let slots = log.store().layout().slot_count;
+        let head = ((at.tail.0 as u64 + at.log_slots as u64) % slots) as u32;
+        log.advance(head, at.next_seq)
+    }
+}
+
+impl Shared {
+    /// Runs a `WriteBatch` and completes it (and first, on their own, the
+    /// pages whose base could not be read: they are left out of the header).
+    pub(super) fn execute_and_complete_log_batch(&self, job: Job, jobs: &mut VecDeque<Job>) {
+        let (result, failed) = BATCH.with(|b| {
+            SCRATCH.with(|s| self.execute_log_batch(&job, &mut b.borrow_mut(), &mut s.borrow_mut()))
+        });
+        let mut core = self.lock_core();
+        let now = self.now();
+        for (io, e) in failed {
+            core.engine
+                .handle_completion(now, io, Err(e))
+                .expect("completion of a page the engine issued");
+        }
+        core.engine
+            .handle_completion(now, job.cmd.io(), result)
+            .expect("completion of a batch the engine issued");
+        self.pump(&mut core, jobs);
+        drop(core);
+        self.run_answered();
+    }
+
+    /// Builds and writes the batch, then its barrier: every batch unless
+    /// persist-on-flush, and there too a batch that carries frees (a page
+    /// may leave the cache only once the versions that superseded it are
+    /// durable). Returns the batch's result and the pages that failed apart.
+    fn execute_log_batch(
+        &self,
+        job: &Job,
+        buf: &mut AlignedBuf,
+        scratch: &mut Scratch,
+    ) -> (Result<(), IoError>, Vec<(IoId, IoError)>) {
+        let IoCommand::WriteBatch {
+            header,
+            seq,
+            next_header,
+            pages,
+            frees,
+            ..
+        } = &job.cmd
+        else {
+            unreachable!("a batch");
+        };
+        let log = self.log.as_ref().expect("log mode has a log writer");
+        let p = self.page_size_bytes as usize;
+        let buf = buf.get((1 + pages.len()) * p);
+        let (extents, failed) = self.build_batch_pages(job, pages, &mut buf[p..], scratch);
+        let frees: Vec<u32> = frees
+            .iter()
+            .flat_map(|f| match f {
+                IoCommand::FreeSlots { slots, .. } => slots.iter().map(|s| s.0),
+                _ => unreachable!("a batch's frees are FreeSlots"),
+            })
+            .collect();
+        let needs_barrier = !frees.is_empty()
+            || (!self.persist_on_flush.load(Ordering::Relaxed) && extents.iter().any(|e| e.dirty));
+        let head = BatchHeader {
+            seq: *seq,
+            payload_slots: pages.len() as u32,
+            next_header: next_header.0,
+            extents,
+            frees,
+        };
+        let mut result = log.write_batch(header.0, &head, buf);
+        self.counters
+            .cache_page_writes
+            .fetch_add(1, Ordering::Relaxed);
+        if result.is_ok() && needs_barrier {
+            result = self.make_durable(&self.cache, true);
+        }
+        (result.map_err(|e| self.io_fail(&e, true)), failed)
+    }
+
+    /// Builds each page of the batch in `out` (one page each, in order) and
+    /// returns the extents they make; a page whose base cannot be read is
+    /// zeros in a hole (recovery skips it: it must not pass for a newer
+    /// version of its page) and is returned with its error.
+    fn build_batch_pages(
+        &self,
+        job: &Job,
+        pages: &[IoCommand],
+        out: &mut [u8],
+        scratch: &mut Scratch,
+    ) -> (Vec<Extent>, Vec<(IoId, IoError)>) {
+        let p = self.page_size_bytes as usize;
+        let mut extents: Vec<Extent> = Vec::new();
+        let mut failed = Vec::new();
+        for (i, cmd) in pages.iter().enumerate() {
+            let IoCommand::WritePage {
+                io,
+                base,
+                patch,
+                record,
+                ..
+            } = cmd
+            else {
+                unreachable!("a batch's pages are WritePages");
+            };
+            let page = &mut out[i * p..(i + 1) * p];
+            let built = self.build_page(job.bufs[i], base, patch, page, &mut scratch.bounce);
+            let hole = match built {
+                Ok(()) => false,
+                Err((e, side)) => {
+                    page.fill(0);
+                    failed.push((*io, self.io_fail(&e, side.unwrap_or(true))));
+                    true
+                }
+            };
+            let (volume, first_page) = (record.key.volume(), record.key.page());
+            let next = Extent {
+                volume,
+                first_page,
+                pages: 1,
+                first_seq: record.seq,
+                dirty: record.dirty && !hole,
+                hole,
+            };
+            match extents.last_mut() {
+                Some(e) if e.hole && hole => e.pages += 1,
+                Some(e)
+                    if !e.hole
+                        && !hole
+                        && e.dirty == next.dirty
+                        && e.volume == volume
+                        && e.first_page.0 + e.pages as u64 == first_page.0
+                        && e.first_seq + e.pages as u64 == record.seq =>
+                {
+                    e.pages += 1
+                }
+                _ => extents.push(next),
+            }
+        }
+        (extents, failed)
+    }
+
+    /// `AdvanceLog`: every earlier write durable, then the log-start block.
+    pub(super) fn execute_advance(&self, cmd: &IoCommand) -> Result<(), DeviceError> {
+        let IoCommand::AdvanceLog { tail, tail_seq, .. } = cmd else {
+            unreachable!("an advance");
+        };
+        let log = self.log.as_ref().expect("log mode has a log writer");
+        log.advance(tail.0, *tail_seq)
+    }
+}

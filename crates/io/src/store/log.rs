@@ -1,0 +1,229 @@
+//! Format 3 on a real cache device: the log read back at recovery (from
+//! the durable tail, batch by batch, until one does not check out), and
+//! the writes of serving (a batch with one write, the tail's move).
+
+use super::*;
+use crate::format::log::{BatchHeader, LogStart, LOG_START_BYTES};
+use wcache_core::LogPosition;
+
+/// What recovery found in the log (the versions apart).
+#[derive(Clone, Debug)]
+pub struct LogFound {
+    pub position: LogPosition,
+    /// The log-start block in force (the next move writes the other).
+    pub start: LogStart,
+    pub batches: u64,
+    /// Why the log ends where it does (the batch after the last one read).
+    pub end: String,
+}
+
+impl CacheStore {
+    /// Reads the log from the durable tail: each batch whose header is the
+    /// next of this cache and whose checksum (header and pages) holds; the
+    /// first that fails ends it (a torn batch is discarded whole). A
+    /// newer version of a page is found beside the older (the engine keeps
+    /// the newest); a free drops the version its slot held.
+    pub fn read_log(&self) -> Result<(Vec<RecoveredSlot>, LogFound), StoreError> {
+        let layout = self.layout;
+        let sb = self.superblock();
+        let start = self.read_log_start(&sb)?;
+        let (ring, p) = (layout.slot_count, layout.page_size_bytes as usize);
+        let mut found: Vec<Option<RecoveredSlot>> = Vec::new();
+        let mut at_slot: std::collections::HashMap<u32, usize> = Default::default();
+        let (mut at, mut expected, mut used, mut batches) = (start.tail_slot, start.tail_seq, 0, 0);
+        let mut header_buf = AlignedBuf::new();
+        let mut payload_buf = AlignedBuf::new();
+        let end = loop {
+            if used == ring {
+                break "the log fills the ring".to_string();
+            }
+            let header = header_buf.get(p);
+            self.dev.read_at(header, layout.slot_offset_bytes(at))?;
+            let h = match BatchHeader::decode(header, (&sb.uuid, sb.salt), expected, ring) {
+                Ok(h) => h,
+                Err(e) => break e.to_string(),
+            };
+            let n = h.payload_slots as u64;
+            let next = (at as u64 + 1 + n) % ring;
+            if used + 1 + n > ring || h.next_header as u64 != next {
+                break "batch header field next_header out of range".to_string();
+            }
+            let payload = payload_buf.get(n as usize * p);
+            self.read_slots((at as u64 + 1) % ring, payload)?;
+            if !BatchHeader::checksum_ok(header, &[payload]) {
+                break "batch checksum mismatch (a torn or unwritten batch)".to_string();
+            }
+            Found::apply(&mut found, &mut at_slot, &h, (at, ring));
+            (at, expected, used, batches) =
+                (h.next_header, expected + 1, used + 1 + n, batches + 1);
+        };
+        let position = LogPosition {
+            tail: SlotIndex(start.tail_slot),
+            log_slots: used as u32,
+            next_seq: expected,
+        };
+        let found = found.into_iter().flatten().collect();
+        Ok((
+            found,
+            LogFound {
+                position,
+                start,
+                batches,
+                end,
+            },
+        ))
+    }
+
+    /// The valid log-start block with the higher generation.
+    fn read_log_start(&self, sb: &Superblock) -> Result<LogStart, StoreError> {
+        let mut buf = AlignedBuf::new();
+        let b = buf.get(2 * LOG_START_BYTES as usize);
+        self.dev.read_at(b, self.layout.record_offset_bytes)?;
+        let n = LOG_START_BYTES as usize;
+        let slots = self.layout.slot_count;
+        let (a, z) = (
+            LogStart::decode(&b[..n], &sb.uuid, slots),
+            LogStart::decode(&b[n..], &sb.uuid, slots),
+        );
+        match (a, z) {
+            (Some(a), Some(z)) => Ok(if a.generation >= z.generation { a } else { z }),
+            (Some(s), None) | (None, Some(s)) => Ok(s),
+            (None, None) => Err(StoreError::NoLogStart {
+                device: self.dev.name(),
+            }),
+        }
+    }
+
+    /// Reads `out.len()` bytes of slots from `first`, going on at slot 0
+    /// where the ring ends.
+    fn read_slots(&self, first: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let p = self.layout.page_size_bytes;
+        let before_end = ((self.layout.slot_count - first) * p).min(out.len() as u64) as usize;
+        let (head, rest) = out.split_at_mut(before_end);
+        self.dev
+            .read_at(head, self.layout.slot_offset_bytes(first as u32))?;
+        if !rest.is_empty() {
+            self.dev.read_at(rest, self.layout.slot_offset_bytes(0))?;
+        }
+        Ok(())
+    }
+}
+
+/// The versions found so far, by slot.
+struct Found;
+
+impl Found {
+    /// A batch read back: its frees drop the versions their slots held,
+    /// then its extents' pages are found (holes skipped).
+    fn apply(
+        found: &mut Vec<Option<RecoveredSlot>>,
+        at_slot: &mut std::collections::HashMap<u32, usize>,
+        h: &BatchHeader,
+        (header, ring): (u32, u64),
+    ) {
+        for f in &h.frees {
+            if let Some(i) = at_slot.remove(f) {
+                found[i] = None;
+            }
+        }
+        let mut k = 0u64;
+        for e in &h.extents {
+            if e.hole {
+                k += e.pages as u64;
+                continue;
+            }
+            for i in 0..e.pages {
+                let slot = SlotIndex(((header as u64 + 1 + k) % ring) as u32);
+                let (key, seq) = e.page(i);
+                let record = SlotRecord {
+                    key,
+                    seq,
+                    dirty: e.dirty,
+                };
+                at_slot.insert(slot.0, found.len());
+                found.push(Some(RecoveredSlot { slot, record }));
+                k += 1;
+            }
+        }
+    }
+}
+
+/// The log's writes while serving: batches, and moves of the tail.
+pub struct LogWriter {
+    store: Arc<CacheStore>,
+    uuid: [u8; 16],
+    salt: u64,
+    /// The log-start block last written (the next move writes the other).
+    start: Mutex<LogStart>,
+}
+
+impl LogWriter {
+    pub fn new(store: Arc<CacheStore>, start: LogStart) -> LogWriter {
+        let sb = store.superblock();
+        LogWriter {
+            store,
+            uuid: sb.uuid,
+            salt: sb.salt,
+            start: Mutex::new(start),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<CacheStore> {
+        &self.store
+    }
+
+    /// Writes the batch whose header slot is `header_slot` and whose pages
+    /// are `pages` (one page each, in payload order), with one write (two
+    /// where it goes past the ring's end). `buf` is the header slot and the
+    /// pages, contiguous (the caller built the pages in it after the
+    /// header); its header is encoded and sealed here. Not durable yet:
+    /// the caller's barrier makes it so.
+    pub fn write_batch(
+        &self,
+        header_slot: u32,
+        header: &BatchHeader,
+        buf: &mut [u8],
+    ) -> Result<(), DeviceError> {
+        let layout = self.store.layout;
+        let p = layout.page_size_bytes as usize;
+        let (head, payload) = buf.split_at_mut(p);
+        head.fill(0);
+        header.encode(&self.uuid, self.salt, head);
+        BatchHeader::seal(head, &[payload]);
+        let ring = layout.slot_count;
+        let slots = (buf.len() / p) as u64;
+        let before_end = (ring - header_slot as u64).min(slots) as usize * p;
+        let dev = &self.store.dev;
+        dev.write_at(&buf[..before_end], layout.slot_offset_bytes(header_slot))?;
+        if before_end < buf.len() {
+            dev.write_at(&buf[before_end..], layout.slot_offset_bytes(0))?;
+        }
+        Ok(())
+    }
+
+    /// Makes every earlier write durable, then records durably that
+    /// recovery starts at the batch at `tail` (`tail_seq`), in the
+    /// log-start block not in force.
+    pub fn advance(&self, tail: u32, tail_seq: u64) -> Result<(), DeviceError> {
+        let store = &self.store;
+        sync(store.dev.as_ref())?;
+        let mut start = self.start.lock().unwrap_or_else(|p| p.into_inner());
+        let next = LogStart {
+            generation: start.generation + 1,
+            tail_slot: tail,
+            tail_seq,
+        };
+        let mut buf = AlignedBuf::new();
+        let b = buf.get(LOG_START_BYTES as usize);
+        b.copy_from_slice(&next.encode(&self.uuid));
+        let which = next.generation % 2; // A holds odd generations, B even
+        let at = store.layout.record_offset_bytes + (1 - which) * LOG_START_BYTES;
+        store.dev.write_at(b, at)?;
+        sync(store.dev.as_ref())?;
+        *start = next;
+        Ok(())
+    }
+}

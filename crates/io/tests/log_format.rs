@@ -1,0 +1,256 @@
+//! Format 3 (`EngineConfig::log`) through `wcache_io::Cache`: a new cache is
+//! formatted as a log; every acknowledged write reads back, and after a
+//! clean close, a drop without close (a crash of the process) and a drain;
+//! the log's batches are on the device as the format says (one write per
+//! batch: header, then the pages); a torn last batch is discarded whole
+//! and the log ends before it; a format-2 cache asked to become format 3 is
+//! refused, naming what to do, and left as it was.
+
+use std::path::{Path, PathBuf};
+
+use wcache_core::{EngineConfig, WritePolicyKind};
+use wcache_io::format::log::{BatchHeader, FORMAT_VERSION_LOG};
+use wcache_io::format::Superblock;
+use wcache_io::store::OpenError;
+use wcache_io::{
+    Cache, CacheConfig, CacheDeviceSpec, CacheError, CacheStore, DriverConfig, SyncMode, VolumeSpec,
+};
+
+const PAGE_BYTES: u64 = 4096;
+const CACHE_BYTES: u64 = 2 << 20;
+const BACKING_BYTES: u64 = 4 << 20;
+
+fn config(cache: &Path, backing: &Path, log: bool) -> CacheConfig {
+    CacheConfig {
+        cache: CacheDeviceSpec::File {
+            path: cache.to_path_buf(),
+            create_size_bytes: CACHE_BYTES,
+            size_given: true,
+            sync: SyncMode::Fdatasync,
+            direct: false,
+        },
+        volumes: vec![VolumeSpec {
+            name: "disk".into(),
+            backing: backing.display().to_string(),
+            journal: None,
+        }],
+        backing_sync: SyncMode::Fdatasync,
+        backing_create_size_bytes: Some(BACKING_BYTES),
+        engine: EngineConfig {
+            page_size_bytes: PAGE_BYTES,
+            group_size_bytes: 16 * 1024,
+            write_policy: WritePolicyKind::WriteBack,
+            log,
+            ..EngineConfig::default()
+        },
+        driver: DriverConfig {
+            io_threads: 2,
+            ..DriverConfig::default()
+        },
+        block_size_bytes: 512,
+        force: false,
+        volatile_write_back: false,
+        backing_timeout: None,
+    }
+}
+
+fn image(page: u64, round: u8) -> Vec<u8> {
+    (0..PAGE_BYTES)
+        .map(|i| (page * 31 + i * 7 + round as u64 * 101) as u8 ^ 0x5a)
+        .collect()
+}
+
+/// Writes pages `first..first + count` of volume 0, `per` pages a request.
+fn write_pages(cache: &Cache, first: u64, count: u64, per: u64, round: u8) {
+    let v = &cache.volumes()[0];
+    let mut page = first;
+    while page < first + count {
+        let n = per.min(first + count - page);
+        let data: Vec<u8> = (page..page + n).flat_map(|p| image(p, round)).collect();
+        v.write(page * PAGE_BYTES, &data, false).expect("write");
+        page += n;
+    }
+}
+
+fn assert_pages(cache: &Cache, first: u64, count: u64, round: u8) {
+    let v = &cache.volumes()[0];
+    let mut buf = vec![0u8; PAGE_BYTES as usize];
+    for page in first..first + count {
+        v.read(page * PAGE_BYTES, &mut buf).expect("read");
+        assert!(buf == image(page, round), "page {page} (round {round})");
+    }
+}
+
+struct Dir(tempfile::TempDir);
+
+impl Dir {
+    fn new() -> Dir {
+        Dir(tempfile::tempdir().expect("tempdir"))
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
+}
+
+fn superblock_of(path: &Path) -> Superblock {
+    let bytes = std::fs::read(path).expect("cache bytes");
+    Superblock::decode(&bytes[..4096]).expect("superblock")
+}
+
+#[test]
+fn a_log_cache_keeps_every_acknowledged_write_across_close_crash_and_drain() {
+    let d = Dir::new();
+    let (cache_path, backing) = (d.path("cache.img"), d.path("b.img"));
+    let cfg = config(&cache_path, &backing, true);
+    let cache = Cache::open(&cfg).expect("format");
+    assert!(cache.open_report().expect("persistent").formatted);
+    assert_eq!(
+        superblock_of(&cache_path).format_version,
+        FORMAT_VERSION_LOG
+    );
+    // Single pages, runs of 8 and a 64-page write, then overwrites.
+    write_pages(&cache, 0, 40, 1, 1);
+    write_pages(&cache, 40, 64, 8, 1);
+    write_pages(&cache, 104, 64, 64, 1);
+    write_pages(&cache, 0, 20, 4, 2);
+    assert_pages(&cache, 0, 20, 2);
+    assert_pages(&cache, 20, 148, 1);
+    let closed = cache.close().expect("close");
+    assert!(
+        closed.engine.log_batches > 0,
+        "batches written: {:?}",
+        closed.engine
+    );
+    assert!(closed.dirty_pages > 0, "write-back keeps them dirty");
+
+    // Reopened without asking for a format: the log is found and kept.
+    let cfg2 = config(&cache_path, &backing, false);
+    let cache = Cache::open(&cfg2).expect("reopen");
+    let report = cache.open_report().expect("persistent");
+    assert!(report.was_clean && report.log.is_some(), "{report:?}");
+    assert_eq!(report.dirty_pages, closed.dirty_pages);
+    assert_pages(&cache, 0, 20, 2);
+    assert_pages(&cache, 20, 148, 1);
+    write_pages(&cache, 200, 30, 3, 3);
+    // A crash of the process (no close): every acknowledged write is back.
+    drop(cache);
+    let cache = Cache::open(&cfg2).expect("reopen after a crash");
+    assert!(!cache.open_report().expect("persistent").was_clean);
+    assert_pages(&cache, 0, 20, 2);
+    assert_pages(&cache, 20, 148, 1);
+    assert_pages(&cache, 200, 30, 3);
+    cache
+        .drain(std::time::Duration::from_secs(20), |_| {})
+        .expect("drain");
+    assert_eq!(cache.close().expect("close").dirty_pages, 0);
+    let on_backing = std::fs::read(&backing).expect("backing");
+    for (first, count, round) in [(0u64, 20u64, 2u8), (20, 148, 1), (200, 30, 3)] {
+        for page in first..first + count {
+            let at = (page * PAGE_BYTES) as usize;
+            assert!(
+                on_backing[at..at + PAGE_BYTES as usize] == image(page, round),
+                "backing page {page}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_log_wraps_around_a_small_cache_many_times() {
+    let d = Dir::new();
+    let (cache_path, backing) = (d.path("cache.img"), d.path("b.img"));
+    let cfg = config(&cache_path, &backing, true);
+    let cache = Cache::open(&cfg).expect("format");
+    // 2 MiB of cache (about 509 slots); 20 rounds of 1 MiB over 512 pages.
+    for round in 0..20u8 {
+        let first = (round as u64 * 37) % 256;
+        write_pages(&cache, first, 256, 16, round);
+        assert_pages(&cache, first, 256, round);
+    }
+    let engine = cache.close().expect("close").engine;
+    assert!(engine.log_advances > 0, "the tail moved: {engine:?}");
+    let cache = Cache::open(&cfg).expect("reopen");
+    for round in 20..30u8 {
+        let first = (round as u64 * 37) % 256;
+        write_pages(&cache, first, 256, 16, round);
+    }
+    drop(cache);
+    let cache = Cache::open(&cfg).expect("reopen after a crash");
+    let last = 29u8;
+    assert_pages(&cache, (last as u64 * 37) % 256, 256, last);
+    cache
+        .drain(std::time::Duration::from_secs(20), |_| {})
+        .expect("drain");
+    cache.close().expect("close");
+}
+
+/// The batch after the last one whose header is found intact: torn (its
+/// last page half written) it is discarded whole, with the one after it.
+#[test]
+fn a_torn_batch_is_discarded_whole_and_ends_the_log() {
+    let d = Dir::new();
+    let (cache_path, backing) = (d.path("cache.img"), d.path("b.img"));
+    let cfg = config(&cache_path, &backing, true);
+    let cache = Cache::open(&cfg).expect("format");
+    write_pages(&cache, 0, 8, 8, 1); // batch 1: pages 0..8
+    write_pages(&cache, 8, 4, 4, 1); // batch 2: pages 8..12
+    write_pages(&cache, 0, 8, 8, 2); // batch 3: pages 0..8 again
+    drop(cache); // a crash
+                 // Batch 3 is the last: header at slot 1 + 8 + 1 + 4 = 14, pages 15..23.
+    let sb = superblock_of(&cache_path);
+    let slot_at = |s: u64| (sb.layout.data_offset_bytes + s * PAGE_BYTES) as usize;
+    let mut bytes = std::fs::read(&cache_path).expect("cache bytes");
+    let header = &bytes[slot_at(14)..slot_at(15)];
+    let decoded = BatchHeader::decode(header, (&sb.uuid, sb.salt), 3, sb.layout.slot_count)
+        .expect("batch 3's header where the format puts it");
+    assert_eq!((decoded.payload_slots, decoded.extents.len()), (8, 1));
+    assert_eq!(decoded.extents[0].pages, 8);
+    // Tear it: the second half of its last page as it was before (zeros).
+    let torn = slot_at(22) + PAGE_BYTES as usize / 2;
+    bytes[torn..slot_at(23)].fill(0);
+    std::fs::write(&cache_path, &bytes).expect("tear");
+    let cache = Cache::open(&cfg).expect("reopen");
+    let report = cache.open_report().expect("persistent");
+    let log = report.log.as_ref().expect("a log");
+    assert_eq!(log.batches, 2, "{log:?}");
+    assert!(log.end.contains("checksum"), "{}", log.end);
+    // Wholly old: every page of batch 3 reads as round 1.
+    assert_pages(&cache, 0, 12, 1);
+    cache.close().expect("close");
+}
+
+#[test]
+fn a_format_2_cache_asked_for_format_3_is_refused_untouched() {
+    let d = Dir::new();
+    let (cache_path, backing) = (d.path("cache.img"), d.path("b.img"));
+    let cache = Cache::open(&config(&cache_path, &backing, false)).expect("format 2");
+    write_pages(&cache, 0, 4, 1, 1);
+    cache.close().expect("close");
+    let before = std::fs::read(&cache_path).expect("cache bytes");
+    let e = Cache::open(&config(&cache_path, &backing, true))
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(
+            &e,
+            CacheError::Open(OpenError::OtherFormat { found: 2, .. })
+        ),
+        "{e}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("format 2") && text.contains("--force") && text.contains("wcache flush"),
+        "{text}"
+    );
+    assert!(std::fs::read(&cache_path).expect("cache bytes") == before);
+    // Kept as format 2 when no format is asked for.
+    let cache = Cache::open(&config(&cache_path, &backing, false)).expect("format 2 again");
+    assert_pages(&cache, 0, 4, 1);
+    cache.close().expect("close");
+    let store = CacheStore::open(
+        wcache_io::cache::open_existing_cache_device(&cache_path, SyncMode::Fdatasync)
+            .expect("device"),
+    )
+    .expect("store");
+    assert_eq!(store.superblock().format_version, 2);
+}
