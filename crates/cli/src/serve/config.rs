@@ -69,6 +69,7 @@ struct ServeFile {
     cache_size: Option<Spanned<Size>>,
     cache_sync: Option<Spanned<String>>,
     direct: Option<Spanned<bool>>,
+    cache_format: Option<Spanned<u32>>,
     persist_on_flush: Option<Spanned<bool>>,
     flush_interval: Option<Spanned<f64>>,
     backing: Option<Spanned<String>>,
@@ -111,6 +112,14 @@ struct ServeFile {
 }
 
 type Check<T> = fn(&T) -> Result<(), String>;
+
+fn cache_format(v: &u32) -> Result<(), String> {
+    if (2..=3).contains(v) {
+        Ok(())
+    } else {
+        Err(format!("{v} is not a cache format: 2 or 3"))
+    }
+}
 
 fn no_check<T>(_: &T) -> Result<(), String> {
     Ok(())
@@ -226,6 +235,7 @@ pub fn apply(
         cache_size: opt, size("cache-size");
         cache_sync: val, sync("cache-sync");
         direct: val, no_check as Check<bool>;
+        cache_format: val, cache_format;
         persist_on_flush: val, no_check as Check<bool>;
         flush_interval: val, flush_interval;
         backing: opt, no_check as Check<String>;

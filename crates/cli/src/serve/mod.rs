@@ -68,6 +68,30 @@ pub enum ServeError {
 /// One volume served over NBD: every call goes to the cache's volume handle.
 struct NbdVolume(Volume);
 
+/// The banner's lines on the cache device: size, data path, format.
+fn print_cache_device(cache: &Cache, page: u64) {
+    let device = cache.device();
+    say!(
+        "  cache: {} ({} MiB, {} slots of {page} bytes{})",
+        device.name,
+        device.size_bytes >> 20,
+        device.size_bytes / page.max(1),
+        if device.mapped {
+            "; mapped: written by memory copies"
+        } else {
+            ""
+        }
+    );
+    say!("  data path: {}", cache.data_path());
+    if let Some(log) = cache.open_report().and_then(|r| r.log.as_ref()) {
+        say!(
+            "  format 3: a log of batches, one device write each ({} batches read back at start; the log ended: {})",
+            log.batches,
+            log.end
+        );
+    }
+}
+
 fn export_error(e: DriverError) -> ExportError {
     match e {
         DriverError::Io(IoError::NoSpace) => ExportError::NoSpace,
@@ -526,20 +550,7 @@ fn print_banner(
              loss may lose acknowledged writes not yet flushed; a process crash loses none)"
         );
     }
-    let device = cache.device();
-    let page = args.page_size;
-    say!(
-        "  cache: {} ({} MiB, {} slots of {page} bytes{})",
-        device.name,
-        device.size_bytes >> 20,
-        device.size_bytes / page.max(1),
-        if device.mapped {
-            "; mapped: written by memory copies"
-        } else {
-            ""
-        }
-    );
-    say!("  data path: {}", cache.data_path());
+    print_cache_device(cache, args.page_size);
     for (i, v) in volumes.iter().enumerate() {
         let id = i as u16;
         let own = config

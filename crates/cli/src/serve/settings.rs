@@ -192,6 +192,9 @@ fn engine_config(
             destages_max: args.destages_max,
             ..RateConfig::default()
         },
+        // Format 3 asked for: the engine's log mode (`Cache` keeps an
+        // existing cache's format otherwise).
+        log: args.cache_format == 3,
         ..EngineConfig::default()
     })
 }

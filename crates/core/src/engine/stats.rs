@@ -109,6 +109,9 @@ counters! {
     log_advances: u64,
     /// Log mode: groups destaged because a dirty page was in the tail's way.
     log_forced_destages: u64,
+    /// Log mode: old versions freed without a free in the log (a written
+    /// newer version supersedes them).
+    log_frees_superseded: u64,
 }
 
 impl Stats {

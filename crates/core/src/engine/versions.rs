@@ -53,9 +53,33 @@ impl Engine {
         if self.slots.has(slot, FLAG_OLD) {
             self.send_oldest_free(self.slots.key(slot).0);
         } else {
-            self.slots.set_flag(slot, FLAG_FREE_SENT, true);
+            self.queue_free(slot);
+        }
+    }
+
+    /// A slot's free goes out with the next ones (`emit_frees`); in log
+    /// mode, a version its page's current, written version supersedes is
+    /// freed at once: recovery reads the log in order, so that newer
+    /// version (in a later batch, durable once written) unmaps it anyway,
+    /// and while it is current no write can go around the cache to the
+    /// page (`around_busy`), so nothing newer reaches the backing behind it.
+    fn queue_free(&mut self, slot: SlotIndex) {
+        self.slots.set_flag(slot, FLAG_FREE_SENT, true);
+        if self.superseded_in_log(slot) {
+            self.stats.log_frees_superseded += 1;
+            self.complete_free_slots(vec![slot], Ok(()));
+        } else {
             self.to_free.push(slot);
         }
+    }
+
+    /// Log mode: `slot`'s page has a current version that is written.
+    pub(super) fn superseded_in_log(&self, slot: SlotIndex) -> bool {
+        self.log.is_some()
+            && self
+                .slots
+                .lookup(self.slots.key(slot))
+                .is_some_and(|cur| cur != slot && self.slots.state(cur) == SlotState::Dirty)
     }
 
     /// Issue the free of a page's oldest old version, once it is freeable and
@@ -65,8 +89,7 @@ impl Engine {
             return;
         };
         if self.slots.has(front, FLAG_FREEING) && !self.slots.has(front, FLAG_FREE_SENT) {
-            self.slots.set_flag(front, FLAG_FREE_SENT, true);
-            self.to_free.push(front);
+            self.queue_free(front);
         }
     }
 

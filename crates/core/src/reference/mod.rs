@@ -161,6 +161,10 @@ pub struct Reference<T: Unit> {
     volatile: VecDeque<(u32, Slot<T>)>,
     /// Per volume: its journal (journaled write-back).
     journals: Vec<Journal<T>>,
+    /// Log mode: the newest version of each page a whole batch wrote.
+    /// Recovery replays the log in order, so an older version of the page
+    /// is never found, even once that newest one is freed.
+    newest: HashMap<u64, u64>,
 }
 
 fn sum_of<T: Unit>(page: &[T]) -> u64 {
@@ -197,6 +201,7 @@ impl<T: Unit> Reference<T> {
             volatile_max: 0,
             volatile: VecDeque::new(),
             journals: vec![Journal::default(); volume_sizes_bytes.len()],
+            newest: HashMap::new(),
         }
     }
 
@@ -514,6 +519,12 @@ impl<T: Unit> Reference<T> {
         for free in frees.iter().filter(|_| complete) {
             self.apply_partial(free, Partial::ALL, bufs);
         }
+        for page in pages.iter().filter(|_| complete) {
+            if let IoCommand::WritePage { record, .. } = page {
+                let newest = self.newest.entry(record.key.0).or_insert(0);
+                *newest = (*newest).max(record.seq);
+            }
+        }
     }
 
     /// Put staged pages in place: those of the committed transaction (by
@@ -598,6 +609,13 @@ impl<T: Unit> Reference<T> {
         for (i, s) in self.slots.iter_mut().enumerate() {
             let Some(stored) = s.record else { continue };
             let matches = s.page.as_deref().map(sum_of) == Some(stored.data_sum);
+            let superseded = self
+                .newest
+                .get(&stored.record.key.0)
+                .is_some_and(|&n| stored.record.seq < n);
+            if superseded {
+                continue;
+            }
             if matches {
                 found.push(RecoveredSlot {
                     slot: SlotIndex(i as u32),

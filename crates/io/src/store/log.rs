@@ -20,16 +20,17 @@ pub struct LogFound {
 impl CacheStore {
     /// Reads the log from the durable tail: each batch whose header is the
     /// next of this cache and whose checksum (header and pages) holds; the
-    /// first that fails ends it (a torn batch is discarded whole). A
-    /// newer version of a page is found beside the older (the engine keeps
-    /// the newest); a free drops the version its slot held.
+    /// first that fails ends it (a torn batch is discarded whole). Replayed
+    /// in order: a newer version of a page replaces the older, a free drops
+    /// the version its slot held.
     pub fn read_log(&self) -> Result<(Vec<RecoveredSlot>, LogFound), StoreError> {
         let layout = self.layout;
         let sb = self.superblock();
         let start = self.read_log_start(&sb)?;
         let (ring, p) = (layout.slot_count, layout.page_size_bytes as usize);
         let mut found: Vec<Option<RecoveredSlot>> = Vec::new();
-        let mut at_slot: std::collections::HashMap<u32, usize> = Default::default();
+        let (mut at_slot, mut at_key): (Index, Index64) = Default::default();
+        let mut page_seq_max = 0u64;
         let (mut at, mut expected, mut used, mut batches) = (start.tail_slot, start.tail_seq, 0, 0);
         let mut header_buf = AlignedBuf::new();
         let mut payload_buf = AlignedBuf::new();
@@ -53,7 +54,9 @@ impl CacheStore {
             if !BatchHeader::checksum_ok(header, &[payload]) {
                 break "batch checksum mismatch (a torn or unwritten batch)".to_string();
             }
-            Found::apply(&mut found, &mut at_slot, &h, (at, ring));
+            Found::apply(&mut found, (&mut at_slot, &mut at_key), &h, (at, ring));
+            let last = h.extents.iter().map(|e| e.first_seq + e.pages as u64);
+            page_seq_max = page_seq_max.max(last.max().unwrap_or(0));
             (at, expected, used, batches) =
                 (h.next_header, expected + 1, used + 1 + n, batches + 1);
         };
@@ -61,6 +64,7 @@ impl CacheStore {
             tail: SlotIndex(start.tail_slot),
             log_slots: used as u32,
             next_seq: expected,
+            next_page_seq: page_seq_max + 1,
         };
         let found = found.into_iter().flatten().collect();
         Ok((
@@ -112,21 +116,27 @@ impl CacheStore {
     }
 }
 
-/// The versions found so far, by slot.
+/// The versions found so far, by slot and by page.
 struct Found;
+type Index = std::collections::HashMap<u32, usize>;
+type Index64 = std::collections::HashMap<u64, usize>;
 
 impl Found {
-    /// A batch read back: its frees drop the versions their slots held,
-    /// then its extents' pages are found (holes skipped).
+    /// A batch read back, as the log replays: its frees drop the versions
+    /// their slots held, then its extents' pages are found (holes
+    /// skipped), each in place of its page's version found before (so an
+    /// older version never comes back, even once the newer one is freed).
     fn apply(
         found: &mut Vec<Option<RecoveredSlot>>,
-        at_slot: &mut std::collections::HashMap<u32, usize>,
+        (at_slot, at_key): (&mut Index, &mut Index64),
         h: &BatchHeader,
         (header, ring): (u32, u64),
     ) {
         for f in &h.frees {
             if let Some(i) = at_slot.remove(f) {
-                found[i] = None;
+                if let Some(v) = found[i].take() {
+                    at_key.remove(&v.record.key.0);
+                }
             }
         }
         let mut k = 0u64;
@@ -143,6 +153,11 @@ impl Found {
                     seq,
                     dirty: e.dirty,
                 };
+                if let Some(older) = at_key.insert(key.0, found.len()) {
+                    if let Some(v) = found[older].take() {
+                        at_slot.remove(&v.slot.0);
+                    }
+                }
                 at_slot.insert(slot.0, found.len());
                 found.push(Some(RecoveredSlot { slot, record }));
                 k += 1;

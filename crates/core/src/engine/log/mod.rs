@@ -48,6 +48,10 @@ pub struct LogPosition {
     pub log_slots: u32,
     /// The next batch's sequence number.
     pub next_seq: u64,
+    /// Above every page version number the log holds, freed ones too (the
+    /// engine's next version number is at least this: a version found
+    /// later must never lose to an older one by number).
+    pub next_page_seq: u64,
 }
 
 /// How a slot of the batch at the tail can leave the log.
@@ -248,8 +252,11 @@ impl Engine {
         let Some(mut open) = log.open.take() else {
             return;
         };
+        // Frees go when due (`emit_frees`: gathered, or waited long enough,
+        // or wanted): a batch that carries one needs a barrier even under
+        // persist-on-flush.
         let room = log.frees_room(open.extents);
-        if !self.to_free.is_empty() && room > 0 {
+        if log.frees_due && !self.to_free.is_empty() && room > 0 {
             let n = room.min(self.to_free.len());
             let slots: Vec<SlotIndex> = self.to_free.drain(..n).collect();
             let io = self.new_io(IoCtx::FreeSlots {
@@ -345,6 +352,7 @@ impl Engine {
         if self.log.is_none() {
             return;
         }
+        self.drop_superseded_frees();
         if self.log_wants_room() {
             self.log_reclaim();
         }
@@ -369,6 +377,23 @@ impl Engine {
         if let Some(cmd) = log.sealed.pop_front() {
             log.writing = true;
             self.commands.push_back(cmd);
+        }
+    }
+
+    /// Frees waiting whose page has since got a written newer version need
+    /// no place in the log (`queue_free`): they complete now. (A version is
+    /// unpinned, and so freed, before its successor's fill is marked done.)
+    fn drop_superseded_frees(&mut self) {
+        if self.to_free.is_empty() {
+            return;
+        }
+        let (done, wait): (Vec<SlotIndex>, Vec<SlotIndex>) = std::mem::take(&mut self.to_free)
+            .into_iter()
+            .partition(|&s| self.superseded_in_log(s));
+        self.to_free = wait;
+        if !done.is_empty() {
+            self.stats.log_frees_superseded += done.len() as u64;
+            self.complete_free_slots(done, Ok(()));
         }
     }
 

@@ -20,6 +20,7 @@ impl Engine {
             tail: SlotIndex(log.add(log.head, (pool % log.ring as u64) as u32)),
             log_slots: (log.passed as u64 + durable) as u32,
             next_seq: log.durable_seq + 1,
+            next_page_seq: self.next_seq,
         })
     }
 
@@ -69,6 +70,7 @@ impl Engine {
         }
         log.head = head;
         log.next_seq = at.next_seq;
+        self.next_seq = self.next_seq.max(at.next_page_seq);
         log.durable_seq = at.next_seq.saturating_sub(1);
         Ok(())
     }
