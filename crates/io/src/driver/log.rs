@@ -107,7 +107,8 @@ impl Shared {
         let log = self.log.as_ref().expect("log mode has a log writer");
         let p = self.page_size_bytes as usize;
         let buf = buf.get((1 + pages.len()) * p);
-        let (extents, failed) = self.build_batch_pages(job, pages, &mut buf[p..], scratch);
+        let (head, built) = buf.split_at_mut(p);
+        let (extents, failed) = self.build_batch_pages(job, pages, built, scratch);
         let frees: Vec<u32> = frees
             .iter()
             .flat_map(|f| match f {
@@ -117,14 +118,15 @@ impl Shared {
             .collect();
         let needs_barrier = !frees.is_empty()
             || (!self.persist_on_flush.load(Ordering::Relaxed) && extents.iter().any(|e| e.dirty));
-        let head = BatchHeader {
+        let head_of = BatchHeader {
             seq: *seq,
             payload_slots: pages.len() as u32,
             next_header: next_header.0,
             extents,
             frees,
         };
-        let mut result = log.write_batch(header.0, &head, buf);
+        let slices = self.batch_slices(job, pages, built);
+        let mut result = log.write_batch(header.0, &head_of, head, &slices);
         self.counters
             .cache_page_writes
             .fetch_add(1, Ordering::Relaxed);
@@ -160,7 +162,11 @@ impl Shared {
                 unreachable!("a batch's pages are WritePages");
             };
             let page = &mut out[i * p..(i + 1) * p];
-            let built = self.build_page(job.bufs[i], base, patch, page, &mut scratch.bounce);
+            let built = if self.from_request(job, i, patch).is_some() {
+                Ok(()) // written from the request's buffer (`batch_slices`)
+            } else {
+                self.build_page(job.bufs[i], base, patch, page, &mut scratch.bounce)
+            };
             let hole = match built {
                 Ok(()) => false,
                 Err((e, side)) => {
@@ -194,6 +200,47 @@ impl Shared {
             }
         }
         (extents, failed)
+    }
+
+    /// Page `i` of the batch as it is in its request's buffer, when the
+    /// write covers the whole page and the buffer suits the device (aligned
+    /// where it takes direct I/O).
+    fn from_request<'a>(
+        &self,
+        job: &'a Job,
+        i: usize,
+        patch: &wcache_core::Patch,
+    ) -> Option<&'a [u8]> {
+        let p = self.page_size_bytes as usize;
+        let Source::Request { offset_bytes, .. } = patch.src else {
+            return None;
+        };
+        if patch.page_offset_bytes != 0 || patch.len_bytes as usize != p {
+            return None;
+        }
+        // SAFETY: the request is in flight (module header of driver.rs).
+        let data = unsafe { job.bufs[i].slice(offset_bytes, p) };
+        let a = self.cache.dev.alignment_bytes();
+        (a <= 1 || is_aligned(data.as_ptr() as usize, 0, p, a)).then_some(data)
+    }
+
+    /// The batch's pages as written: from the request's buffer where it
+    /// holds the whole page, else as built in `built`.
+    fn batch_slices<'a>(
+        &self,
+        job: &'a Job,
+        pages: &[IoCommand],
+        built: &'a [u8],
+    ) -> Vec<&'a [u8]> {
+        let p = self.page_size_bytes as usize;
+        let page = |(i, cmd): (usize, &IoCommand)| {
+            let IoCommand::WritePage { patch, .. } = cmd else {
+                unreachable!("a batch's pages are WritePages");
+            };
+            self.from_request(job, i, patch)
+                .unwrap_or(&built[i * p..(i + 1) * p])
+        };
+        pages.iter().enumerate().map(page).collect()
     }
 
     /// `AdvanceLog`: every earlier write durable, then the log-start block.

@@ -191,30 +191,30 @@ impl LogWriter {
     }
 
     /// Writes the batch whose header slot is `header_slot` and whose pages
-    /// are `pages` (one page each, in payload order), with one write (two
-    /// where it goes past the ring's end). `buf` is the header slot and the
-    /// pages, contiguous (the caller built the pages in it after the
-    /// header); its header is encoded and sealed here. Not durable yet:
-    /// the caller's barrier makes it so.
+    /// are `pages` (one page each, in payload order) with one vectored
+    /// write (two where it goes past the ring's end). `head` (one page) gets
+    /// the header, encoded and sealed with the pages' checksum. Not durable
+    /// yet: the caller's barrier makes it so.
     pub fn write_batch(
         &self,
         header_slot: u32,
         header: &BatchHeader,
-        buf: &mut [u8],
+        head: &mut [u8],
+        pages: &[&[u8]],
     ) -> Result<(), DeviceError> {
         let layout = self.store.layout;
-        let p = layout.page_size_bytes as usize;
-        let (head, payload) = buf.split_at_mut(p);
         head.fill(0);
         header.encode(&self.uuid, self.salt, head);
-        BatchHeader::seal(head, &[payload]);
-        let ring = layout.slot_count;
-        let slots = (buf.len() / p) as u64;
-        let before_end = (ring - header_slot as u64).min(slots) as usize * p;
+        BatchHeader::seal(head, pages);
+        let room = layout.slot_count - header_slot as u64 - 1;
+        let before_end = room.min(pages.len() as u64) as usize;
+        let mut first: Vec<&[u8]> = Vec::with_capacity(1 + before_end);
+        first.push(head);
+        first.extend_from_slice(&pages[..before_end]);
         let dev = &self.store.dev;
-        dev.write_at(&buf[..before_end], layout.slot_offset_bytes(header_slot))?;
-        if before_end < buf.len() {
-            dev.write_at(&buf[before_end..], layout.slot_offset_bytes(0))?;
+        dev.write_vectored_at(&first, layout.slot_offset_bytes(header_slot))?;
+        if before_end < pages.len() {
+            dev.write_vectored_at(&pages[before_end..], layout.slot_offset_bytes(0))?;
         }
         Ok(())
     }
