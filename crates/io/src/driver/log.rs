@@ -162,7 +162,7 @@ impl Shared {
                 unreachable!("a batch's pages are WritePages");
             };
             let page = &mut out[i * p..(i + 1) * p];
-            let built = if self.from_request(job, i, patch).is_some() {
+            let built = if self.request_page(job, i, patch).is_some() {
                 Ok(()) // written from the request's buffer (`batch_slices`)
             } else {
                 self.build_page(job.bufs[i], base, patch, page, &mut scratch.bounce)
@@ -205,7 +205,7 @@ impl Shared {
     /// Page `i` of the batch as it is in its request's buffer, when the
     /// write covers the whole page and the buffer suits the device (aligned
     /// where it takes direct I/O).
-    fn from_request<'a>(
+    fn request_page<'a>(
         &self,
         job: &'a Job,
         i: usize,
@@ -237,7 +237,7 @@ impl Shared {
             let IoCommand::WritePage { patch, .. } = cmd else {
                 unreachable!("a batch's pages are WritePages");
             };
-            self.from_request(job, i, patch)
+            self.request_page(job, i, patch)
                 .unwrap_or(&built[i * p..(i + 1) * p])
         };
         pages.iter().enumerate().map(page).collect()
