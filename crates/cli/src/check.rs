@@ -18,7 +18,7 @@ use wcache_io::device::file::SyncMode;
 use wcache_io::store::BadSlot;
 use wcache_io::CacheStore;
 
-use crate::tools::{describe, lock_for_reading, AnyError};
+use crate::tools::{describe, lock_for_reading, refuse_log_format, AnyError};
 
 /// Verify every checksum of a cache device; non-zero exit if anything is corrupt.
 #[derive(Args, Debug)]
@@ -46,6 +46,7 @@ pub fn check(args: CheckArgs) -> Result<(), AnyError> {
     // A bad superblock is an error that names the field.
     let store = CacheStore::open(dev)?;
     let sb = store.superblock();
+    refuse_log_format(&sb, &args.cache)?;
     let layout = store.layout();
     let scan = store.scan(true)?;
     let mut problems: Vec<String> = Vec::new();

@@ -9,7 +9,7 @@ use wcache_io::cache::open_existing_cache_device;
 use wcache_io::device::file::SyncMode;
 use wcache_io::CacheStore;
 
-use crate::tools::{describe, lock_for_reading, AnyError};
+use crate::tools::{describe, lock_for_reading, refuse_log_format, AnyError};
 
 /// Show a cache device's superblock, state, and pages per volume.
 #[derive(Args, Debug)]
@@ -30,6 +30,7 @@ pub fn inspect_path(path: &Path) -> Result<(), AnyError> {
     let dev = open_existing_cache_device(path, SyncMode::Fdatasync)?;
     let store = CacheStore::open(dev)?;
     let sb = store.superblock();
+    refuse_log_format(&sb, path)?;
     let scan = store.scan(true)?;
     let (per_volume, old_versions) = scan.page_counts();
     println!("cache:   {}", path.display());

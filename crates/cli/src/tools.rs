@@ -93,6 +93,25 @@ pub fn lock_for_reading(path: &Path) -> Result<Option<DeviceLock>, LockError> {
     DeviceLock::acquire(path, LockMode::Shared, "cache device").map(Some)
 }
 
+/// A format-3 cache (a log of batches) is refused by the tools that read
+/// format 2's records (`check`, `inspect`): they would find none and say
+/// all is well.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: a format-3 cache (a log of batches): `check` and `inspect` read format 2 only so far; `wcache serve` opens it (and reads its log back), `wcache flush` drains it")]
+pub struct LogFormatNotRead {
+    path: String,
+}
+
+/// Refuses a format-3 superblock (`LogFormatNotRead`).
+pub fn refuse_log_format(sb: &Superblock, path: &Path) -> Result<(), LogFormatNotRead> {
+    if sb.layout.log {
+        return Err(LogFormatNotRead {
+            path: path.display().to_string(),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
