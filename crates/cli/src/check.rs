@@ -13,12 +13,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use clap::Args;
-use wcache_io::cache::open_existing_cache_device;
-use wcache_io::device::file::SyncMode;
 use wcache_io::store::BadSlot;
-use wcache_io::CacheStore;
 
-use crate::tools::{describe, lock_for_reading, refuse_log_format, AnyError};
+use crate::tools::{describe, lock_for_reading, open_format_2, AnyError};
 
 /// Verify every checksum of a cache device; non-zero exit if anything is corrupt.
 #[derive(Args, Debug)]
@@ -42,11 +39,8 @@ pub struct Corrupt {
 pub fn check(args: CheckArgs) -> Result<(), AnyError> {
     // Shared: other readers may look too, no server or flush may write meanwhile.
     let _lock = lock_for_reading(&args.cache)?;
-    let dev = open_existing_cache_device(&args.cache, SyncMode::Fdatasync)?;
     // A bad superblock is an error that names the field.
-    let store = CacheStore::open(dev)?;
-    let sb = store.superblock();
-    refuse_log_format(&sb, &args.cache)?;
+    let (store, sb) = open_format_2(&args.cache)?;
     let layout = store.layout();
     let scan = store.scan(true)?;
     let mut problems: Vec<String> = Vec::new();

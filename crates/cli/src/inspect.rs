@@ -5,11 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use wcache_io::cache::open_existing_cache_device;
-use wcache_io::device::file::SyncMode;
-use wcache_io::CacheStore;
 
-use crate::tools::{describe, lock_for_reading, refuse_log_format, AnyError};
+use crate::tools::{describe, lock_for_reading, open_format_2, AnyError};
 
 /// Show a cache device's superblock, state, and pages per volume.
 #[derive(Args, Debug)]
@@ -27,10 +24,7 @@ pub fn inspect(args: InspectArgs) -> Result<(), AnyError> {
 pub fn inspect_path(path: &Path) -> Result<(), AnyError> {
     // Shared: other readers may look too, no server or flush may write meanwhile.
     let _lock = lock_for_reading(path)?;
-    let dev = open_existing_cache_device(path, SyncMode::Fdatasync)?;
-    let store = CacheStore::open(dev)?;
-    let sb = store.superblock();
-    refuse_log_format(&sb, path)?;
+    let (store, sb) = open_format_2(path)?;
     let scan = store.scan(true)?;
     let (per_volume, old_versions) = scan.page_counts();
     println!("cache:   {}", path.display());

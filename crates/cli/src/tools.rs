@@ -8,8 +8,11 @@
 use std::path::Path;
 
 use wcache_core::EngineConfig;
+use wcache_io::cache::open_existing_cache_device;
+use wcache_io::device::file::SyncMode;
 use wcache_io::format::{EngineRecord, Superblock, FORMAT_VERSION};
 use wcache_io::lock::{DeviceLock, LockError, LockMode};
+use wcache_io::CacheStore;
 use wcache_io::EngineSource;
 
 pub type AnyError = Box<dyn std::error::Error>;
@@ -102,14 +105,17 @@ pub struct LogFormatNotRead {
     path: String,
 }
 
-/// Refuses a format-3 superblock (`LogFormatNotRead`).
-pub fn refuse_log_format(sb: &Superblock, path: &Path) -> Result<(), LogFormatNotRead> {
+/// Opens the cache device at `path` to read its format-2 records, with its
+/// superblock; a format-3 cache is refused (`LogFormatNotRead`).
+pub fn open_format_2(path: &Path) -> Result<(CacheStore, Superblock), AnyError> {
+    let dev = open_existing_cache_device(path, SyncMode::Fdatasync)?;
+    let store = CacheStore::open(dev)?;
+    let sb = store.superblock();
     if sb.layout.log {
-        return Err(LogFormatNotRead {
-            path: path.display().to_string(),
-        });
+        let path = path.display().to_string();
+        return Err(LogFormatNotRead { path }.into());
     }
-    Ok(())
+    Ok((store, sb))
 }
 
 #[cfg(test)]
