@@ -107,6 +107,15 @@ pub trait BlockDevice: Send + Sync {
             }
         }
     }
+    /// Write `data` (one aligned run) around the page cache of a buffered
+    /// file (its O_DIRECT descriptor), where the device has one and `data`
+    /// and `offset_bytes` suit it: a large write then costs no copy into
+    /// the page cache and no writeback at the next flush. Same contract as
+    /// `write_at`. Returns false (nothing written) where it cannot.
+    fn write_direct_at(&self, data: &[u8], offset_bytes: u64) -> Result<bool, DeviceError> {
+        let _ = (data, offset_bytes);
+        Ok(false)
+    }
     /// Make every write that returned before this call durable.
     fn flush(&self) -> Result<(), DeviceError>;
     /// Advise that a range is unused. Content afterwards is unspecified

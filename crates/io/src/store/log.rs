@@ -219,6 +219,33 @@ impl LogWriter {
         Ok(())
     }
 
+    /// `write_batch` for a batch built whole in `buf` (header slot, then
+    /// the pages), written around the page cache where the device can
+    /// (`BlockDevice::write_direct_at`): for large batches.
+    pub fn write_batch_direct(
+        &self,
+        header_slot: u32,
+        header: &BatchHeader,
+        buf: &mut [u8],
+    ) -> Result<(), DeviceError> {
+        let layout = self.store.layout;
+        let p = layout.page_size_bytes as usize;
+        let (head, payload) = buf.split_at_mut(p);
+        head.fill(0);
+        header.encode(&self.uuid, self.salt, head);
+        BatchHeader::seal(head, &[payload]);
+        let room = (layout.slot_count - header_slot as u64) as usize * p;
+        let (first, rest) = buf.split_at(room.min(buf.len()));
+        let dev = &self.store.dev;
+        for (part, slot) in [(first, header_slot), (rest, 0)] {
+            let at = layout.slot_offset_bytes(slot);
+            if !part.is_empty() && !dev.write_direct_at(part, at)? {
+                dev.write_at(part, at)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Makes every earlier write durable, then records durably that
     /// recovery starts at the batch at `tail` (`tail_seq`), in the
     /// log-start block not in force.

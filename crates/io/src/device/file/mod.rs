@@ -472,6 +472,35 @@ impl BlockDevice for FileDevice {
         }
     }
 
+    /// Through the O_DIRECT descriptor beside the buffered one, in
+    /// `fdatasync` mode (its flush makes these writes durable too), when
+    /// buffer, offset and length are aligned to 4 KiB.
+    fn write_direct_at(&self, data: &[u8], offset_bytes: u64) -> Result<bool, DeviceError> {
+        if self.options.sync != SyncMode::Fdatasync
+            || !is_aligned(
+                data.as_ptr() as usize,
+                offset_bytes,
+                data.len(),
+                DIRECT_ALIGNMENT_BYTES,
+            )
+        {
+            return Ok(false);
+        }
+        check_range(
+            &|| self.name(),
+            offset_bytes,
+            data.len() as u64,
+            self.size_bytes,
+        )?;
+        let Some(direct) = self.direct_file() else {
+            return Ok(false);
+        };
+        direct
+            .write_all_at(data, offset_bytes)
+            .map_err(|e| self.io_err("write", offset_bytes, data.len() as u64, e))?;
+        Ok(true)
+    }
+
     /// Regular files on a disk filesystem: the holes `SEEK_HOLE` finds
     /// (unwritten extents count as holes on ext4 and XFS) are written with
     /// zeros. Memory filesystems are left alone: allocation costs them
