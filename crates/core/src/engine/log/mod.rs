@@ -348,10 +348,14 @@ impl Engine {
     /// The end of an engine step in log mode: make room at the tail while
     /// it is wanted, make the tail's move durable, and issue the next batch
     /// if none is being written (sealing the open one).
+    #[inline]
     pub(super) fn log_step(&mut self) {
-        if self.log.is_none() {
-            return;
+        if self.log.is_some() {
+            self.log_step_inner();
         }
+    }
+
+    fn log_step_inner(&mut self) {
         self.drop_superseded_frees();
         if self.log_wants_room() {
             self.log_reclaim();
