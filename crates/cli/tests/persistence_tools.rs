@@ -56,6 +56,14 @@ fn fio_verify_on_format_3_survives_a_kill_and_a_restart() {
     fio_verify_survives_a_kill_and_a_restart(&args, "format 3: a log of batches");
 }
 
+/// The same with the cache device opened O_DIRECT: batches built in
+/// aligned memory where a request's buffer is not.
+#[test]
+fn fio_verify_on_format_3_with_o_direct_survives_a_kill_and_a_restart() {
+    let args = ["--cache-format", "3", "--direct"];
+    fio_verify_survives_a_kill_and_a_restart(&args, "format 3: a log of batches");
+}
+
 fn fio_verify_survives_a_kill_and_a_restart(extra: &[&str], banner: &str) {
     if !have("fio", "fio") {
         return;
