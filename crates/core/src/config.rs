@@ -269,9 +269,6 @@ impl EngineConfig {
         if self.cache_slots > CACHE_SLOTS_MAX {
             return Err(ConfigError::CacheTooLarge(self.cache_slots));
         }
-        if self.log && !self.persistent {
-            return Err(ConfigError::Log("needs a persistent cache"));
-        }
         if self.log && self.cache_slots < LOG_SLOTS_MIN {
             return Err(ConfigError::Log(
                 "the cache needs at least 64 slots (room for batches and their headers)",
@@ -303,6 +300,11 @@ impl EngineConfig {
             self.check_journaled()?;
         }
         if self.log {
+            if !self.persistent {
+                return Err(ConfigError::Log(
+                    "format 3 needs a cache file or device (a cache in memory has no format)",
+                ));
+            }
             let kind = self.write_policy;
             if kind == WritePolicyKind::OrderedWriteBack
                 || kind == WritePolicyKind::JournaledWriteBack
