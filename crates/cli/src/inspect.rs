@@ -1,12 +1,14 @@
 //! `wcache inspect --cache FILE`: what a cache device holds — superblock,
-//! state, and per volume the dirty and clean pages recovery would find.
+//! state, and per volume the dirty and clean pages recovery would find
+//! (format 2: its records; format 3: its log, read back as recovery does).
 //! Read-only: it must never write to the device.
 
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::tools::{describe, lock_for_reading, open_format_2, AnyError};
+use crate::tools::{describe, lock_for_reading, open_cache, AnyError};
+use wcache_io::store::Scan;
 
 /// Show a cache device's superblock, state, and pages per volume.
 #[derive(Args, Debug)]
@@ -24,11 +26,30 @@ pub fn inspect(args: InspectArgs) -> Result<(), AnyError> {
 pub fn inspect_path(path: &Path) -> Result<(), AnyError> {
     // Shared: other readers may look too, no server or flush may write meanwhile.
     let _lock = lock_for_reading(path)?;
-    let (store, sb) = open_format_2(path)?;
-    let scan = store.scan(true)?;
+    let (store, sb) = open_cache(path)?;
+    let (scan, log) = if sb.layout.log {
+        // Format 3: the log as recovery reads it (read only).
+        let (found, log) = store.read_log()?;
+        let free_slots = sb.layout.slot_count - log.position.log_slots as u64;
+        let scan = Scan {
+            found,
+            bad: Vec::new(),
+            free_slots,
+        };
+        (scan, Some(log))
+    } else {
+        (store.scan(true)?, None)
+    };
     let (per_volume, old_versions) = scan.page_counts();
     println!("cache:   {}", path.display());
     print!("{}", describe(&sb));
+    if let Some(log) = &log {
+        let at = log.position;
+        println!(
+            "log:     {} batches from slot {} (batch {}), {} slots; it ends there: {}",
+            log.batches, at.tail.0, log.start.tail_seq, at.log_slots, log.end
+        );
+    }
     println!("volumes:");
     for (i, v) in sb.volumes.iter().enumerate() {
         let (dirty, clean) = per_volume.get(&(i as u16)).copied().unwrap_or((0, 0));

@@ -100,6 +100,17 @@ fn fio_verify_survives_a_kill_and_a_restart(extra: &[&str], banner: &str) {
             !ok && err.contains("a format-3 cache"),
             "check of format 3: {out}{err}"
         );
+        // inspect reads the log back as recovery would, and writes nothing.
+        let before = std::fs::read(&cache).expect("cache bytes");
+        let (ok, out, err) = wcache(&["inspect", "--cache", cache.to_str().expect("utf8")]);
+        let dirty = out
+            .lines()
+            .any(|l| l.starts_with("  0 disk:") && !l.contains(": 0 dirty"));
+        assert!(
+            ok && out.contains("log:") && out.contains("batches") && dirty,
+            "inspect of format 3: {out}{err}"
+        );
+        assert!(std::fs::read(&cache).expect("cache bytes") == before);
     } else {
         assert!(ok, "check after kill: {out}{err}");
     }
