@@ -127,6 +127,18 @@ pub struct SlotRecord {
     pub dirty: bool,
 }
 
+/// The byte sizes of a `WriteBatch`'s header (format 3,
+/// `docs/on-disk-format.md`): the engine bounds a batch by them, the
+/// driver's format encodes to them.
+pub mod batch_header {
+    /// Bytes before the extents.
+    pub const FIXED_BYTES: usize = 64;
+    /// Bytes per extent.
+    pub const EXTENT_BYTES: usize = 24;
+    /// Bytes per freed slot.
+    pub const FREE_BYTES: usize = 4;
+}
+
 /// I/O for the driver to perform. Each completes with `handle_completion(io, ..)`.
 /// Contract: a command completes only when its writes are durable: a cache
 /// write on the cache device (the driver syncs, or the device is

@@ -13,12 +13,19 @@ impl Engine {
     ) -> Result<(), EngineError> {
         self.advance_ages(now);
         self.complete_one(now, io, result)?;
+        self.end_step(now);
+        Ok(())
+    }
+
+    /// The end of a request's or a completion's step: stalled writes
+    /// admitted where room allows, destages started, frees and (log mode)
+    /// batches issued, the invariants checked.
+    pub(super) fn end_step(&mut self, now: Nanos) {
         self.drain_stalls(now);
         self.start_destages();
         self.emit_frees(now);
         self.log_step();
         self.step_done();
-        Ok(())
     }
 
     /// What command `io`'s completion means (a batch's: each of its inner

@@ -75,11 +75,7 @@ impl Engine {
             }
         }
         self.maybe_finish(ri);
-        self.drain_stalls(now);
-        self.start_destages();
-        self.emit_frees(now);
-        self.log_step();
-        self.step_done();
+        self.end_step(now);
         Ok(())
     }
 

@@ -13,9 +13,7 @@ pub const LOG_START_MAGIC: [u8; 8] = *b"WCACHEls";
 pub const BATCH_MAGIC: [u8; 8] = *b"WCACHEbh";
 /// Each of the two log-start blocks (A at 4096, B at 8192).
 pub const LOG_START_BYTES: u64 = 4096;
-pub const HEADER_FIXED_BYTES: usize = 64;
-pub const EXTENT_BYTES: usize = 24;
-pub const FREE_BYTES: usize = 4;
+pub use wcache_core::batch_header::{EXTENT_BYTES, FIXED_BYTES as HEADER_FIXED_BYTES, FREE_BYTES};
 /// Where the header's crc32c lies (of the header slot with it zero, then the payload).
 const HEADER_CRC_OFFSET_BYTES: usize = 56;
 const EXTENT_FLAG_DIRTY: u8 = 1;

@@ -54,7 +54,7 @@ impl CacheStore {
             if !BatchHeader::checksum_ok(header, &[payload]) {
                 break "batch checksum mismatch (a torn or unwritten batch)".to_string();
             }
-            Found::apply(&mut found, (&mut at_slot, &mut at_key), &h, (at, ring));
+            replay_batch(&mut found, (&mut at_slot, &mut at_key), &h, (at, ring));
             let last = h.extents.iter().map(|e| e.first_seq + e.pages as u64);
             page_seq_max = page_seq_max.max(last.max().unwrap_or(0));
             (at, expected, used, batches) =
@@ -117,51 +117,48 @@ impl CacheStore {
 }
 
 /// The versions found so far, by slot and by page.
-struct Found;
 type Index = std::collections::HashMap<u32, usize>;
 type Index64 = std::collections::HashMap<u64, usize>;
 
-impl Found {
-    /// A batch read back, as the log replays: its frees drop the versions
-    /// their slots held, then its extents' pages are found (holes
-    /// skipped), each in place of its page's version found before (so an
-    /// older version never comes back, even once the newer one is freed).
-    fn apply(
-        found: &mut Vec<Option<RecoveredSlot>>,
-        (at_slot, at_key): (&mut Index, &mut Index64),
-        h: &BatchHeader,
-        (header, ring): (u32, u64),
-    ) {
-        for f in &h.frees {
-            if let Some(i) = at_slot.remove(f) {
-                if let Some(v) = found[i].take() {
-                    at_key.remove(&v.record.key.0);
-                }
+/// A batch read back, as the log replays: its frees drop the versions
+/// their slots held, then its extents' pages are found (holes
+/// skipped), each in place of its page's version found before (so an
+/// older version never comes back, even once the newer one is freed).
+fn replay_batch(
+    found: &mut Vec<Option<RecoveredSlot>>,
+    (at_slot, at_key): (&mut Index, &mut Index64),
+    h: &BatchHeader,
+    (header, ring): (u32, u64),
+) {
+    for f in &h.frees {
+        if let Some(i) = at_slot.remove(f) {
+            if let Some(v) = found[i].take() {
+                at_key.remove(&v.record.key.0);
             }
         }
-        let mut k = 0u64;
-        for e in &h.extents {
-            if e.hole {
-                k += e.pages as u64;
-                continue;
-            }
-            for i in 0..e.pages {
-                let slot = SlotIndex(((header as u64 + 1 + k) % ring) as u32);
-                let (key, seq) = e.page(i);
-                let record = SlotRecord {
-                    key,
-                    seq,
-                    dirty: e.dirty,
-                };
-                if let Some(older) = at_key.insert(key.0, found.len()) {
-                    if let Some(v) = found[older].take() {
-                        at_slot.remove(&v.slot.0);
-                    }
+    }
+    let mut k = 0u64;
+    for e in &h.extents {
+        if e.hole {
+            k += e.pages as u64;
+            continue;
+        }
+        for i in 0..e.pages {
+            let slot = SlotIndex(((header as u64 + 1 + k) % ring) as u32);
+            let (key, seq) = e.page(i);
+            let record = SlotRecord {
+                key,
+                seq,
+                dirty: e.dirty,
+            };
+            if let Some(older) = at_key.insert(key.0, found.len()) {
+                if let Some(v) = found[older].take() {
+                    at_slot.remove(&v.slot.0);
                 }
-                at_slot.insert(slot.0, found.len());
-                found.push(Some(RecoveredSlot { slot, record }));
-                k += 1;
             }
+            at_slot.insert(slot.0, found.len());
+            found.push(Some(RecoveredSlot { slot, record }));
+            k += 1;
         }
     }
 }
@@ -203,9 +200,7 @@ impl LogWriter {
         pages: &[&[u8]],
     ) -> Result<(), DeviceError> {
         let layout = self.store.layout;
-        head.fill(0);
-        header.encode(&self.uuid, self.salt, head);
-        BatchHeader::seal(head, pages);
+        self.seal(head, header, pages);
         let room = layout.slot_count - header_slot as u64 - 1;
         let before_end = room.min(pages.len() as u64) as usize;
         let mut first: Vec<&[u8]> = Vec::with_capacity(1 + before_end);
@@ -231,9 +226,7 @@ impl LogWriter {
         let layout = self.store.layout;
         let p = layout.page_size_bytes as usize;
         let (head, payload) = buf.split_at_mut(p);
-        head.fill(0);
-        header.encode(&self.uuid, self.salt, head);
-        BatchHeader::seal(head, &[payload]);
+        self.seal(head, header, &[payload]);
         let room = (layout.slot_count - header_slot as u64) as usize * p;
         let (first, rest) = buf.split_at(room.min(buf.len()));
         let dev = &self.store.dev;
@@ -244,6 +237,13 @@ impl LogWriter {
             }
         }
         Ok(())
+    }
+
+    /// `head` (one page) becomes `header`, sealed with `payload`'s checksum.
+    fn seal(&self, head: &mut [u8], header: &BatchHeader, payload: &[&[u8]]) {
+        head.fill(0);
+        header.encode(&self.uuid, self.salt, head);
+        BatchHeader::seal(head, payload);
     }
 
     /// Makes every earlier write durable, then records durably that

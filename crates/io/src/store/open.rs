@@ -231,7 +231,8 @@ impl CacheStore {
         if self.layout.log {
             let (found, log) = self.read_log()?;
             report.log = Some(log);
-            return Ok((found.clone(), dirty_pages_of(&found)));
+            let dirty_pages = dirty_pages_of(&found);
+            return Ok((found, dirty_pages));
         }
         let scan = self.scan(true).map_err(StoreError::from)?;
         let bad_slots: Vec<SlotIndex> = scan

@@ -11,9 +11,9 @@ mod check;
 mod recovery;
 
 /// Bytes of a batch header before its entries, and per entry (format 3).
-const HEADER_FIXED_BYTES: u64 = 64;
-const EXTENT_BYTES: u64 = 24;
-const FREE_BYTES: u64 = 4;
+const HEADER_FIXED_BYTES: u64 = batch_header::FIXED_BYTES as u64;
+const EXTENT_BYTES: u64 = batch_header::EXTENT_BYTES as u64;
+const FREE_BYTES: u64 = batch_header::FREE_BYTES as u64;
 /// Slots kept out of every write's reach, for the headers of batches that
 /// carry only frees (the tail waits for frees; they must never wait for room).
 const SPARE_SLOTS: u64 = 2;
