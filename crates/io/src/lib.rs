@@ -36,3 +36,8 @@ pub use device::nbd::{NbdAddress, NbdDevice, NbdOptions, NbdState, NbdStatus};
 pub use device::{BlockDevice, DeviceError};
 pub use driver::{DataPath, Driver, DriverConfig, DriverError, DriverStats, Payload, WriteDone};
 pub use store::{CacheStore, Scan, StoreError};
+
+// The Rust samples in docs/io.md run as doctests, so that they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/io.md")]
+pub struct IoMdDoctests;
