@@ -337,3 +337,9 @@ pub fn build_device_with(
     };
     Ok(device)
 }
+
+// The registry sample in docs/sim-models.md runs as a doctest, so that the
+// names and capacities it shows cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/sim-models.md")]
+pub struct SimModelsMdDoctests;

@@ -16,3 +16,8 @@ pub use clients::{ClientInfo, Clients};
 pub use export::{Export, ExportError, MemExport, WriteDone};
 pub use proto::NbdErrno;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerError, ServerStats};
+
+// The Rust sample in docs/nbd.md runs as a doctest, so that it cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/nbd.md")]
+pub struct NbdMdDoctests;
