@@ -44,7 +44,7 @@ pub fn inspect_path(path: &Path) -> Result<(), AnyError> {
     println!("cache:   {}", path.display());
     print!("{}", describe(&sb));
     if let Some(log) = &log {
-        let at = log.position;
+        let at = &log.position;
         println!(
             "log:     {} batches from slot {} (batch {}), {} slots; it ends there: {}",
             log.batches, at.tail.0, log.start.tail_seq, at.log_slots, log.end

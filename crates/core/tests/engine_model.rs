@@ -381,23 +381,15 @@ impl Harness {
         // Whoever opens the backing replays its committed journal transaction.
         self.devices.replay_journals();
         self.promoted_before = self.promotions();
-        let found = self.devices.recoverable();
         let sizes: Vec<u64> = self.vol_sizes.iter().map(|&s| s as u64).collect();
-        // Log mode: the log as the engine had it (the model keeps records,
-        // not the log; the real driver reads the position from the device).
-        self.engine = match self.engine.log_position() {
-            Some(at) => {
-                // Recovery reads the log only: a record left in a slot
-                // outside it (from the head to the tail: a clean copy the
-                // tail dropped, a stale version its durable move freed) is
-                // not found.
-                let slots = self.config.cache_slots as u32;
-                let head = (at.tail.0 + at.log_slots) % slots;
-                let outside = |s: u32| (s + slots - head) % slots < slots - at.log_slots;
-                let found: Vec<_> = found.into_iter().filter(|f| !outside(f.slot.0)).collect();
-                Engine::recover_log_mode(self.config.clone(), &sizes, found, at).unwrap()
-            }
-            None => Engine::recover(self.config.clone(), &sizes, found).unwrap(),
+        // Log mode: the log read back from the tail, as the real store
+        // reads it (a batch after a torn one is not found).
+        self.engine = if self.config.log {
+            let (found, at) = self.devices.recoverable_log();
+            Engine::recover_log_mode(self.config.clone(), &sizes, found, at).unwrap()
+        } else {
+            let found = self.devices.recoverable();
+            Engine::recover(self.config.clone(), &sizes, found).unwrap()
         };
         self.pending.clear();
         for vol in &mut self.model {

@@ -184,6 +184,43 @@ fn the_log_wraps_around_a_small_cache_many_times() {
     cache.close().expect("close");
 }
 
+/// After a crash, the log recovery found is passed batch by batch: each
+/// move of the tail names a batch's header and its sequence number, so a
+/// second crash while the tail is inside what the first recovery found
+/// loses nothing (it once named a stretch of 64 slots, with sequence
+/// number 0, and the next recovery found no log at all).
+#[test]
+fn a_crash_while_the_tail_passes_a_recovered_log_loses_nothing() {
+    let d = Dir::new();
+    let (cache_path, backing) = (d.path("cache.img"), d.path("b.img"));
+    let cfg = config(&cache_path, &backing, true);
+    let cache = Cache::open(&cfg).expect("format");
+    // Nearly fill the log (about 509 slots) with dirty pages, then crash.
+    write_pages(&cache, 0, 400, 16, 1);
+    drop(cache);
+    for round in 2..7u8 {
+        let cache = Cache::open(&cfg).expect("reopen after a crash");
+        // Every acknowledged write is back, the first round's too.
+        assert_pages(&cache, 0, 400, 1);
+        for before in 2..round {
+            assert_pages(&cache, 400 + before as u64 * 40, 40, before);
+        }
+        if round == 6 {
+            cache.close().expect("close");
+            break;
+        }
+        let moves = cache.monitor().engine_stats().log_advances;
+        // Single pages, each a batch of two slots: the tail must pass
+        // batches recovery found to make room.
+        write_pages(&cache, 400 + round as u64 * 40, 40, 1, round);
+        assert!(
+            cache.monitor().engine_stats().log_advances > moves,
+            "the tail moved in round {round}"
+        );
+        drop(cache);
+    }
+}
+
 /// The batch after the last one whose header is found intact: torn (its
 /// last page half written) it is discarded whole, with the one after it.
 #[test]
@@ -253,4 +290,58 @@ fn a_format_2_cache_asked_for_format_3_is_refused_untouched() {
     )
     .expect("store");
     assert_eq!(store.superblock().format_version, 2);
+}
+
+/// A batch whose write fails is written again with no page (its requests
+/// fail), keeping its place between its header and the next: the batches
+/// written after it are found at recovery (a rewrite that carried no
+/// payload once ended the log there, losing every later batch).
+#[test]
+fn a_failed_batch_written_again_keeps_the_log_whole() {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use wcache_io::format::{EngineRecord, VolumeEntry};
+    use wcache_io::{BlockDevice, Driver, FaultPlan, FaultyDevice, MemDevice};
+    let mem = Arc::new(MemDevice::new(CACHE_BYTES));
+    let plan = FaultPlan::new();
+    let cache: Arc<dyn BlockDevice> = Arc::new(FaultyDevice::new(mem.clone(), plan.clone()));
+    let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(BACKING_BYTES));
+    let mut engine = config(Path::new("unused"), Path::new("unused"), true).engine;
+    let record = EngineRecord::from_config(&engine).expect("record");
+    let volumes = vec![VolumeEntry::new("disk", BACKING_BYTES, "mem:test").expect("entry")];
+    let store = CacheStore::format(cache, PAGE_BYTES, &record, volumes, true).expect("format");
+    let (found, log) = store.read_log().expect("the empty log");
+    engine.cache_slots = store.layout().slot_count;
+    let driver = Driver::recover_log(
+        engine,
+        Arc::new(store),
+        found,
+        &log,
+        vec![backing],
+        DriverConfig::default(),
+    )
+    .expect("driver");
+    let vol = wcache_core::types::VolumeId(0);
+    let write =
+        |page: u64, round: u8| driver.write(vol, page * PAGE_BYTES, &image(page, round), false);
+    for page in 0..8 {
+        write(page, 1).expect("before the failure");
+    }
+    plan.fail_next_writes.store(1, Ordering::SeqCst);
+    assert!(write(8, 1).is_err(), "the failed batch's request fails");
+    assert_eq!(plan.injected(), 1);
+    for page in 9..16 {
+        write(page, 1).expect("after the failure");
+    }
+    drop(driver); // a crash: nothing more is written
+    let store = CacheStore::open(mem).expect("reopen");
+    let (found, log) = store.read_log().expect("the log");
+    let mut pages: Vec<u64> = found.iter().map(|f| f.record.key.page().0).collect();
+    pages.sort();
+    let acknowledged: Vec<u64> = (0..8).chain(9..16).collect();
+    assert_eq!(
+        pages, acknowledged,
+        "every acknowledged page is found: {}",
+        log.end
+    );
 }

@@ -126,6 +126,8 @@ pub enum RecoveryError {
         log_slots: u32,
         slots: u64,
     },
+    #[error("log position: its batches cover {batch_slots} slots (each at least its header), not its {log_slots} slots of log")]
+    LogBatches { log_slots: u32, batch_slots: u64 },
     #[error("log mode needs the log's position to recover (and only log mode takes one)")]
     LogPositionMissing,
     #[error(

@@ -28,7 +28,9 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
 
 mod accesses;
+mod log;
 pub use accesses::accesses;
+use log::LoggedBatch;
 
 /// One unit of modelled data, with the values that mark where it came from.
 pub trait Unit: Copy + Eq + std::fmt::Debug + Into<u64> {
@@ -79,6 +81,17 @@ pub struct StoredRecord {
 struct Slot<T> {
     page: Option<Box<[T]>>,
     record: Option<StoredRecord>,
+    /// Log mode: the batch header this slot holds, if one landed with its
+    /// whole payload (a later write over the slot removes it).
+    header: Option<Box<LoggedBatch>>,
+}
+
+impl<T> Slot<T> {
+    const BLANK: Slot<T> = Slot {
+        page: None,
+        record: None,
+        header: None,
+    };
 }
 
 /// What survives of a command that was in flight at a crash.
@@ -161,10 +174,9 @@ pub struct Reference<T: Unit> {
     volatile: VecDeque<(u32, Slot<T>)>,
     /// Per volume: its journal (journaled write-back).
     journals: Vec<Journal<T>>,
-    /// Log mode: the newest version of each page a whole batch wrote.
-    /// Recovery replays the log in order, so an older version of the page
-    /// is never found, even once that newest one is freed.
-    newest: HashMap<u64, u64>,
+    /// Log mode: where recovery starts reading the log (the durable
+    /// tail's slot and its batch's sequence number), as `AdvanceLog` left it.
+    log_tail: (u32, u64),
 }
 
 fn sum_of<T: Unit>(page: &[T]) -> u64 {
@@ -186,13 +198,7 @@ impl<T: Unit> Reference<T> {
         Reference {
             unit_bytes,
             units_per_page: (page_size_bytes / unit_bytes) as usize,
-            slots: vec![
-                Slot {
-                    page: None,
-                    record: None
-                };
-                cache_slots as usize
-            ],
+            slots: (0..cache_slots).map(|_| Slot::BLANK).collect(),
             volume_units: volume_sizes_bytes
                 .iter()
                 .map(|&s| s.div_ceil(unit_bytes))
@@ -201,7 +207,7 @@ impl<T: Unit> Reference<T> {
             volatile_max: 0,
             volatile: VecDeque::new(),
             journals: vec![Journal::default(); volume_sizes_bytes.len()],
-            newest: HashMap::new(),
+            log_tail: (0, 1),
         }
     }
 
@@ -312,7 +318,11 @@ impl<T: Unit> Reference<T> {
             }
             // A commit record or a retire lands whole or not at all (its checksum).
             IoCommand::Commit { .. } | IoCommand::Retire { .. } => 1,
-            IoCommand::WriteBatch { pages, .. } => (1 + pages.len()) * self.units_per_page,
+            IoCommand::WriteBatch {
+                header,
+                next_header,
+                ..
+            } => (1 + self.payload_slots(*header, *next_header)) * self.units_per_page,
             IoCommand::AdvanceLog { .. } => 1,
             IoCommand::ReadPage { .. } | IoCommand::ReadBacking { .. } => 0,
         }
@@ -368,6 +378,9 @@ impl<T: Unit> Reference<T> {
                     });
                 }
                 s.page = Some(on_device.into_boxed_slice());
+                if landed > 0 {
+                    s.header = None;
+                }
             }
             IoCommand::FreeSlots { slots, .. } => {
                 for s in slots.iter().take(partial.units) {
@@ -434,14 +447,13 @@ impl<T: Unit> Reference<T> {
             IoCommand::Stage { .. } | IoCommand::Commit { .. } | IoCommand::Retire { .. } => {
                 self.apply_journal_command(cmd, complete)
             }
-            IoCommand::WriteBatch {
-                header,
-                pages,
-                frees,
-                ..
-            } => self.apply_batch(*header, (pages, frees), partial, bufs),
-            // Where recovery starts: the records model has no log to cut.
-            IoCommand::AdvanceLog { .. } => {}
+            IoCommand::WriteBatch { .. } => self.apply_batch(cmd, partial, bufs),
+            // Where recovery starts reading the log: one block, whole or not.
+            IoCommand::AdvanceLog { tail, tail_seq, .. } => {
+                if partial.units > 0 {
+                    self.log_tail = (tail.0, *tail_seq);
+                }
+            }
         }
     }
 
@@ -486,44 +498,6 @@ impl<T: Unit> Reference<T> {
                 j.staged.clear();
             }
             _ => {}
-        }
-    }
-
-    /// What lands of a log batch: its pages' data as far as it landed (the
-    /// header slot first, whose record it overwrites); their records only
-    /// if the whole batch did (recovery discards a torn batch whole), and
-    /// its frees with them.
-    fn apply_batch(
-        &mut self,
-        header: SlotIndex,
-        (pages, frees): (&[IoCommand], &[IoCommand]),
-        partial: Partial,
-        bufs: &mut impl RequestBuffers<T>,
-    ) {
-        let upp = self.units_per_page;
-        let complete = partial == Partial::ALL;
-        if partial.units > 0 {
-            self.cache_write(header.0);
-            self.slots[header.0 as usize].record = None;
-        }
-        let mut left = partial.units.saturating_sub(upp);
-        for page in pages {
-            let units = if complete { usize::MAX } else { left.min(upp) };
-            left = left.saturating_sub(upp);
-            let part = Partial {
-                units,
-                record: complete,
-            };
-            self.apply_partial(page, part, bufs);
-        }
-        for free in frees.iter().filter(|_| complete) {
-            self.apply_partial(free, Partial::ALL, bufs);
-        }
-        for page in pages.iter().filter(|_| complete) {
-            if let IoCommand::WritePage { record, .. } = page {
-                let newest = self.newest.entry(record.key.0).or_insert(0);
-                *newest = (*newest).max(record.seq);
-            }
         }
     }
 
@@ -591,12 +565,10 @@ impl<T: Unit> Reference<T> {
     /// The cache device is lost: a blank device replaces it.
     pub fn lose_cache(&mut self) {
         for s in &mut self.slots {
-            *s = Slot {
-                page: None,
-                record: None,
-            };
+            *s = Slot::BLANK;
         }
         self.volatile.clear();
+        self.log_tail = (0, 1);
     }
 
     /// After a crash: the records recovery trusts, in slot order — a record
@@ -609,13 +581,6 @@ impl<T: Unit> Reference<T> {
         for (i, s) in self.slots.iter_mut().enumerate() {
             let Some(stored) = s.record else { continue };
             let matches = s.page.as_deref().map(sum_of) == Some(stored.data_sum);
-            let superseded = self
-                .newest
-                .get(&stored.record.key.0)
-                .is_some_and(|&n| stored.record.seq < n);
-            if superseded {
-                continue;
-            }
             if matches {
                 found.push(RecoveredSlot {
                     slot: SlotIndex(i as u32),

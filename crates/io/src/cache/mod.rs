@@ -484,6 +484,10 @@ impl Monitor {
     pub fn stats(&self) -> DriverStats {
         self.driver.stats()
     }
+    /// The engine's counters (what it decided and issued).
+    pub fn engine_stats(&self) -> Stats {
+        self.driver.engine_stats()
+    }
     pub fn dirty_pages(&self) -> u64 {
         self.driver.dirty_pages()
     }

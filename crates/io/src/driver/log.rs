@@ -34,7 +34,7 @@ impl Driver {
         engine_config.cache_slots = layout.slot_count;
         let cache = store.device().clone();
         let writer = LogWriter::new(store, log.start);
-        let start = (writer, log.position);
+        let start = (writer, log.position.clone());
         Driver::start(
             engine_config,
             cache,
@@ -107,7 +107,14 @@ impl Shared {
         };
         let log = self.log.as_ref().expect("log mode has a log writer");
         let p = self.page_size_bytes as usize;
-        let buf = buf.get((1 + pages.len()) * p);
+        // Every slot up to the next header is the batch's payload: its pages,
+        // then zeros (a failed batch written again carries no page, and
+        // keeps its place in the chain recovery follows).
+        let ring = log.store().layout().slot_count;
+        let n = ((next_header.0 as u64 + 2 * ring - header.0 as u64 - 1) % ring) as usize;
+        let holes = n - pages.len();
+        let buf = buf.get((1 + n) * p);
+        buf[(1 + pages.len()) * p..].fill(0);
         // Around the page cache (O_DIRECT) where that measured faster: from
         // 64 KiB when each batch waits for its barrier anyway
         // (persist-on-write), from 1 MiB under persist-on-flush, where a
@@ -121,7 +128,7 @@ impl Shared {
         } else {
             DIRECT_MIN_BYTES
         };
-        let large = buf.len() >= direct_min;
+        let large = buf.len() >= direct_min || holes > 0;
         let (extents, failed) = self.build_batch_pages(job, pages, &mut buf[p..], scratch);
         let frees: Vec<u32> = frees
             .iter()
@@ -134,7 +141,7 @@ impl Shared {
             !frees.is_empty() || (!persist_on_flush && extents.iter().any(|e| e.dirty));
         let head_of = BatchHeader {
             seq: *seq,
-            payload_slots: pages.len() as u32,
+            payload_slots: n as u32,
             next_header: next_header.0,
             extents,
             frees,

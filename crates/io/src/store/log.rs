@@ -34,6 +34,7 @@ impl CacheStore {
         let (mut at, mut expected, mut used, mut batches) = (start.tail_slot, start.tail_seq, 0, 0);
         let mut header_buf = AlignedBuf::new();
         let mut payload_buf = AlignedBuf::new();
+        let mut batch_slots = Vec::new();
         let end = loop {
             if used == ring {
                 break "the log fills the ring".to_string();
@@ -55,6 +56,7 @@ impl CacheStore {
                 break "batch checksum mismatch (a torn or unwritten batch)".to_string();
             }
             replay_batch(&mut found, (&mut at_slot, &mut at_key), &h, (at, ring));
+            batch_slots.push(1 + n as u32);
             let last = h.extents.iter().map(|e| e.first_seq + e.pages as u64);
             page_seq_max = page_seq_max.max(last.max().unwrap_or(0));
             (at, expected, used, batches) =
@@ -63,6 +65,7 @@ impl CacheStore {
         let position = LogPosition {
             tail: SlotIndex(start.tail_slot),
             log_slots: used as u32,
+            batches: batch_slots,
             next_seq: expected,
             next_page_seq: page_seq_max + 1,
         };

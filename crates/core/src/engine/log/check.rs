@@ -93,15 +93,11 @@ impl Engine {
                 "log: batch {} does not follow the one before",
                 span.seq
             );
-            if span.recovered {
-                seq = None;
-            } else {
-                if let Some(s) = seq {
-                    assert_eq!(span.seq, s, "log: batch sequence numbers are consecutive");
-                }
-                seq = Some(span.seq + 1);
+            if let Some(s) = seq {
+                assert_eq!(span.seq, s, "log: batch sequence numbers are consecutive");
             }
-            for i in (if span.recovered { 0 } else { 1 })..=span.pages {
+            seq = Some(span.seq + 1);
+            for i in 1..=span.pages {
                 used[log.add(span.header, i) as usize] = true;
             }
             at = log.add(at, 1 + span.pages);
@@ -147,6 +143,11 @@ impl Engine {
         assert!(
             log.advancing <= log.passed,
             "log: advancing more than passed"
+        );
+        assert_eq!(
+            log.passed_batches.iter().sum::<u32>(),
+            log.passed,
+            "log: the passed batches add up to the passed slots"
         );
         let count = |f: fn(&IoCtx) -> bool| self.ios.iter().flatten().filter(|c| f(c)).count();
         let advances = count(|c| matches!(c, IoCtx::AdvanceLog { .. }));

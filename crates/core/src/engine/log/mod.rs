@@ -21,31 +21,29 @@ const SPARE_SLOTS: u64 = 2;
 /// quarter of the ring.
 const BATCH_PAGES_MAX: u32 = 1024;
 
-/// A sealed batch still in the log: issued, written, or waiting its turn;
-/// or, after a restart, a stretch of the log recovery found (`recovered`:
-/// its first slot is no header but may hold a page too, and its `seq` 0).
+/// A sealed batch still in the log: issued, written, or waiting its turn,
+/// or found by recovery.
 #[derive(Clone, Copy, Debug)]
 struct Span {
     header: u32,
     /// Slots after the header (its pages, or holes where pages failed).
     pages: u32,
     seq: u64,
-    recovered: bool,
 }
-
-/// Slots per span of the log recovery found (the tail passes one such
-/// stretch at a time).
-const RECOVERED_SPAN_SLOTS: u32 = 64;
 
 /// Where the log stands on the cache device, as recovery reads it (or as
 /// the engine had it: `Engine::log_position`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogPosition {
-    /// The durable tail: the first slot recovery reads.
+    /// The durable tail: the first slot recovery reads (a batch's header).
     pub tail: SlotIndex,
     /// Slots of the log from the tail on (0: empty; all of them: full):
     /// the next batch starts after them.
     pub log_slots: u32,
+    /// The slots of each batch from the tail on (its header and payload),
+    /// in order; they add up to `log_slots`. The tail moves batch by batch,
+    /// so it must know where each starts.
+    pub batches: Vec<u32>,
     /// The next batch's sequence number.
     pub next_seq: u64,
     /// Above every page version number the log holds, freed ones too (the
@@ -89,6 +87,9 @@ pub(super) struct Log {
     /// the pool on (free, not in the pool). `advancing` of them are in the
     /// `AdvanceLog` in flight.
     passed: u32,
+    /// The slots of each batch passed (they add up to `passed`): where the
+    /// log starts until the move is durable.
+    passed_batches: VecDeque<u32>,
     advancing: u32,
     spans: VecDeque<Span>,
     /// Slots of the oldest span known to be free already (reclaim resumes there).
@@ -121,6 +122,7 @@ impl Log {
             ring,
             head: 0,
             passed: 0,
+            passed_batches: VecDeque::new(),
             advancing: 0,
             spans: VecDeque::new(),
             scanned: 0,
@@ -279,7 +281,6 @@ impl Engine {
             header: open.header,
             pages: open.taken,
             seq: open.seq,
-            recovered: false,
         });
         let ios = open
             .pages
@@ -413,13 +414,11 @@ impl Engine {
             if span.seq > log.durable_seq {
                 return; // not written yet
             }
-            // A recovered stretch's first slot may hold a page; a batch's is its header.
-            let first = if span.recovered { 0 } else { 1 };
-            let slot_at = |log: &Log, i: u32| SlotIndex(log.add(span.header, first + i));
+            let slot_at = |log: &Log, i: u32| SlotIndex(log.add(span.header, 1 + i));
             // `scanned` moves over the free slots at the start only: they
             // stay free (a slot out of the pool is never taken).
             let (mut blocked, mut prefix) = (false, true);
-            for i in log.scanned..span.pages + 1 - first {
+            for i in log.scanned..span.pages {
                 let log = self.log.as_ref().expect("log mode");
                 let slot = slot_at(log, i);
                 match self.log_slot_leaves(slot) {
@@ -434,7 +433,7 @@ impl Engine {
             }
             let log = self.log.as_ref().expect("log mode");
             let from = log.scanned;
-            for i in from..span.pages + 1 - first {
+            for i in from..span.pages {
                 let slot = slot_at(self.log.as_ref().expect("log mode"), i);
                 self.log_let_go(slot);
             }
@@ -442,6 +441,7 @@ impl Engine {
             log.spans.pop_front();
             log.scanned = 0;
             log.passed += 1 + span.pages;
+            log.passed_batches.push_back(1 + span.pages);
             if !self.log_wants_room() {
                 return;
             }
@@ -612,6 +612,15 @@ impl Engine {
         let log = self.log.as_mut().expect("log mode");
         let first = log.add(log.head, pool % log.ring);
         log.passed -= slots;
+        let mut left = slots;
+        while left > 0 {
+            let b = log
+                .passed_batches
+                .pop_front()
+                .expect("a move covers whole batches");
+            assert!(b <= left, "a move covers whole batches");
+            left -= b;
+        }
         let ring = log.ring;
         for i in 0..slots {
             let s = ((first as u64 + i as u64) % ring as u64) as u32;

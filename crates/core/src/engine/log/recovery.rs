@@ -10,15 +10,16 @@ impl Engine {
     pub fn log_position(&self) -> Option<LogPosition> {
         let log = self.log.as_ref()?;
         let pool = self.slots.free_count();
-        let durable: u64 = log
+        let durable = log
             .spans
             .iter()
             .take_while(|s| s.seq <= log.durable_seq)
-            .map(|s| 1 + s.pages as u64)
-            .sum();
+            .map(|s| 1 + s.pages);
+        let batches: Vec<u32> = log.passed_batches.iter().copied().chain(durable).collect();
         Some(LogPosition {
             tail: SlotIndex(log.add(log.head, (pool % log.ring as u64) as u32)),
-            log_slots: (log.passed as u64 + durable) as u32,
+            log_slots: batches.iter().sum(),
+            batches,
             next_seq: log.durable_seq + 1,
             next_page_seq: self.next_seq,
         })
@@ -48,16 +49,20 @@ impl Engine {
             }
             s = log.add(s, 1);
         }
-        let found_len = found_len as u64;
+        let slots_of: u64 = at.batches.iter().map(|&b| b as u64).sum();
+        if slots_of != found_len as u64 || at.batches.contains(&0) {
+            return Err(RecoveryError::LogBatches {
+                log_slots: found_len,
+                batch_slots: slots_of,
+            });
+        }
+        let first_seq = at.next_seq.saturating_sub(at.batches.len() as u64);
         let mut s = tail;
-        let mut left = found_len as u32;
-        while left > 0 {
-            let n = left.min(RECOVERED_SPAN_SLOTS);
+        for (i, &n) in at.batches.iter().enumerate() {
             log.spans.push_back(Span {
                 header: s,
                 pages: n - 1,
-                seq: 0,
-                recovered: true,
+                seq: first_seq + i as u64,
             });
             for i in 0..n {
                 let slot = SlotIndex(log.add(s, i));
@@ -66,7 +71,6 @@ impl Engine {
                 }
             }
             s = log.add(s, n);
-            left -= n;
         }
         log.head = head;
         log.next_seq = at.next_seq;
