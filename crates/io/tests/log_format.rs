@@ -221,6 +221,34 @@ fn a_crash_while_the_tail_passes_a_recovered_log_loses_nothing() {
     }
 }
 
+/// Read misses' clean copies take only the room kept ahead of the head:
+/// a long read of uncached pages never makes the tail destage dirty pages
+/// (it once cycled the whole log, leaving nothing dirty).
+#[test]
+fn read_misses_do_not_push_dirty_pages_out_of_the_log() {
+    let d = Dir::new();
+    let (cache_path, backing) = (d.path("cache.img"), d.path("b.img"));
+    let cache = Cache::open(&config(&cache_path, &backing, true)).expect("format");
+    write_pages(&cache, 0, 200, 8, 1);
+    let v = &cache.volumes()[0];
+    let mut buf = vec![0u8; 16 * PAGE_BYTES as usize];
+    for round in 0..3 {
+        for first in (256..1024).step_by(16) {
+            v.read(first * PAGE_BYTES, &mut buf).expect("read");
+            assert!(buf.iter().all(|&b| b == 0), "round {round}: page {first}");
+        }
+    }
+    let engine = cache.monitor().engine_stats();
+    assert!(
+        engine.read_inserts > 0,
+        "read misses were cached: {engine:?}"
+    );
+    assert_eq!(engine.log_forced_destages, 0, "{engine:?}");
+    assert_eq!(cache.dirty_pages(), 200);
+    assert_pages(&cache, 0, 200, 1);
+    cache.close().expect("close");
+}
+
 /// The batch after the last one whose header is found intact: torn (its
 /// last page half written) it is discarded whole, with the one after it.
 #[test]

@@ -120,7 +120,7 @@ impl Engine {
         let end = (offset_bytes + len_bytes) / ps;
         let id = self.req(ri).id;
         for page in first..end {
-            if !self.stalled.is_empty() || !self.has_room(1) {
+            if !self.stalled.is_empty() || !self.has_room_for_copy() {
                 return; // never take room from writes
             }
             let key = PageKey::new(volume, PageIndex(page));

@@ -59,42 +59,7 @@ impl<T: Unit> Reference<T> {
             h.record = None;
             h.header = None;
         }
-        let mut left = partial.units.saturating_sub(upp);
-        let ring = self.slots.len() as u32;
-        let mut payload = Vec::with_capacity(n);
-        for i in 0..n {
-            let units = left.min(upp);
-            left -= units;
-            let slot = (header.0 + 1 + i as u32) % ring;
-            match pages.get(i) {
-                Some(page) => {
-                    let IoCommand::WritePage { slot: s, .. } = page else {
-                        unreachable!("a batch's pages are page writes");
-                    };
-                    assert_eq!(s.0, slot, "a batch's pages follow its header in order");
-                    let part = Partial {
-                        units,
-                        record: whole,
-                    };
-                    self.apply_partial(page, part, bufs);
-                }
-                None if units > 0 => {
-                    self.cache_write(slot);
-                    let s = &mut self.slots[slot as usize];
-                    let mut on_device = s
-                        .page
-                        .take()
-                        .map_or_else(|| vec![T::UNWRITTEN_SLOT; upp], |p| p.into_vec());
-                    on_device[..units].fill(T::ZERO);
-                    s.page = Some(on_device.into_boxed_slice());
-                    s.record = None;
-                    s.header = None;
-                }
-                None => {}
-            }
-            let page = self.slots[slot as usize].page.as_deref();
-            payload.push((slot, page.map_or(0, sum_of)));
-        }
+        let payload = self.land_payload(cmd, n, partial.units.saturating_sub(upp), whole, bufs);
         if !whole {
             return;
         }
@@ -122,6 +87,51 @@ impl<T: Unit> Reference<T> {
             versions,
             frees,
         }));
+    }
+
+    /// A batch's `n` payload slots as far as `units` units of them landed:
+    /// its pages (with their records if `whole`), then zeros; returns each
+    /// slot with the data sum it then holds.
+    fn land_payload(
+        &mut self,
+        cmd: &IoCommand,
+        n: usize,
+        mut units: usize,
+        whole: bool,
+        bufs: &mut impl RequestBuffers<T>,
+    ) -> Vec<(u32, u64)> {
+        let IoCommand::WriteBatch { header, pages, .. } = cmd else {
+            unreachable!("a batch");
+        };
+        let (upp, ring) = (self.units_per_page, self.slots.len() as u32);
+        let zeros = vec![T::ZERO; upp];
+        let mut payload = Vec::with_capacity(n);
+        for i in 0..n {
+            let landed = units.min(upp);
+            units -= landed;
+            let slot = (header.0 + 1 + i as u32) % ring;
+            match pages.get(i) {
+                Some(page) => {
+                    let IoCommand::WritePage { slot: s, .. } = page else {
+                        unreachable!("a batch's pages are page writes");
+                    };
+                    assert_eq!(s.0, slot, "a batch's pages follow its header in order");
+                    let part = Partial {
+                        units: landed,
+                        record: whole,
+                    };
+                    self.apply_partial(page, part, bufs);
+                }
+                None if landed > 0 => {
+                    self.land(slot, &zeros, landed);
+                    self.slots[slot as usize].record = None;
+                }
+                None => {}
+            }
+            let page = self.slots[slot as usize].page.as_deref();
+            payload.push((slot, page.map_or(0, sum_of)));
+        }
+        payload
     }
 
     /// After a crash, log mode: the page versions the log holds and where

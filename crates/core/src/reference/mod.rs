@@ -306,6 +306,24 @@ impl<T: Unit> Reference<T> {
             .push_back((slot, self.slots[slot as usize].clone()));
     }
 
+    /// The first `units` units of `page` land in `slot` (a batch header
+    /// there is written over).
+    fn land(&mut self, slot: u32, page: &[T], units: usize) {
+        let upp = self.units_per_page;
+        self.cache_write(slot);
+        let s = &mut self.slots[slot as usize];
+        let landed = units.min(upp);
+        let mut on_device = s
+            .page
+            .take()
+            .map_or_else(|| vec![T::UNWRITTEN_SLOT; upp], |p| p.into_vec());
+        on_device[..landed].copy_from_slice(&page[..landed]);
+        s.page = Some(on_device.into_boxed_slice());
+        if landed > 0 {
+            s.header = None;
+        }
+    }
+
     /// How many units a command writes (for `FreeSlots`, records): the
     /// range a torn write lands a prefix of. 0 for reads.
     pub fn written_units(&self, cmd: &IoCommand) -> usize {
@@ -363,23 +381,12 @@ impl<T: Unit> Reference<T> {
                 let n = self.units(patch.len_bytes as u64);
                 let bytes = self.source(patch.src, n, bufs);
                 page[o..o + n].copy_from_slice(&bytes);
-                self.cache_write(slot.0);
-                let s = &mut self.slots[slot.0 as usize];
-                let landed = partial.units.min(upp);
-                let mut on_device = s
-                    .page
-                    .take()
-                    .map_or_else(|| vec![T::UNWRITTEN_SLOT; upp], |p| p.into_vec());
-                on_device[..landed].copy_from_slice(&page[..landed]);
+                self.land(slot.0, &page, partial.units);
                 if partial.record {
-                    s.record = Some(StoredRecord {
+                    self.slots[slot.0 as usize].record = Some(StoredRecord {
                         record: *record,
                         data_sum: sum_of(&page),
                     });
-                }
-                s.page = Some(on_device.into_boxed_slice());
-                if landed > 0 {
-                    s.header = None;
                 }
             }
             IoCommand::FreeSlots { slots, .. } => {

@@ -20,8 +20,10 @@
 //! (the driver does), print, or know a front end's protocol.
 
 mod devices;
+mod monitor;
 pub use devices::open_existing_cache_device;
 use devices::*;
+pub use monitor::Monitor;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -470,26 +472,6 @@ impl Volume {
         };
         self.driver
             .submit(self.id, kind, offset_bytes, len_bytes, flags, Payload::None)
-    }
-}
-
-/// Counters of a running cache, for a thread that reports them while it
-/// serves (cheap to clone).
-#[derive(Clone)]
-pub struct Monitor {
-    driver: Arc<Driver>,
-}
-
-impl Monitor {
-    pub fn stats(&self) -> DriverStats {
-        self.driver.stats()
-    }
-    /// The engine's counters (what it decided and issued).
-    pub fn engine_stats(&self) -> Stats {
-        self.driver.engine_stats()
-    }
-    pub fn dirty_pages(&self) -> u64 {
-        self.driver.dirty_pages()
     }
 }
 

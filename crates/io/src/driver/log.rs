@@ -107,28 +107,12 @@ impl Shared {
         };
         let log = self.log.as_ref().expect("log mode has a log writer");
         let p = self.page_size_bytes as usize;
-        // Every slot up to the next header is the batch's payload: its pages,
-        // then zeros (a failed batch written again carries no page, and
-        // keeps its place in the chain recovery follows).
-        let ring = log.store().layout().slot_count;
-        let n = ((next_header.0 as u64 + 2 * ring - header.0 as u64 - 1) % ring) as usize;
+        let n = log.payload_slots(*header, *next_header);
         let holes = n - pages.len();
         let buf = buf.get((1 + n) * p);
         buf[(1 + pages.len()) * p..].fill(0);
-        // Around the page cache (O_DIRECT) where that measured faster: from
-        // 64 KiB when each batch waits for its barrier anyway
-        // (persist-on-write), from 1 MiB under persist-on-flush, where a
-        // buffered write returns at memory speed (2026-11-27, quick
-        // harness: 4 KiB QD32 batches of about 128 KiB ran at 56 K IOPS
-        // direct, 92–107 K buffered; 1 MiB writes at 2.1–2.2 GB/s direct,
-        // 1.4–1.7 buffered).
         let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
-        let direct_min = if persist_on_flush {
-            1 << 20
-        } else {
-            DIRECT_MIN_BYTES
-        };
-        let large = buf.len() >= direct_min || holes > 0;
+        let large = self.batch_goes_direct(buf.len(), persist_on_flush) || holes > 0;
         let (extents, failed) = self.build_batch_pages(job, pages, &mut buf[p..], scratch);
         let frees: Vec<u32> = frees
             .iter()
@@ -163,6 +147,21 @@ impl Shared {
             result = self.make_durable(&self.cache, true);
         }
         (result.map_err(|e| self.io_fail(&e, true)), failed)
+    }
+
+    /// A batch of `bytes` goes around the page cache (O_DIRECT) where that
+    /// measured faster: from 64 KiB when each batch waits for its barrier
+    /// anyway (persist-on-write), from 1 MiB under persist-on-flush, where
+    /// a buffered write returns at memory speed (2026-11-27, quick harness:
+    /// 4 KiB QD32 batches of about 128 KiB ran at 56 K IOPS direct, 92–107
+    /// K buffered; 1 MiB writes at 2.1–2.2 GB/s direct, 1.4–1.7 buffered).
+    fn batch_goes_direct(&self, bytes: usize, persist_on_flush: bool) -> bool {
+        let min = if persist_on_flush {
+            1 << 20
+        } else {
+            DIRECT_MIN_BYTES
+        };
+        bytes >= min
     }
 
     /// Builds each page of the batch in `out` (one page each, in order) and

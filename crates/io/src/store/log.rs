@@ -190,6 +190,14 @@ impl LogWriter {
         &self.store
     }
 
+    /// Slots of a batch's payload: every slot up to the next header (its
+    /// pages, then zeros: a failed batch written again carries no page,
+    /// and keeps its place in the chain recovery follows).
+    pub fn payload_slots(&self, header: SlotIndex, next_header: SlotIndex) -> usize {
+        let ring = self.store.layout.slot_count;
+        ((next_header.0 as u64 + 2 * ring - header.0 as u64 - 1) % ring) as usize
+    }
+
     /// Writes the batch whose header slot is `header_slot` and whose pages
     /// are `pages` (one page each, in payload order) with one vectored
     /// write (two where it goes past the ring's end). `head` (one page) gets

@@ -162,6 +162,11 @@ impl Log {
     }
 
     /// The slot of the oldest batch still in the log (the head if none).
+    /// Free slots beyond the reservations kept ahead of the head.
+    fn low(&self) -> u64 {
+        (self.ring / 8).max(SPARE_SLOTS as u32 + 2) as u64
+    }
+
     fn tail(&self, pool: u64) -> u32 {
         self.add(self.head, (pool + self.passed as u64) as u32 % self.ring)
     }
@@ -175,6 +180,20 @@ impl Engine {
             None => self.slots.free_count() + self.slots.evictable() >= pages,
             Some(log) => {
                 self.slots.free_count() >= log.budget + Log::slots_for(pages) + SPARE_SLOTS
+            }
+        }
+    }
+
+    /// Room for a read miss's clean copy: in log mode only above the room
+    /// kept ahead of the head, so that copies never make the tail destage
+    /// dirty pages to make room (a read-heavy spell would otherwise cycle
+    /// the log and destage every dirty page).
+    pub(super) fn has_room_for_copy(&self) -> bool {
+        match &self.log {
+            None => self.has_room(1),
+            Some(log) => {
+                let need = log.budget + log.low() + Log::slots_for(1) + SPARE_SLOTS;
+                self.slots.free_count() >= need
             }
         }
     }
@@ -338,11 +357,26 @@ impl Engine {
     }
 
     /// Log mode: room is wanted at the tail (writes wait for it, or the
-    /// pool beyond the reservations is low).
+    /// pool beyond the reservations is low): the tail's move goes out.
     pub(super) fn log_wants_room(&self) -> bool {
         self.log.as_ref().is_some_and(|log| {
-            let low = (log.ring / 8).max(SPARE_SLOTS as u32 + 2) as u64;
-            !self.stalled.is_empty() || self.slots.free_count() < log.budget + low
+            !self.stalled.is_empty() || self.slots.free_count() < log.budget + log.low()
+        })
+    }
+
+    /// Log mode: more room is wanted than the slots the tail passed will
+    /// give once its move is durable: pass more batches. (Counting only the
+    /// pool, reclaim went on passing batches while a move was in flight,
+    /// until the log was empty: every dirty page destaged at once, every
+    /// clean copy dropped.)
+    fn log_wants_reclaim(&self) -> bool {
+        self.log.as_ref().is_some_and(|log| {
+            let coming = self.slots.free_count() + log.passed as u64;
+            let stalled = self.stalled.front().map_or(0, |&ri| {
+                let r = self.req(ri);
+                Log::slots_for(self.pages_of(r.offset_bytes, r.len_bytes)) + SPARE_SLOTS
+            });
+            coming < log.budget + log.low().max(stalled)
         })
     }
 
@@ -358,7 +392,7 @@ impl Engine {
 
     fn log_step_inner(&mut self) {
         self.drop_superseded_frees();
-        if self.log_wants_room() {
+        if self.log_wants_reclaim() {
             self.log_reclaim();
         }
         self.log_advance();
@@ -442,7 +476,7 @@ impl Engine {
             log.scanned = 0;
             log.passed += 1 + span.pages;
             log.passed_batches.push_back(1 + span.pages);
-            if !self.log_wants_room() {
+            if !self.log_wants_reclaim() {
                 return;
             }
         }
