@@ -1,7 +1,9 @@
 //! `wcache check --cache FILE`: verify every checksum of a cache device —
-//! superblock, every slot record, and every used slot's data — and the
-//! records' consistency (volumes and pages in range, no version twice).
-//! Exits non-zero naming what is corrupt. Read-only: it must never repair.
+//! superblock, every slot record, and every used slot's data (format 3:
+//! the log read back from its tail, every batch's header and payload) —
+//! and the versions' consistency (volumes and pages in range, no version
+//! twice). Exits non-zero naming what is corrupt. Read-only: it must never
+//! repair.
 //!
 //! A record whose data does not match is what a write in flight at a crash
 //! leaves (the driver writes the data, then the record; a slot may also be
@@ -15,7 +17,11 @@ use std::path::PathBuf;
 use clap::Args;
 use wcache_io::store::BadSlot;
 
-use crate::tools::{describe, lock_for_reading, open_format_2, AnyError};
+use wcache_core::RecoveredSlot;
+use wcache_io::format::Superblock;
+use wcache_io::store::CacheStore;
+
+use crate::tools::{describe, lock_for_reading, open_cache, AnyError};
 
 /// Verify every checksum of a cache device; non-zero exit if anything is corrupt.
 #[derive(Args, Debug)]
@@ -40,7 +46,10 @@ pub fn check(args: CheckArgs) -> Result<(), AnyError> {
     // Shared: other readers may look too, no server or flush may write meanwhile.
     let _lock = lock_for_reading(&args.cache)?;
     // A bad superblock is an error that names the field.
-    let (store, sb) = open_format_2(&args.cache)?;
+    let (store, sb) = open_cache(&args.cache)?;
+    if sb.layout.log {
+        return check_log(&args, &store, &sb);
+    }
     let layout = store.layout();
     let scan = store.scan(true)?;
     let mut problems: Vec<String> = Vec::new();
@@ -62,8 +71,67 @@ pub fn check(args: CheckArgs) -> Result<(), AnyError> {
             }
         }
     }
+    problems.extend(version_problems(&sb, &scan.found, false));
+    report(&args, problems)?;
+    print!("{}", describe(&sb));
+    println!(
+        "OK: superblock, {} records and their data verified ({} used, {} free, {} dirty pages, {in_flight} writes in flight at a crash)",
+        layout.slot_count,
+        scan.found.len(),
+        scan.free_slots,
+        scan.dirty_pages()
+    );
+    Ok(())
+}
+
+/// Format 3: the log read back as recovery reads it (every batch's header
+/// and payload checked); the batch after it begun but not whole is a
+/// write in flight at a crash, or damage after a clean shutdown.
+fn check_log(args: &CheckArgs, store: &CacheStore, sb: &Superblock) -> Result<(), AnyError> {
+    let (found, log) = store.read_log()?;
+    let mut problems = version_problems(sb, &found, true);
+    let at = &log.position;
+    let next = (at.tail.0 as u64 + at.log_slots as u64) % sb.layout.slot_count;
+    let mut in_flight = 0;
+    if log.torn && (sb.clean || args.strict) {
+        let after = if sb.clean {
+            " after a clean shutdown"
+        } else {
+            ""
+        };
+        problems.push(format!(
+            "the batch at slot {next} (sequence number {}) is not whole{after}: {}",
+            at.next_seq, log.end
+        ));
+    } else if log.torn {
+        in_flight = 1;
+        println!(
+            "WARN write in flight at the crash (recovery discards it): the batch at slot {next} (sequence number {}): {}",
+            at.next_seq, log.end
+        );
+    }
+    report(args, problems)?;
+    print!("{}", describe(sb));
+    let dirty = found.iter().filter(|f| f.record.dirty).count();
+    println!(
+        "OK: superblock, a log of {} batches ({} slots from slot {}) verified: {} versions, {dirty} dirty pages, {in_flight} writes in flight at a crash; it ends at slot {next}: {}",
+        log.batches,
+        at.log_slots,
+        at.tail.0,
+        found.len(),
+        log.end
+    );
+    Ok(())
+}
+
+/// Versions naming a volume or a page the superblock does not have, or
+/// found twice (the same version of a page; with `one_per_page`, any two
+/// versions of a page: the log's replay keeps only the newest).
+fn version_problems(sb: &Superblock, found: &[RecoveredSlot], one_per_page: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    let page_bytes = sb.layout.page_size_bytes;
     let mut versions: HashMap<(u64, u64), u32> = HashMap::new();
-    for f in &scan.found {
+    for f in found {
         let (key, slot) = (f.record.key, f.slot.0);
         let volume = key.volume().0 as usize;
         match sb.volumes.get(volume) {
@@ -71,18 +139,17 @@ pub fn check(args: CheckArgs) -> Result<(), AnyError> {
                 "slot {slot}: record names volume {volume}, but the superblock has {}",
                 sb.volumes.len()
             )),
-            Some(v) if key.page().0 * layout.page_size_bytes >= v.size_bytes => {
-                problems.push(format!(
-                    "slot {slot}: record names page {} of volume {} ({}), beyond its {} bytes",
-                    key.page().0,
-                    volume,
-                    v.name,
-                    v.size_bytes
-                ))
-            }
+            Some(v) if key.page().0 * page_bytes >= v.size_bytes => problems.push(format!(
+                "slot {slot}: record names page {} of volume {} ({}), beyond its {} bytes",
+                key.page().0,
+                volume,
+                v.name,
+                v.size_bytes
+            )),
             Some(_) => {}
         }
-        if let Some(other) = versions.insert((key.0, f.record.seq), slot) {
+        let seq = if one_per_page { 0 } else { f.record.seq };
+        if let Some(other) = versions.insert((key.0, seq), slot) {
             problems.push(format!(
                 "slots {other} and {slot}: both hold version {} of volume {volume} page {}",
                 f.record.seq,
@@ -90,6 +157,11 @@ pub fn check(args: CheckArgs) -> Result<(), AnyError> {
             ));
         }
     }
+    problems
+}
+
+/// Lists the problems found; an error naming the first, if any.
+fn report(args: &CheckArgs, problems: Vec<String>) -> Result<(), AnyError> {
     for p in &problems {
         println!("CORRUPT {p}");
     }
@@ -101,13 +173,5 @@ pub fn check(args: CheckArgs) -> Result<(), AnyError> {
         }
         .into());
     }
-    print!("{}", describe(&sb));
-    println!(
-        "OK: superblock, {} records and their data verified ({} used, {} free, {} dirty pages, {in_flight} writes in flight at a crash)",
-        layout.slot_count,
-        scan.found.len(),
-        scan.free_slots,
-        scan.dirty_pages()
-    );
     Ok(())
 }

@@ -97,32 +97,12 @@ pub fn lock_for_reading(path: &Path) -> Result<Option<DeviceLock>, LockError> {
     DeviceLock::acquire(path, LockMode::Shared, "cache device").map(Some)
 }
 
-/// A format-3 cache (a log of batches) is refused by the tools that read
-/// format 2's records (`check`, `inspect`): they would find none and say
-/// all is well.
-#[derive(Debug, thiserror::Error)]
-#[error("{path}: a format-3 cache (a log of batches): `check` reads format 2 only so far; `wcache inspect` shows it, `wcache serve` opens it (and reads its log back), `wcache flush` drains it")]
-pub struct LogFormatNotRead {
-    path: String,
-}
-
 /// Opens the cache device at `path` to read it, with its superblock (a bad
 /// one is an error that names the field).
 pub fn open_cache(path: &Path) -> Result<(CacheStore, Superblock), AnyError> {
     let dev = open_existing_cache_device(path, SyncMode::Fdatasync)?;
     let store = CacheStore::open(dev)?;
     let sb = store.superblock();
-    Ok((store, sb))
-}
-
-/// `open_cache` to read format-2 records; a format-3 cache is refused
-/// (`LogFormatNotRead`).
-pub fn open_format_2(path: &Path) -> Result<(CacheStore, Superblock), AnyError> {
-    let (store, sb) = open_cache(path)?;
-    if sb.layout.log {
-        let path = path.display().to_string();
-        return Err(LogFormatNotRead { path }.into());
-    }
     Ok((store, sb))
 }
 

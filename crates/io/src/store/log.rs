@@ -15,6 +15,10 @@ pub struct LogFound {
     pub batches: u64,
     /// Why the log ends where it does (the batch after the last one read).
     pub end: String,
+    /// The batch after the last one read was begun (its header is this
+    /// cache's next) but not whole: a write in flight at a crash, or,
+    /// after a clean shutdown, damage.
+    pub torn: bool,
 }
 
 impl CacheStore {
@@ -35,6 +39,7 @@ impl CacheStore {
         let mut header_buf = AlignedBuf::new();
         let mut payload_buf = AlignedBuf::new();
         let mut batch_slots = Vec::new();
+        let mut torn = false;
         let end = loop {
             if used == ring {
                 break "the log fills the ring".to_string();
@@ -48,11 +53,13 @@ impl CacheStore {
             let n = h.payload_slots as u64;
             let next = (at as u64 + 1 + n) % ring;
             if used + 1 + n > ring || h.next_header as u64 != next {
+                torn = true;
                 break "batch header field next_header out of range".to_string();
             }
             let payload = payload_buf.get(n as usize * p);
             self.read_slots((at as u64 + 1) % ring, payload)?;
             if !BatchHeader::checksum_ok(header, &[payload]) {
+                torn = true;
                 break "batch checksum mismatch (a torn or unwritten batch)".to_string();
             }
             replay_batch(&mut found, (&mut at_slot, &mut at_key), &h, (at, ring));
@@ -77,6 +84,7 @@ impl CacheStore {
                 start,
                 batches,
                 end,
+                torn,
             },
         ))
     }
