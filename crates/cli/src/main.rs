@@ -11,6 +11,7 @@ mod inspect;
 mod logging;
 mod ops;
 mod serve;
+mod sim_config;
 mod sim_print;
 mod stop;
 mod tools;
@@ -18,9 +19,10 @@ mod top;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use sim_config::{issuer_mix, journal_config};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use wcache_core::config::{CheckpointMode, ConsistencyPoints, JournalConfig, StalenessConfig};
+use wcache_core::config::StalenessConfig;
 use wcache_core::policy::admission::ADMISSIONS;
 use wcache_core::policy::destage_order::DESTAGE_ORDERS;
 use wcache_core::policy::destage_rate::{RateConfig, DESTAGE_RATES};
@@ -112,6 +114,10 @@ struct SimArgs {
     /// cache device's records and go on (a persistent engine; implies --check).
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     crash_at: Option<u64>,
+    /// The cache device's format: 3 runs the engine's log mode (a log of
+    /// batches, docs/format-v3.md; a persistent engine), 2 the slot records.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=3))]
+    cache_format: u32,
     #[command(flatten)]
     one: OneRun,
 }
@@ -502,47 +508,6 @@ fn run_with_progress(
     Ok((rows, threads, started.elapsed().as_secs_f64()))
 }
 
-/// Journaled write-back's settings from `--journal-pages`, `--commit-pages`,
-/// `--commit-age`, `--consistency-points` and `--checkpoint` (a backing
-/// journal is as large as the host journal).
-fn journal_config(o: &OneRun) -> Result<JournalConfig, String> {
-    let points = ConsistencyPoints::from_name(&o.consistency_points).ok_or_else(|| {
-        format!(
-            "--consistency-points {:?}: valid: {}",
-            o.consistency_points,
-            ConsistencyPoints::NAMES
-        )
-    })?;
-    let mut journal = JournalConfig {
-        journal_pages: o.journal_pages,
-        commit_pages: o.commit_pages,
-        commit_age_ns: o.commit_age,
-        points,
-        checkpoint: CheckpointMode::Nvram,
-    };
-    journal.checkpoint = match o.checkpoint.as_str() {
-        "nvram" => CheckpointMode::Nvram,
-        "backing-journal" => CheckpointMode::BackingJournal {
-            pages: journal.journal_pages(o.cache_pages),
-        },
-        other => {
-            return Err(format!(
-                "--checkpoint {other:?}: valid: backing-journal, nvram"
-            ))
-        }
-    };
-    Ok(journal)
-}
-
-/// The issuers and sync tags of `--issuers`, `--critical-issuers`, `--sync-fraction`.
-fn issuer_mix(o: &OneRun) -> IssuerMix {
-    IssuerMix {
-        issuers: o.issuers,
-        critical_issuers: o.critical_issuers,
-        sync_fraction: o.sync_fraction,
-    }
-}
-
 fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     let o = &args.one;
     let hrrw = HrrwModel::from_name(&o.hrrw).ok_or_else(|| {
@@ -570,7 +535,6 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         64 * 1024
     });
     let write_policy = WritePolicyKind::from_name(&o.write_policy)?;
-    let persistent = args.crash_at.is_some();
     let engine = EngineConfig {
         page_size_bytes: o.page_size,
         group_size_bytes: group,
@@ -597,7 +561,8 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         read_insert: o.read_cache,
         keep_clean: o.read_cache,
         requests_max: OUTSTANDING_MAX_DEFAULT as u32 + 64,
-        persistent,
+        persistent: args.crash_at.is_some() || args.cache_format == 3,
+        log: args.cache_format == 3,
         // The simulator keeps buffers past answers (`Simulation::new`).
         buffers_outlive_answers: true,
         ..EngineConfig::default()

@@ -8,7 +8,7 @@ use crate::order_check::{OrderCheck, OrderError};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use wcache_core::reference::{Partial, Reference};
 use wcache_core::types::VolumeId;
-use wcache_core::{IoCommand, RecoveredSlot, Source};
+use wcache_core::{IoCommand, LogPosition, RecoveredSlot, Source};
 
 pub const SECTOR_BYTES: u64 = 512;
 
@@ -312,7 +312,8 @@ impl DataModel {
         &mut self,
         lose_cache: bool,
         cache_only_copy: bool,
-    ) -> (Vec<RecoveredSlot>, usize) {
+        log: bool,
+    ) -> (Vec<RecoveredSlot>, Option<LogPosition>, usize) {
         let lost = self.devices.lose_volatile();
         if lose_cache {
             self.devices.lose_cache();
@@ -334,7 +335,12 @@ impl DataModel {
         if let Some(o) = &mut self.order {
             o.crash(lose_cache);
         }
-        (self.devices.recoverable(), lost)
+        if log {
+            // Log mode: the log read back from its tail, as the real store does.
+            let (found, at) = self.devices.recoverable_log();
+            return (found, Some(at), lost);
+        }
+        (self.devices.recoverable(), None, lost)
     }
 
     /// After a full drain: every sector's backing stamp must be allowed.

@@ -15,6 +15,8 @@ use wcache_models::{build_device, build_device_with, HddParams};
 const BACKEND: &str = "ssd";
 const CACHE_DEVICE: &str = "nvram";
 const CACHE_PAGES: u64 = 32;
+/// Format 3's smallest cache (`wcache_core::config`'s log minimum).
+const LOG_CACHE_PAGES: u64 = 64;
 const PAGE_BYTES: u64 = 4096;
 const GROUP_BYTES: u64 = 16384;
 const FOOTPRINT_KIB: u64 = 256;
@@ -46,6 +48,8 @@ pub struct CrashCase {
     /// Consistency points by hint every this many answered writes
     /// (`--consistency-points hint --consistency-point-every N`; 0: none).
     pub point_every: u64,
+    /// The cache device as format 3, a log of batches (`--cache-format 3`).
+    pub log: bool,
 }
 
 /// When a case with idle destages counts as idle.
@@ -142,6 +146,7 @@ impl CrashCase {
             // write-back and write-through, one under write-around.
             crash_at,
             requests,
+            log: false,
         }
     }
 
@@ -167,18 +172,20 @@ impl CrashCase {
             commit_age_ms: 20,
             nvram: false,
             point_every: 0,
+            log: false,
         }
     }
 
     /// The `wcache sim` command that runs this case.
     pub fn command_line(&self) -> String {
         format!(
-            "wcache sim --backend {BACKEND} --cache-device {CACHE_DEVICE} --cache-pages {CACHE_PAGES} \
+            "wcache sim --backend {BACKEND} --cache-device {CACHE_DEVICE} --cache-pages {} \
              --page-size {PAGE_BYTES} --group-size {GROUP_BYTES} --write-policy {} --workload random \
              --footprint {FOOTPRINT_KIB}K --read-fraction {READ_FRACTION} --outstanding {OUTSTANDING} \
              --warmup 0 --requests {} --sequential-cutoff {} --max-dirty-age {}ms --idle-destages {} --idle-after {IDLE_AFTER_MS}ms \
              --commit-pages {} --commit-age {}ms --checkpoint {} --consistency-points {} --consistency-point-every {} \
-             --seed {} --faults {} --crash-at {} --check",
+             --seed {} --faults {} --crash-at {}{} --check",
+            self.cache_pages(),
             self.policy.name(),
             self.requests,
             self.sequential_cutoff_bytes,
@@ -191,8 +198,17 @@ impl CrashCase {
             self.point_every,
             self.seed,
             self.faults,
-            self.crash_at
+            self.crash_at,
+            if self.log { " --cache-format 3" } else { "" },
         )
+    }
+
+    fn cache_pages(&self) -> u64 {
+        if self.log {
+            LOG_CACHE_PAGES
+        } else {
+            CACHE_PAGES
+        }
     }
 
     /// Run the case: Err when the run fails, data integrity included.
@@ -204,7 +220,7 @@ impl CrashCase {
         let engine = EngineConfig {
             page_size_bytes: PAGE_BYTES,
             group_size_bytes: GROUP_BYTES,
-            cache_slots: CACHE_PAGES,
+            cache_slots: self.cache_pages(),
             write_policy: self.policy,
             destage_order: "wow".into(),
             destage_rate: "adaptive".into(),
@@ -213,7 +229,7 @@ impl CrashCase {
             admission: "all".into(),
             critical_volumes: Vec::new(),
             volume_admissions: Vec::new(),
-            log: false,
+            log: self.log,
             sequential_cutoff_bytes: self.sequential_cutoff_bytes,
             staleness: StalenessConfig {
                 max_dirty_age_ns: self.max_dirty_age_ms * 1_000_000,

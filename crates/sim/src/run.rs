@@ -699,11 +699,11 @@ impl Simulation {
                 | WritePolicyKind::OrderedWriteBack
                 | WritePolicyKind::JournaledWriteBack
         ) && !faults.plan.strict;
-        let (found, lost) = data.crash(lose_cache, cache_only_copy);
+        let (found, at, lost) = data.crash(lose_cache, cache_only_copy, self.config.log);
         faults.counts.lost_writes += lost as u64;
         self.dev_ops.clear();
         self.delayed.clear();
-        self.engine = Engine::recover(self.config.clone(), &self.volume_sizes_bytes, found)?;
+        self.engine = Engine::recover_at(self.config.clone(), &self.volume_sizes_bytes, found, at)?;
         self.forced_seen = 0;
         for &issuer in &self.critical_issuers {
             self.engine

@@ -27,9 +27,20 @@ fn run_seeds(
     count: u64,
     extra: &str,
 ) -> (Option<(CrashCase, String)>, [u64; 6]) {
+    run_seeds_on(policy, count, extra, false)
+}
+
+/// `run_seeds` with the cache device as format 3 (`log`) or not.
+fn run_seeds_on(
+    policy: WritePolicyKind,
+    count: u64,
+    extra: &str,
+    log: bool,
+) -> (Option<(CrashCase, String)>, [u64; 6]) {
     let mut totals = [0u64; 6];
     for seed in 1..=count {
-        let case = CrashCase::for_seed(policy, seed, REQUESTS, extra);
+        let mut case = CrashCase::for_seed(policy, seed, REQUESTS, extra);
+        case.log = log;
         match case.run() {
             Ok(r) => {
                 totals[0] += r.faults.crashes;
@@ -48,8 +59,12 @@ fn run_seeds(
 }
 
 fn every_seed_keeps_acknowledged_writes(policy: WritePolicyKind) {
-    let count = seeds();
-    let (failure, [crashes, checked, torn, eio, bypasses, pit]) = run_seeds(policy, count, "");
+    every_seed_keeps_acknowledged_writes_on(policy, seeds(), false);
+}
+
+fn every_seed_keeps_acknowledged_writes_on(policy: WritePolicyKind, count: u64, log: bool) {
+    let (failure, [crashes, checked, torn, eio, bypasses, pit]) =
+        run_seeds_on(policy, count, "", log);
     if let Some((case, error)) = failure {
         panic!(
             "{policy:?} seed {} failed: {error}\nreplay: {}",
@@ -83,7 +98,8 @@ fn every_seed_keeps_acknowledged_writes(policy: WritePolicyKind) {
         assert!(bypasses > count, "{policy:?}: only {bypasses} bypasses");
     }
     println!(
-        "{policy:?}: {count} seeds, {crashes} crashes, {torn} torn writes, {eio} EIO, {checked} sectors checked, {bypasses} bypasses under a cutoff, {pit} point-in-time checks"
+        "{policy:?}{}: {count} seeds, {crashes} crashes, {torn} torn writes, {eio} EIO, {checked} sectors checked, {bypasses} bypasses under a cutoff, {pit} point-in-time checks",
+        if log { " (format 3)" } else { "" }
     );
 }
 
@@ -132,6 +148,32 @@ fn plain_write_back_fails_the_point_in_time_check() {
     );
 }
 
+/// Format 3 (a log of batches): write-back, write-through and
+/// write-around (the others are not built on the log yet).
+#[test]
+fn format_3_seeds_keep_acknowledged_writes() {
+    for policy in [
+        WritePolicyKind::WriteBack,
+        WritePolicyKind::WriteThrough,
+        WritePolicyKind::WriteAround,
+    ] {
+        every_seed_keeps_acknowledged_writes_on(policy, seeds() / 2, true);
+    }
+}
+
+/// Format 3: one script crashed at every device write.
+#[test]
+fn every_crash_point_of_one_script_keeps_acknowledged_writes_on_format_3() {
+    for policy in [WritePolicyKind::WriteBack, WritePolicyKind::WriteThrough] {
+        let mut case = CrashCase::for_seed(policy, 11, 400, "");
+        case.faults = "torn".into();
+        case.log = true;
+        let points = crash_points(&case);
+        assert!(points > 150, "{policy:?}: only {points} crash points");
+        println!("{policy:?} (format 3): {points} crash points");
+    }
+}
+
 #[test]
 fn write_around_seeds_keep_acknowledged_writes() {
     every_seed_keeps_acknowledged_writes(WritePolicyKind::WriteAround);
@@ -175,19 +217,28 @@ fn every_crash_point_of_one_script_keeps_acknowledged_writes() {
     ] {
         let mut case = CrashCase::for_seed(policy, 11, 400, "");
         case.faults = "torn".into();
-        let mut points = 0;
-        for k in 1.. {
-            case.crash_at = k;
-            match case.run() {
-                Ok(r) if r.faults.crashes == 0 => break,
-                Ok(_) => points += 1,
-                Err(e) => panic!(
-                    "{policy:?} crash at write {k} failed: {e}\nreplay: {}",
-                    case.command_line()
-                ),
-            }
-        }
+        let points = crash_points(&case);
         assert!(points > 250, "{policy:?}: only {points} crash points");
         println!("{policy:?}: {points} crash points");
     }
+}
+
+/// Runs `case` crashed at device write k for every k from 1 until the
+/// script finishes without reaching k; returns how many crashed.
+fn crash_points(case: &CrashCase) -> u64 {
+    let mut case = case.clone();
+    let mut points = 0;
+    for k in 1.. {
+        case.crash_at = k;
+        match case.run() {
+            Ok(r) if r.faults.crashes == 0 => break,
+            Ok(_) => points += 1,
+            Err(e) => panic!(
+                "{:?} crash at write {k} failed: {e}\nreplay: {}",
+                case.policy,
+                case.command_line()
+            ),
+        }
+    }
+    points
 }

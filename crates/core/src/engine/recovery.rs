@@ -29,7 +29,9 @@ impl Engine {
         Engine::recover_at(config, volume_sizes_bytes, found, Some(at))
     }
 
-    fn recover_at(
+    /// `recover` or `recover_log_mode`, as the cache device's format says
+    /// (`at`: the log's position, for log mode only).
+    pub fn recover_at(
         config: EngineConfig,
         volume_sizes_bytes: &[u64],
         found: Vec<RecoveredSlot>,

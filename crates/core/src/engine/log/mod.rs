@@ -433,6 +433,10 @@ impl Engine {
         if !done.is_empty() {
             self.stats.log_frees_superseded += done.len() as u64;
             self.complete_free_slots(done, Ok(()));
+            // A page whose old version is gone may be destaged now: this
+            // step's destages were started before (nothing else may come
+            // to start them: a drain would wait forever).
+            self.start_destages();
         }
     }
 
