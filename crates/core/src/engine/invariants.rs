@@ -63,6 +63,45 @@ impl Engine {
         self.check_dirty();
         self.check_waits();
         self.check_log();
+        self.check_queue_limits(&ios);
+    }
+
+    /// Every queue has a limit (the driver polls commands and responses
+    /// after each step, so nothing may pile up): answers by the request
+    /// limit, commands by the I/Os in flight, I/Os by the live requests'
+    /// pages and the slots, frees by the slots.
+    fn check_queue_limits(&self, ios: &IoCounts) {
+        let max = self.config.requests_max as usize;
+        assert!(self.stalled.len() <= max, "stalled queue over requests_max");
+        assert!(
+            self.responses.len() <= max,
+            "{} responses not polled, over requests_max ({max})",
+            self.responses.len()
+        );
+        assert!(
+            self.commands.len() <= ios.live,
+            "{} commands queued, more than the {} I/Os in flight",
+            self.commands.len(),
+            ios.live
+        );
+        let slots = self.slots.len() as usize;
+        assert!(self.to_free.len() <= slots, "frees waiting over the slots");
+        // Per live request: a command per page and piece of it (cache and
+        // backing), its backing write and a promoted original; per slot: a
+        // destage or a free; and the log's batch and move.
+        let pages: u64 = (0..self.reqs.len() as u32)
+            .filter(|&ri| self.live(ri))
+            .map(|ri| {
+                let r = self.req(ri);
+                2 * self.pages_of(r.offset_bytes, r.len_bytes) + 2
+            })
+            .sum();
+        let limit = pages as usize + 2 * slots + 4;
+        assert!(
+            ios.live <= limit,
+            "{} I/Os in flight, over the limit of {limit} (live requests' pages, slots)",
+            ios.live
+        );
     }
 
     fn count_ios(&self) -> IoCounts {
