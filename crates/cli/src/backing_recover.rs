@@ -8,13 +8,14 @@
 use std::sync::Arc;
 
 use clap::Args;
+use wcache_core::geometry::Geometry;
 use wcache_io::backings::local_path;
 use wcache_io::device::journaled::{JournalOpen, JournalPlace, JournaledDevice, BACKING_END};
 use wcache_io::device::BlockDevice;
 use wcache_io::lock::{DeviceLock, LockMode};
 use wcache_io::open_backing;
 
-use crate::args::{size_arg, sync_arg};
+use crate::args::{pages_arg, sync_arg};
 use crate::tools::AnyError;
 
 /// Replay a backing's journal (write-back-journaled).
@@ -38,11 +39,10 @@ pub struct BackingRecoverArgs {
 }
 
 pub fn backing_recover(args: BackingRecoverArgs) -> Result<(), AnyError> {
-    let page = args.page_size.max(1);
-    let pages = size_arg("journal-size", &args.journal_size)? / page;
-    if pages == 0 {
-        return Err(format!("--journal-size {}: at least one page", args.journal_size).into());
-    }
+    let page = args.page_size;
+    // The engine's page sizes.
+    Geometry::new(page, page).map_err(|e| format!("--page-size: {e}"))?;
+    let pages = pages_arg("journal-size", &args.journal_size, page, "")?;
     let sync = sync_arg("backing-sync", &args.backing_sync)?;
     let mut locks = Vec::new();
     for (spec, what) in [(&args.backing, "backing"), (&args.journal, "journal")] {

@@ -17,13 +17,24 @@ use std::time::Duration;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use wcache_core::config::CACHE_SLOTS_MAX;
+use wcache_core::geometry::{PAGE_SIZE_BYTES_MAX, PAGE_SIZE_BYTES_MIN};
 use wcache_io::{Cache, DriverConfig, OfflineConfig};
 
 use wcache_io::ops::client::{ClientError, ControlClient};
 
-use crate::args::{export_args, journal_args, size_arg, sync_arg};
+use crate::args::{export_args, journal_args, size_within_arg, sync_arg};
+use crate::limits;
 use crate::ops::{flush_online, ControlArgs};
 use crate::tools::{describe_offline_engine, AnyError};
+
+/// `--journal-size` (offline): one page of the smallest size at least, as
+/// many pages of the largest as the cache has slots at most (the served
+/// size is checked against the backings' journals).
+const JOURNAL_BYTES: (u64, u64) = (
+    PAGE_SIZE_BYTES_MIN as u64,
+    CACHE_SLOTS_MAX * PAGE_SIZE_BYTES_MAX as u64,
+);
 
 /// Destage every dirty page: online through a running server's control
 /// socket, or offline from a cache device to its backings, then mark it clean.
@@ -44,7 +55,7 @@ pub struct FlushArgs {
     backing_sync: String,
     /// Give up when the drain makes no progress for this many seconds
     /// (a failing backing); the dirty pages stay in the cache.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = limits::timeout_s)]
     stall_timeout_s: u64,
     /// Offline, for a cache served write-back-journaled: its --journal-size...
     #[arg(long)]
@@ -71,7 +82,7 @@ pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
                 "wcache flush: draining online through {}",
                 control.display()
             );
-            flush_online(&mut client, export, args.stall_timeout_s.max(1))
+            flush_online(&mut client, export, args.stall_timeout_s)
         }
         Err(ClientError::NoServer { .. }) => flush_offline(args),
         Err(e) => Err(e.into()),
@@ -101,7 +112,7 @@ fn flush_offline(args: FlushArgs) -> Result<(), AnyError> {
         journal_bytes: args
             .journal_size
             .as_deref()
-            .map(|t| size_arg("journal-size", t))
+            .map(|t| size_within_arg("journal-size", t, JOURNAL_BYTES))
             .transpose()?,
     };
     let cache = Cache::open_offline(&config)?;
@@ -127,7 +138,7 @@ fn flush_offline(args: FlushArgs) -> Result<(), AnyError> {
         )?
         .progress_chars("=> "),
     );
-    let stall = Duration::from_secs(args.stall_timeout_s.max(1));
+    let stall = Duration::from_secs(args.stall_timeout_s);
     let drained = cache.drain(stall, |dirty| bar.set_position(total.saturating_sub(dirty)));
     if let Err(e) = drained {
         bar.abandon();

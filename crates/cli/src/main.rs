@@ -8,9 +8,11 @@ mod backing_recover;
 mod check;
 mod flush;
 mod inspect;
+mod limits;
 mod logging;
 mod ops;
 mod serve;
+mod sim_checks;
 mod sim_config;
 mod sim_print;
 mod stop;
@@ -33,9 +35,8 @@ use wcache_models::{build_device, build_device_with, HddParams};
 use wcache_sim::experiment::{self, rdc, wow};
 use wcache_sim::faults::FaultPlan;
 use wcache_sim::workload::{
-    FileServerConfig, HrrwModel, IssuerMix, Loop, PgLikeConfig, RandomConfig, RedisLikeConfig,
-    Replay, Spc1Config, TraceConfig, TraceFormat, WorkloadSpec, OUTSTANDING_MAX_DEFAULT,
-    WORKLOAD_NAMES,
+    FileServerConfig, HrrwModel, Loop, PgLikeConfig, RandomConfig, RedisLikeConfig, Replay,
+    Spc1Config, TraceConfig, TraceFormat, WorkloadSpec, OUTSTANDING_MAX_DEFAULT, WORKLOAD_NAMES,
 };
 use wcache_sim::{RunLimits, Simulation};
 
@@ -96,11 +97,11 @@ struct SimArgs {
     /// Directory for the CSV and SVG files.
     #[arg(long, default_value = "out")]
     out: PathBuf,
-    /// Seeds per experiment point.
-    #[arg(long, default_value_t = 1)]
+    /// Seeds per experiment point (1 to 1000).
+    #[arg(long, default_value_t = 1, value_parser = limits::seeds)]
     seeds: u64,
-    /// Worker threads for sweeps (default: all cores).
-    #[arg(long)]
+    /// Worker threads for sweeps (default: all cores; 1 to 1024).
+    #[arg(long, value_parser = limits::threads)]
     threads: Option<usize>,
     /// Check every read against the data model (slow).
     #[arg(long)]
@@ -133,7 +134,7 @@ struct OneRun {
     /// Cache device model.
     #[arg(long, default_value = "nvram")]
     cache_device: String,
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = limits::cache_pages)]
     cache_pages: u64,
     #[arg(long, default_value_t = 4096)]
     page_size: u64,
@@ -146,7 +147,7 @@ struct OneRun {
     /// Destage rate: linear, adaptive (a named experiment uses it for every point).
     #[arg(long, default_value = "adaptive")]
     rate: String,
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = limits::destages)]
     max_queue: u32,
     #[arg(long, default_value_t = 80.0)]
     low_threshold_pct: f64,
@@ -157,11 +158,11 @@ struct OneRun {
     write_policy: String,
     /// Journaled write-back: page versions the host journal holds before
     /// writes wait (0: the whole cache).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = limits::journal_pages)]
     journal_pages: u64,
     /// Journaled write-back: the open transaction commits at this many
     /// pages (0: an eighth of the journal)...
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = limits::journal_pages)]
     commit_pages: u64,
     /// ...or this long after its first write (virtual time; 0: no age).
     #[arg(long, default_value = "1s", value_parser = args::parse_duration_ns)]
@@ -212,7 +213,7 @@ struct OneRun {
     workload: String,
     /// Files at the start of the fileserver workload (its table holds twice
     /// as many; 48-152 KiB each, so the volume is about 300 KiB per file).
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = limits::files)]
     files: u64,
     /// pglike, redislike: mean CPU time per transaction or command, in
     /// microseconds (default: the workload's, docs/workloads.md).
@@ -230,10 +231,10 @@ struct OneRun {
     /// Closed loop with this many requests outstanding (random, spc1, trace
     /// replay; default 16); pglike backends (24), redislike clients (40).
     /// With wow-spc1 it replaces the sweep's 64.
-    #[arg(long)]
+    #[arg(long, value_parser = limits::outstanding)]
     outstanding: Option<u64>,
     /// Open loop at this target IOPS instead of closed loop (random, spc1).
-    #[arg(long)]
+    #[arg(long, value_parser = limits::iops)]
     target_iops: Option<f64>,
     /// Fraction of reads (random).
     #[arg(long, default_value_t = 0.0)]
@@ -247,7 +248,7 @@ struct OneRun {
     #[arg(long, value_delimiter = ',')]
     critical_volumes: Vec<u16>,
     /// Issuers 1..=K are hinted critical (random, with --issuers).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = limits::critical_issuers)]
     critical_issuers: u32,
     /// Fraction of writes tagged sync (random, with --issuers).
     #[arg(long, default_value_t = 0.0)]
@@ -268,7 +269,7 @@ struct OneRun {
     #[arg(long, default_value = "msr")]
     trace_format: String,
     /// Replay the trace at its recorded times (scaled by this speed) instead of as fast as possible.
-    #[arg(long)]
+    #[arg(long, value_parser = limits::speed)]
     trace_speed: Option<f64>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -283,7 +284,7 @@ struct OneRun {
     #[arg(long)]
     timeline: Option<PathBuf>,
     /// Virtual milliseconds between --timeline rows.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 100, value_parser = limits::timeline_ms)]
     timeline_ms: u64,
 }
 
@@ -333,7 +334,7 @@ fn main() -> ExitCode {
     // `serve` ignores SIGPIPE again and never panics on output.
     // SAFETY: signal(2) restoring a default disposition, before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let matches = with_policy_help(Cli::command()).get_matches();
+    let matches = limits::negative_values(with_policy_help(Cli::command())).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     logging::init();
     let result = match cli.command {
@@ -584,28 +585,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         },
         None => Loop::Closed { outstanding },
     };
-    let app = matches!(o.workload.as_str(), "pglike" | "redislike");
-    if o.cpu_us.is_some() && !app {
-        return Err(format!(
-            "--cpu-us applies to --workload pglike and redislike only, not {}",
-            o.workload
-        )
-        .into());
-    }
-    if o.footprint.is_some() && app {
-        return Err(format!(
-            "--footprint does not apply to --workload {}: the application's data and logs have their sizes (docs/workloads.md)",
-            o.workload
-        )
-        .into());
-    }
-    if o.workload != "random" && issuer_mix(o) != IssuerMix::default() {
-        return Err(format!(
-            "--issuers, --critical-issuers, --sync-fraction apply to --workload random only, not {}",
-            o.workload
-        )
-        .into());
-    }
+    sim_checks::options_apply(o, backing.as_ref().map(|b| b.capacity_bytes()))?;
     let mut workload_label = o.workload.clone();
     let spec = match o.workload.as_str() {
         "random" => {
@@ -690,6 +670,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         }
     };
     let workload = spec.build(o.seed)?;
+    sim_checks::critical_volumes(o, workload.volume_sizes_bytes().len())?;
     let backing = match backing {
         Some(b) => b,
         None => experiment::backing_per_volume(&disk, &workload.volume_sizes_bytes()),

@@ -16,6 +16,7 @@ use wcache_io::ops::protocol::Request;
 use wcache_io::ops::snapshot::{interval_quantile_us, kind_buckets};
 use wcache_io::ops::{ConsistencyPointDone, FlushProgress, SetDone, Snapshot, Status};
 
+use crate::limits;
 use crate::tools::AnyError;
 
 /// Where the control socket of a running server is.
@@ -64,7 +65,7 @@ pub struct StatsArgs {
     #[arg(long)]
     json: bool,
     /// Print a line of rates every SECS seconds until interrupted.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = limits::watch_s)]
     watch: Option<f64>,
 }
 
@@ -208,7 +209,7 @@ pub fn stats(args: StatsArgs) -> Result<(), AnyError> {
         }
         return Ok(());
     };
-    let every = Duration::from_secs_f64(every.clamp(0.1, 3600.0));
+    let every = Duration::from_secs_f64(every);
     let (first, mut then) = take()?;
     let mut last: Snapshot = parse(first)?;
     if !args.json {

@@ -11,6 +11,7 @@ use clap::Args;
 use wcache_io::ops::protocol::Request;
 use wcache_io::ops::StopDone;
 
+use crate::limits;
 use crate::ops::{call_with_progress, connect, parse, ControlArgs};
 use crate::tools::AnyError;
 
@@ -30,7 +31,7 @@ pub struct StopArgs {
     flush: bool,
     /// With --flush: give up when the drain makes no progress for this
     /// many seconds (a failing backing).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = limits::timeout_s)]
     stall_timeout_s: u64,
 }
 
@@ -39,7 +40,7 @@ pub fn stop(args: StopArgs) -> Result<(), AnyError> {
     let mut client = connect(&path)?;
     let mut request = Request::new("stop");
     request.flush = Some(args.flush);
-    request.stall_timeout_s = Some(args.stall_timeout_s.max(1));
+    request.stall_timeout_s = Some(args.stall_timeout_s);
     let answer = call_with_progress(&mut client, &request)
         .map_err(|e| format!("{e}; the server goes on serving"))?;
     let done: StopDone = parse(answer)?;

@@ -19,6 +19,7 @@ use wcache_io::ops::protocol::Request;
 use wcache_io::ops::snapshot::interval_quantile_us;
 use wcache_io::ops::{RequestStats, Snapshot, Status};
 
+use crate::limits;
 use crate::ops::ControlArgs;
 use crate::tools::AnyError;
 
@@ -31,7 +32,7 @@ pub struct TopArgs {
     #[command(flatten)]
     control: ControlArgs,
     /// Seconds between refreshes.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = limits::refresh_s)]
     interval: f64,
 }
 
@@ -70,7 +71,7 @@ fn take(client: &mut ControlClient) -> Result<Sample, AnyError> {
 pub fn top(args: TopArgs) -> Result<(), AnyError> {
     let path = args.control.path(None);
     let mut client = ControlClient::connect(&path)?;
-    let every = Duration::from_secs_f64(args.interval.clamp(0.1, 60.0));
+    let every = Duration::from_secs_f64(args.interval);
     let mut last = take(&mut client)?;
     let mut view = View::default();
     let mut terminal = ratatui::init();

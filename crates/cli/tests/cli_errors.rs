@@ -80,7 +80,7 @@ fn unknown_policies_and_devices() {
     );
     fails_naming(
         &["sim", "wow-spc1", "--quick", "--outstanding", "0"],
-        "at least 1 outstanding",
+        "for '--outstanding <OUTSTANDING>'",
     );
     fails_naming(
         &["sim", "--disk-queue-depth", "0"],
@@ -671,8 +671,8 @@ fn application_workload_options_name_what_is_wrong() {
         "--footprint does not apply to --workload pglike",
     );
     fails_naming(
-        &app(&["--workload", "pglike", "--outstanding", "0"]),
-        "backends: 0 (must be 1..=200)",
+        &app(&["--workload", "pglike", "--outstanding", "300"]),
+        "backends: 300 (must be 1..=200)",
     );
 }
 

@@ -1,13 +1,14 @@
 //! The options of `wcache serve`, each also a key of its config file
 //! (`config`) under the same name, and each that can change while
 //! serving also a `wcache set` key of that name (tests check both).
-//! Declarations only: values are parsed in `crate::args` and `serve`.
+//! Declarations only: values are parsed in `crate::args`, `crate::limits`
+//! (the numbers' ranges) and `serve`.
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::serve::{parse_block_size, parse_flush_interval, parse_stop_timeout};
+use crate::limits;
 
 /// Serve cached volumes over NBD (with no arguments: a demo in ./wcache-data
 /// with a 1 GiB cache file in front of an 8 GiB emulated 10K RPM disk).
@@ -69,9 +70,9 @@ pub struct ServeArgs {
     pub(crate) persist_on_flush: bool,
     /// With --persist-on-flush: flush the cache device every this many
     /// seconds while writes arrive, so that an acknowledged write is durable
-    /// within about this long even without FLUSH or FUA; 0: only at FLUSH
-    /// and FUA.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_flush_interval)]
+    /// within about this long even without FLUSH or FUA (0.001 to 3600);
+    /// 0: only at FLUSH and FUA.
+    #[arg(long, default_value_t = 1.0, value_parser = limits::flush_interval)]
     pub(crate) flush_interval: f64,
     /// Backing of the single export `disk`: FILE, nbd://HOST[:PORT]/NAME,
     /// nbd+unix:///NAME?socket=PATH, emulated-MODEL:FILE (MODEL: hdd, raid10,
@@ -119,8 +120,8 @@ pub struct ServeArgs {
     /// adaptive rate moves it down from here as the backing keeps up).
     #[arg(long, default_value_t = 90.0)]
     pub(crate) high_threshold: f64,
-    /// Most destages outstanding at once (the destage concurrency).
-    #[arg(long, default_value_t = 20)]
+    /// Most destages outstanding at once (the destage concurrency; 1 to 65536).
+    #[arg(long, default_value_t = 20, value_parser = limits::destages)]
     pub(crate) destages_max: u32,
     /// Admission: all (every write enters the cache), sync (FUA writes
     /// only: NBD writes name no issuer), volume (writes to --critical
@@ -182,19 +183,19 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 64 * 1024)]
     pub(crate) group_size: u64,
     /// Smallest block the NBD clients may address (a power of two up to 64 KiB).
-    #[arg(long, default_value_t = 512, value_parser = parse_block_size)]
+    #[arg(long, default_value_t = 512, value_parser = limits::block_size)]
     pub(crate) block_size: u32,
-    /// NBD worker threads (requests in service at once over all connections).
-    #[arg(long, default_value_t = 32)]
+    /// NBD worker threads (requests in service at once over all connections; 1 to 1024).
+    #[arg(long, default_value_t = 32, value_parser = limits::threads)]
     pub(crate) workers: usize,
     /// Microseconds a connection polls its socket before sleeping while its
     /// client sends requests back to back (saves a thread wake-up per
     /// request at low queue depth, at the cost of up to this much CPU per
-    /// request); 0 turns polling off.
-    #[arg(long, default_value_t = 50)]
+    /// request; at most 10000); 0 turns polling off.
+    #[arg(long, default_value_t = 50, value_parser = limits::poll_us)]
     pub(crate) poll_us: u64,
-    /// Driver I/O threads (destages, extra commands of large requests).
-    #[arg(long, default_value_t = 4)]
+    /// Driver I/O threads (destages, extra commands of large requests; 1 to 1024).
+    #[arg(long, default_value_t = 4, value_parser = limits::threads)]
     pub(crate) io_threads: usize,
     /// Write pages with the threads even where io_uring is available (the
     /// event-driven data path is chosen at start when the cache is a file
@@ -209,7 +210,7 @@ pub struct ServeArgs {
     /// exits, about 1 s later at most: requests still waiting on a backing
     /// that does not answer get no reply (their connections close). A second
     /// signal ends the grace period at once.
-    #[arg(long, default_value_t = 10.0, value_parser = parse_stop_timeout)]
+    #[arg(long, default_value_t = 10.0, value_parser = limits::stop_timeout)]
     pub(crate) stop_timeout: f64,
     /// BENCHMARKS ONLY: allow write-back with a cache in process memory
     /// (`--cache mem`). Acknowledged writes are lost when the process exits

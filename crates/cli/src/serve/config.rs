@@ -18,7 +18,8 @@ use wcache_core::policy::registry::Registry;
 use wcache_core::policy::write_policy::WRITE_POLICIES;
 
 use crate::args::{duration_ns_arg, export_args, size_arg, sync_arg};
-use crate::serve::{parse_block_size, parse_flush_interval, parse_stop_timeout, ServeArgs};
+use crate::limits;
+use crate::serve::ServeArgs;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
@@ -160,14 +161,11 @@ fn points(name: &String) -> Result<(), String> {
         .map(|_| ())
         .ok_or_else(|| format!("{name:?}: valid: {}", ConsistencyPoints::NAMES))
 }
-fn block(n: &u32) -> Result<(), String> {
-    parse_block_size(&n.to_string()).map(|_| ())
-}
-fn flush_interval(s: &f64) -> Result<(), String> {
-    parse_flush_interval(&s.to_string()).map(|_| ())
-}
-fn stop(s: &f64) -> Result<(), String> {
-    parse_stop_timeout(&s.to_string()).map(|_| ())
+/// A number checked by the parser its option uses (`crate::limits`).
+fn within<T: ToString, U>(
+    parse: fn(&str) -> Result<U, String>,
+) -> impl Fn(&T) -> Result<(), String> {
+    move |n| parse(&n.to_string()).map(|_| ())
 }
 
 /// The 1-based line of byte `offset` of `text`.
@@ -237,7 +235,7 @@ pub fn apply(
         direct: val, no_check as Check<bool>;
         cache_format: val, cache_format;
         persist_on_flush: val, no_check as Check<bool>;
-        flush_interval: val, flush_interval;
+        flush_interval: val, within(limits::flush_interval);
         backing: opt, no_check as Check<String>;
         exports: val, exports;
         backing_size: val, size("backing-size");
@@ -249,7 +247,7 @@ pub fn apply(
         rate: val, registered(&DESTAGE_RATES);
         low_threshold: val, no_check as Check<f64>;
         high_threshold: val, no_check as Check<f64>;
-        destages_max: val, no_check as Check<u32>;
+        destages_max: val, within(limits::destages);
         admission: val, registered(&ADMISSIONS);
         export_admissions: val, no_check as Check<Vec<String>>;
         critical_exports: val, no_check as Check<Vec<String>>;
@@ -264,12 +262,12 @@ pub fn apply(
         consistency_points: val, points;
         page_size: val, no_check as Check<u64>;
         group_size: val, no_check as Check<u64>;
-        block_size: val, block;
-        workers: val, no_check as Check<usize>;
-        poll_us: val, no_check as Check<u64>;
-        io_threads: val, no_check as Check<usize>;
+        block_size: val, within(limits::block_size);
+        workers: val, within(limits::threads);
+        poll_us: val, within(limits::poll_us);
+        io_threads: val, within(limits::threads);
         no_io_uring: val, no_check as Check<bool>;
-        stop_timeout: val, stop;
+        stop_timeout: val, within(limits::stop_timeout);
         volatile_write_back_for_benchmarks: val, no_check as Check<bool>;
     );
     Ok(args)

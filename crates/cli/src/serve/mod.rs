@@ -169,17 +169,6 @@ impl Export for NbdVolume {
     }
 }
 
-/// `--block-size`: checked with the other arguments, before any file is touched.
-pub(crate) fn parse_block_size(text: &str) -> Result<u32, String> {
-    let max = wcache_nbd::proto::BLOCK_SIZE_MIN_MAX_BYTES;
-    match text.parse::<u32>() {
-        Ok(n) if n.is_power_of_two() && n <= max => Ok(n),
-        _ => Err(format!(
-            "{text:?} is not a power of two of at most {max} bytes"
-        )),
-    }
-}
-
 /// Blocks SIGINT and SIGTERM in this thread and every thread it starts
 /// afterwards, so that `wait_for_stop_signal` receives them synchronously.
 fn block_stop_signals() -> libc::sigset_t {
@@ -210,24 +199,6 @@ fn stop_signal_within(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     // SAFETY: `set` was initialised by block_stop_signals; a null siginfo is allowed.
     let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &wait) };
     (signal > 0).then_some(signal)
-}
-
-pub(crate) fn parse_flush_interval(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(s) if s.is_finite() && (0.0..=3_600.0).contains(&s) => Ok(s),
-        _ => Err(format!(
-            "{text:?} is not a number of seconds from 0 to 3600"
-        )),
-    }
-}
-
-pub(crate) fn parse_stop_timeout(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(s) if s.is_finite() && (0.0..=86_400.0).contains(&s) => Ok(s),
-        _ => Err(format!(
-            "{text:?} is not a number of seconds from 0 to 86400"
-        )),
-    }
 }
 
 /// Time allowed, after the grace period, for requests just answered with
@@ -389,7 +360,7 @@ fn start_nbd_server(args: &ServeArgs, cache: &Cache) -> Result<Server, AnyError>
         builder = builder.export(volume.name(), Arc::new(NbdVolume(volume.clone())));
     }
     let server_config = ServerConfig {
-        workers_count: args.workers.max(1),
+        workers_count: args.workers,
         receive_poll: Duration::from_micros(args.poll_us),
         ..ServerConfig::default()
     };

@@ -4,13 +4,20 @@
 
 use std::time::Duration;
 
-use wcache_core::config::{CheckpointMode, ConsistencyPoints, JournalConfig, StalenessConfig};
+use wcache_core::config::{
+    CheckpointMode, ConsistencyPoints, JournalConfig, StalenessConfig, CACHE_SLOTS_MAX,
+};
+use wcache_core::geometry::Geometry;
 use wcache_core::policy::destage_rate::RateConfig;
 use wcache_core::{EngineConfig, WritePolicyKind};
+use wcache_io::format::Layout;
 use wcache_io::{CacheConfig, CacheDeviceSpec, DriverConfig, VolumeSpec};
 
 use super::{AnyError, ServeArgs, ServeError};
-use crate::args::{duration_ns_arg, export_args, journal_args, size_arg, sync_arg};
+use crate::args::{
+    duration_ns_arg, export_args, journal_args, pages_arg, size_arg, size_within_arg, sync_arg,
+    ArgError,
+};
 
 /// The size of a cache file created without --cache-size.
 const CACHE_BYTES_DEFAULT: u64 = 1 << 30;
@@ -72,10 +79,7 @@ pub(super) fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
         .clone()
         .unwrap_or_else(|| args.data_dir.join("cache.img").display().to_string());
     let write_policy = write_policy_arg(args, cache_spec == "mem")?;
-    let cache_size_bytes = match &args.cache_size {
-        Some(text) => Some(size_arg("cache-size", text)?),
-        None => None,
-    };
+    let (cache_size_bytes, backing_size_bytes) = size_args(args)?;
     let cache_sync = sync_arg("cache-sync", &args.cache_sync)?;
     let volumes = volume_specs(args)?;
     let engine = engine_config(args, write_policy, &volumes)?;
@@ -88,10 +92,10 @@ pub(super) fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
         ),
         volumes,
         backing_sync: sync_arg("backing-sync", &args.backing_sync)?,
-        backing_create_size_bytes: Some(size_arg("backing-size", &args.backing_size)?),
+        backing_create_size_bytes: Some(backing_size_bytes),
         engine,
         driver: DriverConfig {
-            io_threads: args.io_threads.max(1),
+            io_threads: args.io_threads,
             persist_on_flush: args.persist_on_flush,
             flush_interval: Some(Duration::from_secs_f64(args.flush_interval))
                 .filter(|d| !d.is_zero()),
@@ -105,6 +109,37 @@ pub(super) fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
             &args.backing_timeout,
         )?)),
     })
+}
+
+/// `--cache-size` (if given) and `--backing-size`: a cache of at least one
+/// write group and at most the engine's slots, a backing of at least one
+/// block and at most what the engine addresses. Sizes are checked against
+/// a valid page and group only (the engine reports a bad one).
+fn size_args(args: &ServeArgs) -> Result<(Option<u64>, u64), ArgError> {
+    let cache = args
+        .cache_size
+        .as_deref()
+        .map(|text| size_arg("cache-size", text).map(|bytes| (text, bytes)))
+        .transpose()?;
+    let Ok(geometry) = Geometry::new(args.page_size, args.group_size) else {
+        let backing = size_arg("backing-size", &args.backing_size)?;
+        return Ok((cache.map(|(_, bytes)| bytes), backing));
+    };
+    if let Some((text, bytes)) = cache {
+        let slots = Layout::for_device(bytes, args.page_size).map_or(0, |l| l.slot_count);
+        let group_pages = u64::from(geometry.group_pages());
+        if !(group_pages..=CACHE_SLOTS_MAX).contains(&slots) {
+            return Err(ArgError::CacheSize {
+                text: text.to_string(),
+                slots,
+                group_pages,
+                page_bytes: args.page_size,
+            });
+        }
+    }
+    let range = (u64::from(args.block_size), geometry.volume_size_bytes_max());
+    let backing = size_within_arg("backing-size", &args.backing_size, range)?;
+    Ok((cache.map(|(_, bytes)| bytes), backing))
 }
 
 /// `--write-policy`, or the default: write-back on a persistent cache (or
@@ -128,15 +163,8 @@ fn write_policy_arg(args: &ServeArgs, cache_in_memory: bool) -> Result<WritePoli
 /// Journaled write-back's settings; its backing journal holds the whole
 /// host journal.
 fn journal_config(args: &ServeArgs) -> Result<JournalConfig, AnyError> {
-    let page = args.page_size.max(1);
-    let journal_pages = size_arg("journal-size", &args.journal_size)? / page;
-    if journal_pages == 0 {
-        return Err(format!(
-            "--journal-size {}: at least one page of {page} bytes",
-            args.journal_size
-        )
-        .into());
-    }
+    let page = args.page_size;
+    let journal_pages = pages_arg("journal-size", &args.journal_size, page, "")?;
     let points = ConsistencyPoints::from_name(&args.consistency_points).ok_or_else(|| {
         format!(
             "--consistency-points {:?}: valid: {}",
@@ -146,7 +174,12 @@ fn journal_config(args: &ServeArgs) -> Result<JournalConfig, AnyError> {
     })?;
     Ok(JournalConfig {
         journal_pages,
-        commit_pages: size_arg("commit-size", &args.commit_size)? / page,
+        commit_pages: pages_arg(
+            "commit-size",
+            &args.commit_size,
+            page,
+            ", or 0 (an eighth of the journal)",
+        )?,
         commit_age_ns: duration_ns_arg("commit-age", &args.commit_age)?,
         points,
         checkpoint: CheckpointMode::BackingJournal {
