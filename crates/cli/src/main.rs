@@ -535,6 +535,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     } else {
         64 * 1024
     });
+    sim_checks::cache_pages(o, group)?;
     let write_policy = WritePolicyKind::from_name(&o.write_policy)?;
     let engine = EngineConfig {
         page_size_bytes: o.page_size,

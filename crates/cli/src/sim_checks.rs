@@ -1,9 +1,11 @@
 //! Checks of `wcache sim`'s options against the run they describe, each
-//! naming the option: what applies to which workload, a footprint the
-//! backing holds, critical volumes the workload has. The range of each
-//! option alone is `crate::limits`' (at parse time); the engine's and the
-//! workloads' own settings are theirs to check. It must never run anything.
+//! naming the option: what applies to which workload, a cache of at least
+//! one write group, a footprint the backing holds, critical volumes the
+//! workload has. The range of each option alone is `crate::limits`' (at
+//! parse time); the engine's and the workloads' own settings are theirs to
+//! check. It must never run anything.
 
+use wcache_core::geometry::Geometry;
 use wcache_sim::workload::IssuerMix;
 
 use crate::sim_config::issuer_mix;
@@ -38,6 +40,22 @@ pub fn options_apply(o: &OneRun, capacity_bytes: Option<u64>) -> Result<(), Stri
                 o.backend
             ));
         }
+    }
+    Ok(())
+}
+
+/// `--cache-pages`: at least one write group of `group_bytes` (when the
+/// page and group sizes are valid: the engine names a bad one).
+pub fn cache_pages(o: &OneRun, group_bytes: u64) -> Result<(), String> {
+    let Ok(geometry) = Geometry::new(o.page_size, group_bytes) else {
+        return Ok(());
+    };
+    let group_pages = u64::from(geometry.group_pages());
+    if o.cache_pages < group_pages {
+        return Err(format!(
+            "--cache-pages {}: fewer than one write group ({group_pages} pages of {} bytes)",
+            o.cache_pages, o.page_size
+        ));
     }
     Ok(())
 }

@@ -49,7 +49,7 @@ fn temp_file(name: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf)
 fn cache_smaller_than_a_write_group() {
     fails_naming(
         &["sim", "--backend", "raid5", "--cache-pages", "16"],
-        "cache_slots = 16",
+        "--cache-pages 16: fewer than one write group (64 pages of 4096 bytes)",
     );
 }
 
