@@ -270,7 +270,9 @@ impl Engine {
         if result.is_err() {
             // Try again with the next batch; the slots stay out of the pool.
             self.stats.io_errors += 1;
-            self.to_free.extend(slots);
+            for slot in slots {
+                self.to_free.push(slot);
+            }
             return;
         }
         // Only failed write-through requests ever wait here.

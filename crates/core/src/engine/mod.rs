@@ -18,6 +18,7 @@
 
 mod dirty;
 mod free;
+mod free_queue;
 mod slots;
 mod stats;
 mod timers;
@@ -327,7 +328,7 @@ pub struct Engine {
     /// one at a time, so a crash never leaves an older record as the newest.
     old_versions: HashMap<u64, versions::OldQueue>,
     /// Stale slots waiting for a `FreeSlots` command (persistent caches).
-    to_free: Vec<SlotIndex>,
+    to_free: free_queue::FreeQueue,
     /// Failed write-through requests held until a slot's record is zeroed
     /// (see the `Fill` error path).
     free_waiters: HashMap<u32, Vec<u32>>,
@@ -426,7 +427,7 @@ impl Engine {
             stalled: VecDeque::with_capacity(requests_max),
             deferred: HashMap::default(),
             old_versions: HashMap::default(),
-            to_free: Vec::new(),
+            to_free: free_queue::FreeQueue::new(slots),
             free_waiters: HashMap::default(),
             free_delay_ns: FREE_DELAY_NS,
             next_seq: 1,

@@ -123,7 +123,7 @@ impl Engine {
             log.frees_due = true;
             return;
         }
-        let slots = std::mem::take(&mut self.to_free);
+        let slots = self.to_free.take_all();
         let io = self.new_io(IoCtx::FreeSlots {
             slots: slots.clone(),
         });

@@ -463,6 +463,7 @@ impl Engine {
             if self.journal.is_some() {
                 self.journal_fill_done(slot);
             }
+            self.log_version_written(self.slots.key(slot));
         }
         self.release_waiters(slot);
     }

@@ -107,6 +107,9 @@ pub(super) struct Log {
     /// Frees wait (`Engine::to_free`) that should go out even in a batch
     /// of their own.
     pub(super) frees_due: bool,
+    /// Pages whose current version was written this step (their waiting
+    /// free may need no place in the log: `drop_superseded_frees`).
+    written: Vec<u64>,
     /// Stale slots the tail passed before their free went out: the
     /// `AdvanceLog` that makes the pass durable frees them.
     advance_frees: Vec<SlotIndex>,
@@ -133,6 +136,7 @@ impl Log {
             durable_seq: 0,
             budget: 0,
             frees_due: false,
+            written: Vec::new(),
             advance_frees: Vec::new(),
             advance_frees_sent: 0,
             header_bytes: page_size_bytes,
@@ -279,7 +283,7 @@ impl Engine {
         let room = log.frees_room(open.extents);
         if log.frees_due && !self.to_free.is_empty() && room > 0 {
             let n = room.min(self.to_free.len());
-            let slots: Vec<SlotIndex> = self.to_free.drain(..n).collect();
+            let slots = self.to_free.take_front(n);
             let io = self.new_io(IoCtx::FreeSlots {
                 slots: slots.clone(),
             });
@@ -420,16 +424,25 @@ impl Engine {
     }
 
     /// Frees waiting whose page has since got a written newer version need
-    /// no place in the log (`queue_free`): they complete now. (A version is
-    /// unpinned, and so freed, before its successor's fill is marked done.)
+    /// no place in the log (`queue_free`): they complete now. Only the
+    /// pages whose version was written since the last step are looked at
+    /// (`written`; the free waiting for a page is its oldest old version's).
     fn drop_superseded_frees(&mut self) {
-        if self.to_free.is_empty() {
+        let log = self.log.as_mut().expect("log mode");
+        if log.written.is_empty() {
             return;
         }
-        let (done, wait): (Vec<SlotIndex>, Vec<SlotIndex>) = std::mem::take(&mut self.to_free)
-            .into_iter()
-            .partition(|&s| self.superseded_in_log(s));
-        self.to_free = wait;
+        let written = std::mem::take(&mut log.written);
+        let mut done = Vec::new();
+        for key in written {
+            let front = self.old_versions.get(&key).and_then(|q| q.front());
+            if let Some(&slot) = front {
+                if self.to_free.contains(slot) && self.superseded_in_log(slot) {
+                    self.to_free.remove(slot);
+                    done.push(slot);
+                }
+            }
+        }
         if !done.is_empty() {
             self.stats.log_frees_superseded += done.len() as u64;
             self.complete_free_slots(done, Ok(()));
@@ -437,6 +450,14 @@ impl Engine {
             // step's destages were started before (nothing else may come
             // to start them: a drain would wait forever).
             self.start_destages();
+        }
+    }
+
+    /// Log mode: a version of `key` was written (it is current and dirty):
+    /// its page's waiting free may need no place in the log.
+    pub(super) fn log_version_written(&mut self, key: PageKey) {
+        if let Some(log) = &mut self.log {
+            log.written.push(key.0);
         }
     }
 
@@ -504,7 +525,7 @@ impl Engine {
             SlotState::Stale
                 if self.slots.freeable(slot)
                     && self.slots.has(slot, FLAG_FREE_SENT)
-                    && self.to_free.contains(&slot) =>
+                    && self.to_free.contains(slot) =>
             {
                 Leaves::FreedByMove
             }
@@ -536,12 +557,7 @@ impl Engine {
                 self.stats.evictions += 1;
             }
             SlotState::Stale => {
-                let at = self
-                    .to_free
-                    .iter()
-                    .position(|&s| s == slot)
-                    .expect("checked by log_slot_leaves");
-                self.to_free.swap_remove(at);
+                self.to_free.remove(slot);
                 self.log
                     .as_mut()
                     .expect("log mode")
