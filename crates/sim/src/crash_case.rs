@@ -63,12 +63,10 @@ fn mix(mut x: u64) -> u64 {
 }
 
 fn write_share(policy: WritePolicyKind) -> u64 {
-    match policy {
-        WritePolicyKind::WriteBack
-        | WritePolicyKind::OrderedWriteBack
-        | WritePolicyKind::JournaledWriteBack => 4,
-        WritePolicyKind::WriteThrough => 4,
-        WritePolicyKind::WriteAround => 2,
+    if policy.goes_around() {
+        2
+    } else {
+        4
     }
 }
 
@@ -107,10 +105,7 @@ impl CrashCase {
         }
         // Ordered and journaled write-back admit every write (a bypass would
         // reach the backing out of order).
-        let ordered = matches!(
-            policy,
-            WritePolicyKind::OrderedWriteBack | WritePolicyKind::JournaledWriteBack
-        );
+        let ordered = policy.keeps_backing_consistent();
         let sequential_cutoff_bytes = if (h >> 28).is_multiple_of(5) && !ordered {
             2 * PAGE_BYTES
         } else {
@@ -135,9 +130,7 @@ impl CrashCase {
             nvram: (h >> 40).is_multiple_of(2),
             // Every third seed commits at hinted consistency points only
             // (each crash then checks App-C).
-            point_every: if policy == WritePolicyKind::JournaledWriteBack
-                && (h >> 44).is_multiple_of(3)
-            {
+            point_every: if policy.journaled() && (h >> 44).is_multiple_of(3) {
                 1 + (h >> 48) % 12
             } else {
                 0

@@ -212,15 +212,6 @@ pub struct Simulation {
     now: Nanos,
 }
 
-/// Whether the write policy keeps the backing alone consistent at every
-/// moment (checked at every crash).
-fn keeps_backing_consistent(policy: WritePolicyKind) -> bool {
-    matches!(
-        policy,
-        WritePolicyKind::OrderedWriteBack | WritePolicyKind::JournaledWriteBack
-    )
-}
-
 fn align_down(x: u64) -> u64 {
     x / SECTOR_BYTES * SECTOR_BYTES
 }
@@ -268,7 +259,7 @@ impl Simulation {
             .enumerate()
             .map(|(i, _)| base + i as u64 * journal_bytes)
             .collect::<Vec<u64>>();
-        if config.write_policy == WritePolicyKind::JournaledWriteBack {
+        if config.write_policy.journaled() {
             base += journal_bytes * volume_sizes_bytes.len() as u64;
         }
         if base > backing.capacity_bytes() {
@@ -416,7 +407,7 @@ impl Simulation {
         run_seed: u64,
         crash_at: Option<u64>,
     ) -> Result<Simulation, SimError> {
-        let ordered = keeps_backing_consistent(self.config.write_policy);
+        let ordered = self.config.write_policy.keeps_backing_consistent();
         if crash_at.is_some() && !self.config.persistent {
             return Err(SimError::CrashNeedsPersistent);
         }
@@ -687,18 +678,13 @@ impl Simulation {
         // consistent at any moment under ordered and journaled write-back
         // (as if the cache were lost now), and with `pit` whenever the
         // cache is lost.
-        let ordered = keeps_backing_consistent(self.config.write_policy);
+        let ordered = self.config.write_policy.keeps_backing_consistent();
         data.replay_journals();
         let lose_cache = faults.plan.lose_cache;
         if lose_cache || ordered {
             data.check_order()?;
         }
-        let cache_only_copy = matches!(
-            self.config.write_policy,
-            WritePolicyKind::WriteBack
-                | WritePolicyKind::OrderedWriteBack
-                | WritePolicyKind::JournaledWriteBack
-        ) && !faults.plan.strict;
+        let cache_only_copy = self.config.write_policy.keeps_dirty() && !faults.plan.strict;
         let (found, at, lost) = data.crash(lose_cache, cache_only_copy, self.config.log);
         faults.counts.lost_writes += lost as u64;
         self.dev_ops.clear();

@@ -90,7 +90,7 @@ impl Engine {
         assert_eq!(inserted, self.candidates, "every candidate handed over");
         let old = std::mem::replace(&mut self.order, order).name();
         self.config.destage_order = self.order.name().to_string();
-        let in_readiness_order = self.order.name() == "lrw";
+        let in_readiness_order = self.order.in_readiness_order();
         if let Some(o) = &mut self.ordered {
             o.set_readiness_order(in_readiness_order);
         }
@@ -201,7 +201,7 @@ impl Engine {
         if ordered_changes {
             self.ordered = new
                 .ordered()
-                .then(|| Ordered::new(self.slots.len() as usize, self.order.name() == "lrw"));
+                .then(|| Ordered::new(self.slots.len() as usize, self.order.in_readiness_order()));
         }
         self.write_policy = new;
         self.config.write_policy = kind;

@@ -403,7 +403,7 @@ impl Engine {
         let rate = DESTAGE_RATES.build(&config.destage_rate, config.rate)?;
         let admission = build_admission(&config.admission, config.sequential_cutoff_bytes)?;
         let write_policy = config.write_policy.build();
-        let in_readiness_order = order.name() == "lrw";
+        let in_readiness_order = order.in_readiness_order();
         let ordered = write_policy
             .ordered()
             .then(|| Ordered::new(slots as usize, in_readiness_order));

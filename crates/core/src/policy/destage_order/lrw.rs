@@ -39,6 +39,9 @@ impl DestageOrder for Lrw {
     fn name(&self) -> &'static str {
         "lrw"
     }
+    fn in_readiness_order(&self) -> bool {
+        true
+    }
     fn insert(&mut self, _c: &mut dyn Candidates, key: GroupKey) {
         let id = match self.free.pop() {
             Some(id) => {

@@ -61,6 +61,11 @@ pub trait DestageOrder: Send {
     fn peek(&self, c: &dyn Candidates) -> Option<GroupKey>;
     /// Heap bytes of the policy's own metadata.
     fn metadata_bytes(&self) -> usize;
+    /// Ordered write-back destages versions in the order they became
+    /// ready (LRW's own order) rather than by the order's sweep.
+    fn in_readiness_order(&self) -> bool {
+        false
+    }
 }
 
 /// The destage orders; a new one adds its line here.

@@ -162,6 +162,28 @@ impl WritePolicyKind {
     pub fn build(self) -> Box<dyn WritePolicy> {
         (WRITE_POLICIES.entries[self as usize].build)(())
     }
+
+    /// The policy's own answers, for callers that hold only the kind (the
+    /// simulator's checks, the front ends): never re-derived from names.
+    pub fn keeps_dirty(self) -> bool {
+        self.build().keeps_dirty()
+    }
+
+    /// Ordered or journaled write-back: the backing alone is consistent at
+    /// every moment.
+    pub fn keeps_backing_consistent(self) -> bool {
+        let p = self.build();
+        p.ordered() || p.journaled()
+    }
+
+    pub fn journaled(self) -> bool {
+        self.build().journaled()
+    }
+
+    /// Every write goes around the cache (one device write each).
+    pub fn goes_around(self) -> bool {
+        self.build().route(&mut || false) == WriteRoute::Backing
+    }
 }
 
 #[cfg(test)]
