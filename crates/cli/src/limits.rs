@@ -20,13 +20,13 @@ use wcache_sim::workload::OUTSTANDING_MAX_DEFAULT;
 pub const THREADS_MAX: usize = 1024;
 /// Seeds per point of a named experiment.
 pub const SEEDS_MAX: u64 = 1000;
-/// Destages outstanding at once.
-pub const DESTAGES_MAX: u32 = 65_536;
+/// Destages outstanding at once (the engine's own limit).
+pub const DESTAGES_MAX: u32 = wcache_core::policy::destage_rate::DESTAGES_MAX_LIMIT;
 /// Microseconds a connection polls its socket before sleeping.
 pub const POLL_US_MAX: u64 = 10_000;
 /// The longest duration an option takes: a day.
 pub const SECONDS_MAX: u64 = 86_400;
-pub const DURATION_NS_MAX: u64 = SECONDS_MAX * 1_000_000_000;
+pub const DURATION_NS_MAX: u64 = wcache_core::config::DURATION_NS_MAX;
 
 /// A whole number from `min` to `max`.
 fn whole<T: FromStr + PartialOrd + Display>(text: &str, min: T, max: T) -> Result<T, String> {

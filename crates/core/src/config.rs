@@ -13,6 +13,9 @@ use thiserror::Error;
 /// Most cache slots an engine takes (2 TiB of 4 KiB pages): a slot index
 /// shares a 32-bit dirty-set entry with three flag bits.
 pub const CACHE_SLOTS_MAX: u64 = 1 << 29;
+/// The longest duration a configuration takes (a maximum dirty age, an
+/// idle time, a commit age): a day.
+pub const DURATION_NS_MAX: u64 = 86_400 * 1_000_000_000;
 /// Fewest slots a log-mode cache takes (`EngineConfig::log`).
 pub const LOG_SLOTS_MIN: u64 = 64;
 
@@ -247,6 +250,8 @@ pub enum ConfigError {
         "max_dirty_age = {0} ns: at least {MAX_DIRTY_AGE_NS_MIN} ns (10 ms), or 0 for no bound"
     )]
     MaxDirtyAgeTooShort(u64),
+    #[error("{field} = {ns} ns: at most a day ({DURATION_NS_MAX} ns)")]
+    DurationTooLong { field: &'static str, ns: u64 },
     #[error("idle_destages = {idle} exceeds destages_max = {max}")]
     IdleDestages { idle: u32, max: u32 },
     #[error("write policy write-back-ordered: {0}")]
@@ -317,6 +322,15 @@ impl EngineConfig {
         let s = &self.staleness;
         if s.max_dirty_age_ns != 0 && s.max_dirty_age_ns < MAX_DIRTY_AGE_NS_MIN {
             return Err(ConfigError::MaxDirtyAgeTooShort(s.max_dirty_age_ns));
+        }
+        for (field, ns) in [
+            ("max_dirty_age", s.max_dirty_age_ns),
+            ("idle_after", s.idle_after_ns),
+            ("commit_age", self.journal.commit_age_ns),
+        ] {
+            if ns > DURATION_NS_MAX {
+                return Err(ConfigError::DurationTooLong { field, ns });
+            }
         }
         if s.idle_destages > self.rate.destages_max {
             return Err(ConfigError::IdleDestages {

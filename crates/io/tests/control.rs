@@ -194,6 +194,10 @@ fn every_command_is_answered_and_policies_change_online() {
         ("destages-max", "1", "idle destages above the maximum"),
         ("destages-max", "many", "not a number"),
         ("max-dirty-age", "1ms", "below 10 ms"),
+        ("max-dirty-age", "2d", "over a day"),
+        ("idle-after", "25h", "over a day"),
+        ("destages-max", "100000", "over the engine's limit"),
+        ("low-threshold", "NaN", "not a number"),
         ("sequential-cutoff", "lots", "not a size"),
     ] {
         let e = call(&path, &set(key, value)).expect_err(why);

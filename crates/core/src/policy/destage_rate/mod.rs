@@ -46,6 +46,8 @@ impl Default for RateConfig {
 pub enum RateConfigError {
     #[error("destages_max = 0: at least one destage must be allowed")]
     NoDestages,
+    #[error("destages_max = {0}: at most {DESTAGES_MAX_LIMIT} destages outstanding")]
+    TooManyDestages(u32),
     #[error("thresholds out of order: need 0 <= low_threshold_pct ({low}) < high_threshold_pct ({high}) <= 100")]
     ThresholdOrder { low: f64, high: f64 },
     #[error("sequential_trickle = {trickle} exceeds destages_max = {max}")]
@@ -54,10 +56,17 @@ pub enum RateConfigError {
     Adaptive { floor: f64, desired: f64 },
 }
 
+/// Most destages a configuration may keep outstanding (the command line,
+/// the config file and `wcache set` alike).
+pub const DESTAGES_MAX_LIMIT: u32 = 65_536;
+
 impl RateConfig {
     pub fn validate(&self) -> Result<(), RateConfigError> {
         if self.destages_max == 0 {
             return Err(RateConfigError::NoDestages);
+        }
+        if self.destages_max > DESTAGES_MAX_LIMIT {
+            return Err(RateConfigError::TooManyDestages(self.destages_max));
         }
         let (low, high) = (self.low_threshold_pct, self.high_threshold_pct);
         if !(low >= 0.0 && low < high && high <= 100.0) {
