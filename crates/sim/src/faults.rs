@@ -136,11 +136,7 @@ impl FaultPlan {
                     no_value(value)?;
                     plan.strict = true;
                 }
-                "lie" => {
-                    plan.lie_writes = need()?
-                        .parse()
-                        .map_err(|_| bad("N must be a whole number of writes"))?;
-                }
+                "lie" => plan.lie_writes = lie_writes(need()?).map_err(|w| bad(&w))?,
                 "crashes" => {
                     plan.crashes = match need()?.parse::<u64>() {
                         Ok(m) if m >= 1 => m,
@@ -238,6 +234,19 @@ pub struct FaultCounts {
     pub lost_writes: u64,
 }
 
+/// Most acknowledged writes a lying cache device may lose (`lie=N`): the
+/// model keeps a slot's state per write it may lose.
+const LIE_WRITES_MAX: usize = 1 << 20;
+
+fn lie_writes(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n <= LIE_WRITES_MAX => Ok(n),
+        _ => Err(format!(
+            "N must be a whole number of writes, at most {LIE_WRITES_MAX}"
+        )),
+    }
+}
+
 /// A plan being applied: its generator and counters.
 pub struct Faults {
     pub plan: FaultPlan,
@@ -309,6 +318,9 @@ mod tests {
         assert_eq!(FaultPlan::parse("crashes=3").unwrap().crashes, 3);
         let e = FaultPlan::parse("crashes=0").unwrap_err().to_string();
         assert!(e.contains("at least 1"), "{e}");
+        assert_eq!(FaultPlan::parse("lie=1048576").unwrap().lie_writes, 1 << 20);
+        let e = FaultPlan::parse("lie=1048577").unwrap_err().to_string();
+        assert!(e.contains("at most 1048576"), "{e}");
     }
 
     #[test]
