@@ -10,13 +10,7 @@ use crate::OneRun;
 /// `--commit-age`, `--consistency-points` and `--checkpoint` (a backing
 /// journal is as large as the host journal).
 pub fn journal_config(o: &OneRun) -> Result<JournalConfig, String> {
-    let points = ConsistencyPoints::from_name(&o.consistency_points).ok_or_else(|| {
-        format!(
-            "--consistency-points {:?}: valid: {}",
-            o.consistency_points,
-            ConsistencyPoints::NAMES
-        )
-    })?;
+    let points = ConsistencyPoints::from_option(&o.consistency_points)?;
     let mut journal = JournalConfig {
         journal_pages: o.journal_pages,
         commit_pages: o.commit_pages,

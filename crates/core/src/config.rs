@@ -152,6 +152,16 @@ impl ConsistencyPoints {
         }
     }
 
+    /// `from_name`, or the error that names the option and what it takes.
+    pub fn from_option(name: &str) -> Result<ConsistencyPoints, String> {
+        Self::from_name(name).ok_or_else(|| {
+            format!(
+                "--consistency-points {name:?}: valid: {}",
+                ConsistencyPoints::NAMES
+            )
+        })
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ConsistencyPoints::Size => "size",

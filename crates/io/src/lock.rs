@@ -132,7 +132,23 @@ fn held(what: &'static str, path: String, holder: String) -> LockError {
 /// The processes `/proc/locks` lists as holding a lock on the file of
 /// `meta`, described; None when none is listed.
 fn holders(meta: &std::fs::Metadata) -> Option<String> {
-    let text = std::fs::read_to_string("/proc/locks").ok()?;
+    // Read again when nothing is found: a line of /proc/locks can be
+    // skipped when locks before it go away between two reads of the file.
+    (0..3).find_map(|_| holders_once(meta))
+}
+
+/// `holders` from one reading of /proc/locks, in one read where it fits
+/// (the kernel then lists the locks in one pass).
+fn holders_once(meta: &std::fs::Metadata) -> Option<String> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut file = std::fs::File::open("/proc/locks").ok()?;
+    let n = std::io::Read::read(&mut file, &mut buf).ok()?;
+    if n == buf.len() {
+        std::io::Read::read_to_end(&mut file, &mut buf).ok()?;
+    } else {
+        buf.truncate(n);
+    }
+    let text = String::from_utf8_lossy(&buf);
     let dev = meta.dev();
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     let key = format!("{major:02x}:{minor:02x}:{}", meta.ino());

@@ -165,13 +165,7 @@ fn write_policy_arg(args: &ServeArgs, cache_in_memory: bool) -> Result<WritePoli
 fn journal_config(args: &ServeArgs) -> Result<JournalConfig, AnyError> {
     let page = args.page_size;
     let journal_pages = pages_arg("journal-size", &args.journal_size, page, "")?;
-    let points = ConsistencyPoints::from_name(&args.consistency_points).ok_or_else(|| {
-        format!(
-            "--consistency-points {:?}: valid: {}",
-            args.consistency_points,
-            ConsistencyPoints::NAMES
-        )
-    })?;
+    let points = ConsistencyPoints::from_option(&args.consistency_points)?;
     Ok(JournalConfig {
         journal_pages,
         commit_pages: pages_arg(
