@@ -137,6 +137,13 @@ pub mod batch_header {
     pub const EXTENT_BYTES: usize = 24;
     /// Bytes per freed slot.
     pub const FREE_BYTES: usize = 4;
+
+    /// Slots of a batch's payload: every slot after its header up to the
+    /// next header, the ring going on at slot 0 (its pages, then zeros: a
+    /// failed batch written again carries no page and keeps its place).
+    pub fn payload_slots(header: u32, next_header: u32, ring: u64) -> usize {
+        ((next_header as u64 + 2 * ring - header as u64 - 1) % ring) as usize
+    }
 }
 
 /// I/O for the driver to perform. Each completes with `handle_completion(io, ..)`.

@@ -26,7 +26,7 @@ impl<T: Unit> Reference<T> {
     /// (its pages, then holes: a failed batch written again carries none).
     pub(super) fn payload_slots(&self, header: SlotIndex, next_header: SlotIndex) -> usize {
         let ring = self.slots.len() as u64;
-        ((next_header.0 as u64 + 2 * ring - header.0 as u64 - 1) % ring) as usize
+        crate::command::batch_header::payload_slots(header.0, next_header.0, ring)
     }
 
     /// What lands of a log batch, in order: its header, its pages, zeros

@@ -198,12 +198,10 @@ impl LogWriter {
         &self.store
     }
 
-    /// Slots of a batch's payload: every slot up to the next header (its
-    /// pages, then zeros: a failed batch written again carries no page,
-    /// and keeps its place in the chain recovery follows).
+    /// Slots of a batch's payload on this cache (`batch_header::payload_slots`).
     pub fn payload_slots(&self, header: SlotIndex, next_header: SlotIndex) -> usize {
         let ring = self.store.layout.slot_count;
-        ((next_header.0 as u64 + 2 * ring - header.0 as u64 - 1) % ring) as usize
+        wcache_core::batch_header::payload_slots(header.0, next_header.0, ring)
     }
 
     /// Writes the batch whose header slot is `header_slot` and whose pages
