@@ -131,17 +131,44 @@ impl KeyIndex {
     }
 
     pub fn get(&self, key: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
+        self.find(key, &key_of)
+            .map(|i| self.table[i] & self.id_mask)
+    }
+
+    /// Touch the home bucket of `key` and the key of the entry there, so a
+    /// `get` soon after finds them in the CPU's cache. Calls for several
+    /// keys in a row overlap their cache misses (nothing depends on the
+    /// loads), where lookups one after the other would wait for each.
+    #[inline]
+    pub fn prefetch(&self, key: u64, key_of: impl Fn(u32) -> u64) {
+        let e = self.table[self.home(key)];
+        if e != EMPTY {
+            std::hint::black_box(key_of(e & self.id_mask));
+        }
+    }
+
+    /// The bucket holding `key`'s entry. An entry whose stored distance
+    /// says its home is another bucket is passed without reading its key
+    /// (each key read is a likely cache miss in the caller's arrays).
+    #[inline]
+    fn find(&self, key: u64, key_of: &impl Fn(u32) -> u64) -> Option<usize> {
         let mut i = self.home(key);
+        let mut dist = 0u32;
         loop {
             let e = self.table[i];
             if e == EMPTY {
                 return None;
             }
-            let id = e & self.id_mask;
-            if key_of(id) == key {
-                return Some(id);
+            // (dist_max > 0 leaves id_bits < 32, so the shift is in range.)
+            let elsewhere = self.dist_max > 0 && {
+                let stored = e >> self.id_bits;
+                stored < self.dist_max && stored != dist
+            };
+            if !elsewhere && key_of(e & self.id_mask) == key {
+                return Some(i);
             }
             i = self.next(i);
+            dist = dist.saturating_add(1);
         }
     }
 
@@ -188,17 +215,7 @@ impl KeyIndex {
 
     /// Remove the entry for `key`; returns its id.
     pub fn remove(&mut self, key: u64, key_of: impl Fn(u32) -> u64) -> Option<u32> {
-        let mut i = self.home(key);
-        loop {
-            let e = self.table[i];
-            if e == EMPTY {
-                return None;
-            }
-            if key_of(e & self.id_mask) == key {
-                break;
-            }
-            i = self.next(i);
-        }
+        let i = self.find(key, &key_of)?;
         let removed = self.table[i] & self.id_mask;
         // Backward-shift: move later members of the probe run into the hole
         // when their home position allows it (their distance reaches it).

@@ -256,8 +256,16 @@ impl Engine {
 
     /// I/O `io` is still in flight.
     pub(super) fn io_live(&self, io: IoId) -> bool {
+        self.io_ctx(io).is_some()
+    }
+
+    /// The context of I/O `io` in flight.
+    pub(super) fn io_ctx(&self, io: IoId) -> Option<&IoCtx> {
         let idx = (io.0 & 0xffff_ffff) as usize;
-        self.io_gens.get(idx) == Some(&((io.0 >> 32) as u32)) && self.ios[idx].is_some()
+        if self.io_gens.get(idx) != Some(&((io.0 >> 32) as u32)) {
+            return None;
+        }
+        self.ios[idx].as_ref()
     }
 
     /// The context of I/O `io` in flight, to change what its completion means.

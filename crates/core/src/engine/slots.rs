@@ -146,6 +146,14 @@ impl Slots {
         *s = (*s & !STATE_MASK) | new as u8;
     }
 
+    /// Bring `key`'s index entry into the CPU's cache ahead of its lookup
+    /// (`KeyIndex::prefetch`): for the pages of a multi-page request.
+    #[inline]
+    pub fn prefetch(&self, key: PageKey) {
+        let keys = &self.key;
+        self.index.prefetch(key.0, |id| keys[id as usize]);
+    }
+
     pub fn lookup(&self, key: PageKey) -> Option<SlotIndex> {
         let keys = &self.key;
         self.index.get(key.0, |id| keys[id as usize]).map(SlotIndex)

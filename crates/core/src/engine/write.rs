@@ -116,6 +116,9 @@ impl Engine {
             WriteRoute::CacheAndBacking => true,
         };
         self.reserve_slots(ri);
+        for piece in self.geometry.pieces(off, len) {
+            self.slots.prefetch(PageKey::new(vol, piece.page));
+        }
         let first_page = self.geometry.page_of(off);
         let sequential_start =
             first_page.0 > 0 && self.page_dirty(PageKey::new(vol, PageIndex(first_page.0 - 1)));

@@ -614,6 +614,12 @@ impl Engine {
         ios: Vec<IoId>,
         result: Result<(), IoError>,
     ) -> Result<(), EngineError> {
+        // Each page's completion looks up the page its old version held.
+        for &io in &ios {
+            if let Some(IoCtx::Fill { slot, .. }) = self.io_ctx(io) {
+                self.slots.prefetch(self.slots.key(*slot));
+            }
+        }
         for io in ios {
             if self.io_live(io) {
                 self.complete_one(now, io, result)?;
