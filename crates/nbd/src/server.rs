@@ -21,7 +21,6 @@
 
 use crate::clients::Clients;
 use crate::socket::{is_transient_accept_error, ReadHalf, Socket};
-use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -33,6 +32,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::export::Export;
+use job_queue::JobQueue;
+
+mod job_queue;
 use crate::proto::{
     decide, decode_request_header, encode_simple_reply, Command, ExportInfo, Handshake,
     HandshakeEvent, NbdErrno, Payload, BLOCK_SIZE_MIN_MAX_BYTES, PAYLOAD_MAX_BYTES,
@@ -374,7 +376,7 @@ struct Shared {
     config: ServerConfig,
     exports: Vec<ExportEntry>,
     default_export: Option<usize>,
-    queue: JobQueue,
+    queue: JobQueue<Job>,
     stopping: AtomicBool,
     connections: Mutex<Vec<ConnectionEntry>>,
     clients: Clients,
@@ -699,14 +701,17 @@ fn transmission(
             }
             continue;
         }
+        let slack = data_slack(command);
         if policy.run_inline() {
             // Run to completion here: no wake-up of a worker, and the reply
             // leaves with the others of this batch.
-            if inline_buffer.len() < buffer_len {
-                inline_buffer.resize(buffer_len, 0);
+            if inline_buffer.len() < buffer_len + slack {
+                inline_buffer.resize(buffer_len + slack, 0);
             }
+            let start = area_start(&inline_buffer, command);
+            let area = &mut inline_buffer[start..];
             if let Payload::Receive(length) = decision.payload {
-                if !receive(connection, reader, &mut inline_buffer[..length as usize]) {
+                if !receive(connection, reader, &mut area[..length as usize]) {
                     return; // Client vanished mid-payload.
                 }
             }
@@ -717,7 +722,7 @@ fn transmission(
             // The request may wait for writes held back (a FLUSH does).
             connection.export.submit_held_writes();
             let started = Instant::now();
-            let error = run_export(&*connection.export, command, &mut inline_buffer);
+            let error = run_export(&*connection.export, command, area);
             policy.note(started.elapsed());
             reply(
                 shared,
@@ -725,7 +730,7 @@ fn transmission(
                 decision.cookie,
                 command,
                 error,
-                &mut inline_buffer,
+                area,
                 true,
             );
             if inline_buffer.capacity() > POOLED_BUFFER_MAX_BYTES {
@@ -736,25 +741,11 @@ fn transmission(
         // admit() may wait for workers: nothing batched may wait with it.
         connection.flush_replies();
         connection.admit(charge_bytes);
-        let read_aligned = matches!(command, Command::Read { length, .. }
-            if length as usize >= READ_ALIGNED_MIN_BYTES);
-        let slack = if read_aligned {
-            DIRECT_IO_ALIGNMENT_BYTES
-        } else {
-            0
-        };
         let mut buffer = connection.take_buffer(buffer_len + slack);
-        // A large READ's data starts at an aligned address (its reply
-        // header just before), so a backing can read it with direct I/O.
-        let reply_start = if read_aligned {
-            buffer[SIMPLE_REPLY_HEADER_LEN..]
-                .as_ptr()
-                .align_offset(DIRECT_IO_ALIGNMENT_BYTES)
-        } else {
-            0
-        };
+        let reply_start = area_start(&buffer, command);
         if let Payload::Receive(length) = decision.payload {
-            if !receive(connection, reader, &mut buffer[..length as usize]) {
+            let payload = &mut buffer[reply_start..reply_start + length as usize];
+            if !receive(connection, reader, payload) {
                 connection.release(charge_bytes);
                 return; // Client vanished mid-payload.
             }
@@ -780,10 +771,41 @@ fn transmission(
 /// buffer as it is).
 const DIRECT_IO_ALIGNMENT_BYTES: usize = 4096;
 
-/// READs of this size or more that run on a worker get their data at an
-/// address aligned to `DIRECT_IO_ALIGNMENT_BYTES` (a backing file reads
-/// such reads with direct I/O: no copy out of the page cache).
-const READ_ALIGNED_MIN_BYTES: usize = 64 * 1024;
+/// READs and WRITEs of this size or more that run on a worker get their
+/// data at an address aligned to `DIRECT_IO_ALIGNMENT_BYTES` (a backing
+/// file reads such reads with direct I/O, no copy out of the page cache;
+/// a cache device writes such writes' pages from the buffer as it is).
+const DATA_ALIGNED_MIN_BYTES: usize = 64 * 1024;
+
+/// Bytes a request's buffer holds beyond its area, so that the area can
+/// start where a large READ's data or WRITE's payload is aligned.
+fn data_slack(command: Command) -> usize {
+    match command {
+        Command::Read { length, .. } | Command::Write { length, .. }
+            if length as usize >= DATA_ALIGNED_MIN_BYTES =>
+        {
+            DIRECT_IO_ALIGNMENT_BYTES
+        }
+        _ => 0,
+    }
+}
+
+/// Where the request's area (a READ's reply header and data, a WRITE's
+/// payload) starts in `buffer`, which has `data_slack` to spare: a large
+/// READ's data and a large WRITE's payload at an aligned address, so a
+/// device can read or write them with direct I/O, with no copy.
+fn area_start(buffer: &[u8], command: Command) -> usize {
+    if data_slack(command) == 0 {
+        return 0;
+    }
+    let data_at = match command {
+        Command::Read { .. } => SIMPLE_REPLY_HEADER_LEN,
+        _ => 0,
+    };
+    buffer[data_at..]
+        .as_ptr()
+        .align_offset(DIRECT_IO_ALIGNMENT_BYTES)
+}
 
 /// WRITEs up to this size are started on the connection's reader thread;
 /// larger ones go to a worker, so that the reader receives the next request
@@ -1084,7 +1106,8 @@ struct Job {
     charge_bytes: u64,
     /// A WRITE received for `Export::write_async`: where its payload starts.
     payload_start: Option<usize>,
-    /// Where the reply (header, then a READ's data) starts in `buffer`.
+    /// Where the reply (header, then a READ's data), or a WRITE's payload,
+    /// starts in `buffer`.
     reply_start: usize,
 }
 
@@ -1192,75 +1215,4 @@ fn execute(export: &dyn Export, command: Command, buffer: &mut [u8]) -> Result<(
         Command::Disconnect => Ok(()),
     };
     result.map_err(|error| error.errno())
-}
-
-// ---------------------------------------------------------------------------
-// Bounded multi-producer multi-consumer job queue.
-
-struct JobQueue {
-    state: Mutex<QueueState>,
-    not_empty: Condvar,
-    not_full: Condvar,
-    depth_max: usize,
-}
-
-struct QueueState {
-    jobs: VecDeque<Job>,
-    closed: bool,
-}
-
-impl JobQueue {
-    fn new(depth_max: usize) -> Self {
-        assert!(depth_max > 0);
-        JobQueue {
-            state: Mutex::new(QueueState {
-                jobs: VecDeque::with_capacity(depth_max),
-                closed: false,
-            }),
-            not_empty: Condvar::new(),
-            not_full: Condvar::new(),
-            depth_max,
-        }
-    }
-
-    /// Blocks while full; gives the job back if the queue is closed.
-    fn push(&self, job: Job) -> Result<(), Job> {
-        let mut state = lock(&self.state);
-        while state.jobs.len() >= self.depth_max && !state.closed {
-            state = self.not_full.wait(state).unwrap_or_else(|p| p.into_inner());
-        }
-        if state.closed {
-            return Err(job);
-        }
-        state.jobs.push_back(job);
-        assert!(state.jobs.len() <= self.depth_max);
-        drop(state);
-        self.not_empty.notify_one();
-        Ok(())
-    }
-
-    /// Blocks while empty; `None` once closed and drained.
-    fn pop(&self) -> Option<Job> {
-        let mut state = lock(&self.state);
-        loop {
-            if let Some(job) = state.jobs.pop_front() {
-                drop(state);
-                self.not_full.notify_one();
-                return Some(job);
-            }
-            if state.closed {
-                return None;
-            }
-            state = self
-                .not_empty
-                .wait(state)
-                .unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    fn close(&self) {
-        lock(&self.state).closed = true;
-        self.not_empty.notify_all();
-        self.not_full.notify_all();
-    }
 }

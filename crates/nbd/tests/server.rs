@@ -17,6 +17,39 @@ const ENOSPC: u32 = 28;
 const EIO: u32 = 5;
 const MIB: u64 = 1024 * 1024;
 
+/// An export wrapper's methods that go to its `inner` export unchanged.
+macro_rules! forward_geometry {
+    () => {
+        fn size_bytes(&self) -> u64 {
+            self.inner.size_bytes()
+        }
+        fn block_size_min_bytes(&self) -> u32 {
+            self.inner.block_size_min_bytes()
+        }
+    };
+}
+
+/// `forward_geometry`'s like for FLUSH, TRIM and WRITE_ZEROES.
+macro_rules! forward_flush_trim_zeroes {
+    () => {
+        fn flush(&self) -> Result<(), ExportError> {
+            self.inner.flush()
+        }
+        fn trim(&self, offset: u64, length_bytes: u64, fua: bool) -> Result<(), ExportError> {
+            self.inner.trim(offset, length_bytes, fua)
+        }
+        fn write_zeroes(
+            &self,
+            o: u64,
+            n: u64,
+            fua: bool,
+            no_hole: bool,
+        ) -> Result<(), ExportError> {
+            self.inner.write_zeroes(o, n, fua, no_hole)
+        }
+    };
+}
+
 #[test]
 fn write_read_flush_trim_write_zeroes_round_trip() {
     let dir = TempDir::new("roundtrip");
@@ -305,6 +338,83 @@ fn client_vanishing_mid_request_does_not_hurt_another_client() {
     server.stop();
 }
 
+/// Memory export that counts large payloads (64 KiB or more) handed to it
+/// at an address off 4 KiB, for WRITEs and for READs' data.
+struct AlignCheck {
+    inner: MemExport,
+    misaligned: AtomicUsize,
+    large: AtomicUsize,
+}
+
+impl AlignCheck {
+    fn note(&self, data: &[u8]) {
+        if data.len() >= 64 * 1024 {
+            self.large.fetch_add(1, Ordering::SeqCst);
+            if !(data.as_ptr() as usize).is_multiple_of(4096) {
+                self.misaligned.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+impl Export for AlignCheck {
+    forward_geometry!();
+    fn multi_conn(&self) -> bool {
+        false
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+        self.note(buf);
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.note(data);
+        self.inner.write(offset, data, fua)
+    }
+    forward_flush_trim_zeroes!();
+}
+
+#[test]
+fn large_payloads_reach_the_export_aligned_on_the_reader_and_on_workers() {
+    let dir = TempDir::new("aligned");
+    let export = Arc::new(AlignCheck {
+        inner: MemExport::new(64 * MIB, 512),
+        misaligned: AtomicUsize::new(0),
+        large: AtomicUsize::new(0),
+    });
+    let server = start_unix(&dir.socket(), vec![("disk", export.clone())]);
+    let mut client = connect(&dir.socket(), "disk");
+    // One at a time (the reader runs them), then pipelined (workers too).
+    let sizes = [64 * 1024usize, 1 << 20, 4096, 192 * 1024 + 512];
+    let mut sent = Vec::new();
+    for (i, &len) in sizes.iter().cycle().take(24).enumerate() {
+        let at = i as u64 * 2 * MIB + 512;
+        let data = pattern(len, i as u8);
+        client.send(CMD_WRITE, 0, i as u64, at, len as u32, &data);
+        if i < 8 {
+            assert_eq!(client.reply_header().error, 0);
+        }
+        sent.push((at, data));
+    }
+    for _ in 8..24 {
+        assert_eq!(client.reply_header().error, 0);
+    }
+    for (at, data) in &sent {
+        assert_eq!(client.read(*at, data.len() as u32).as_ref(), Ok(data));
+    }
+    assert_eq!(
+        export.large.load(Ordering::SeqCst),
+        2 * 18,
+        "18 large writes, read back"
+    );
+    assert_eq!(
+        export.misaligned.load(Ordering::SeqCst),
+        0,
+        "large payloads 4 KiB aligned"
+    );
+    client.disconnect();
+    server.stop();
+}
+
 /// Export whose writes take a while and whose reads fail, to test stop and
 /// EIO; it counts how many writes run at once.
 struct SlowFailing {
@@ -328,12 +438,7 @@ impl SlowFailing {
 }
 
 impl Export for SlowFailing {
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn block_size_min_bytes(&self) -> u32 {
-        self.inner.block_size_min_bytes()
-    }
+    forward_geometry!();
     fn multi_conn(&self) -> bool {
         false
     }
@@ -510,12 +615,7 @@ impl AsyncMem {
 }
 
 impl Export for AsyncMem {
-    fn size_bytes(&self) -> u64 {
-        self.inner.size_bytes()
-    }
-    fn block_size_min_bytes(&self) -> u32 {
-        self.inner.block_size_min_bytes()
-    }
+    forward_geometry!();
     fn multi_conn(&self) -> bool {
         true
     }
@@ -525,15 +625,7 @@ impl Export for AsyncMem {
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
         self.inner.write(offset, data, fua)
     }
-    fn flush(&self) -> Result<(), ExportError> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, length_bytes: u64, fua: bool) -> Result<(), ExportError> {
-        self.inner.trim(offset, length_bytes, fua)
-    }
-    fn write_zeroes(&self, o: u64, n: u64, fua: bool, no_hole: bool) -> Result<(), ExportError> {
-        self.inner.write_zeroes(o, n, fua, no_hole)
-    }
+    forward_flush_trim_zeroes!();
     fn writes_async(&self) -> bool {
         true
     }

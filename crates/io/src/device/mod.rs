@@ -107,13 +107,18 @@ pub trait BlockDevice: Send + Sync {
             }
         }
     }
-    /// Write `data` (one aligned run) around the page cache of a buffered
-    /// file (its O_DIRECT descriptor), where the device has one and `data`
-    /// and `offset_bytes` suit it: a large write then costs no copy into
-    /// the page cache and no writeback at the next flush. Same contract as
-    /// `write_at`. Returns false (nothing written) where it cannot.
-    fn write_direct_at(&self, data: &[u8], offset_bytes: u64) -> Result<bool, DeviceError> {
-        let _ = (data, offset_bytes);
+    /// Write `bufs`, one after the other from `offset_bytes`, around the
+    /// page cache of a buffered file (its O_DIRECT descriptor), where the
+    /// device has one and every buffer and `offset_bytes` suit it: a large
+    /// write then costs no copy into the page cache and no writeback at the
+    /// next flush. Same contract as `write_vectored_at`. Returns false
+    /// (nothing written) where it cannot.
+    fn write_direct_vectored_at(
+        &self,
+        bufs: &[&[u8]],
+        offset_bytes: u64,
+    ) -> Result<bool, DeviceError> {
+        let _ = (bufs, offset_bytes);
         Ok(false)
     }
     /// Make every write that returned before this call durable.

@@ -1,7 +1,8 @@
-//! Format 3's data path (the engine's log mode): a batch is built in one
-//! aligned buffer (its header slot, then each page: a request's bytes, or
-//! a base read and the patch over it) and written with one write (two
-//! where it passes the ring's end); the tail's moves. Batches come one at
+//! Format 3's data path (the engine's log mode): a batch is its header
+//! slot and its pages, each from its request's buffer where the request
+//! covers it whole, else built in one aligned buffer (a base read and the
+//! patch over it), written with one vectored write (two where it passes
+//! the ring's end); the tail's moves. Batches come one at
 //! a time, in sequence order, to the thread that pumped them (group commit:
 //! the writes admitted while one is written join the next).
 
@@ -112,7 +113,7 @@ impl Shared {
         let buf = buf.get((1 + n) * p);
         buf[(1 + pages.len()) * p..].fill(0);
         let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
-        let large = self.batch_goes_direct(buf.len(), persist_on_flush) || holes > 0;
+        let large = self.batch_goes_direct(buf.len(), persist_on_flush);
         let (extents, failed) = self.build_batch_pages(job, pages, &mut buf[p..], scratch);
         let frees: Vec<u32> = frees
             .iter()
@@ -130,16 +131,12 @@ impl Shared {
             extents,
             frees,
         };
-        let mut result = if large {
-            // Large: the request pages copied beside the built ones, and
-            // the whole batch written around the page cache.
-            self.gather_request_pages(job, pages, &mut buf[p..]);
-            log.write_batch_direct(header.0, &head_of, buf)
-        } else {
-            let (head, built) = buf.split_at_mut(p);
-            let slices = self.batch_slices(job, pages, built);
-            log.write_batch(header.0, &head_of, head, &slices)
-        };
+        let (head, built) = buf.split_at_mut(p);
+        let mut slices = self.batch_slices(job, pages, built);
+        if holes > 0 {
+            slices.push(&built[pages.len() * p..]);
+        }
+        let mut result = log.write_batch(header.0, &head_of, head, &slices, large);
         self.counters
             .cache_page_writes
             .fetch_add(1, Ordering::Relaxed);
@@ -250,20 +247,6 @@ impl Shared {
         let data = unsafe { job.bufs[i].slice(offset_bytes, p) };
         let a = self.cache.dev.alignment_bytes();
         (a <= 1 || is_aligned(data.as_ptr() as usize, 0, p, a)).then_some(data)
-    }
-
-    /// Copies the pages written whole from a request into their places in
-    /// `built` (the other pages are built there already).
-    fn gather_request_pages(&self, job: &Job, pages: &[IoCommand], built: &mut [u8]) {
-        let p = self.page_size_bytes as usize;
-        for (i, cmd) in pages.iter().enumerate() {
-            let IoCommand::WritePage { patch, .. } = cmd else {
-                unreachable!("a batch's pages are WritePages");
-            };
-            if let Some(data) = self.request_page(job, i, patch) {
-                built[i * p..(i + 1) * p].copy_from_slice(data);
-            }
-        }
     }
 
     /// The batch's pages as written: from the request's buffer where it

@@ -204,54 +204,44 @@ impl LogWriter {
         wcache_core::batch_header::payload_slots(header.0, next_header.0, ring)
     }
 
-    /// Writes the batch whose header slot is `header_slot` and whose pages
-    /// are `pages` (one page each, in payload order) with one vectored
-    /// write (two where it goes past the ring's end). `head` (one page) gets
-    /// the header, encoded and sealed with the pages' checksum. Not durable
-    /// yet: the caller's barrier makes it so.
+    /// Writes a batch: `head` (one page) sealed as `header`, then `pages`
+    /// (each a whole number of pages), from slot `header_slot`, in one
+    /// vectored write (two where the batch passes the ring's end).
+    /// `direct`: around the page cache where the device can
+    /// (`BlockDevice::write_direct_vectored_at`), for large batches. Not
+    /// durable yet: the caller's barrier makes it so.
     pub fn write_batch(
         &self,
         header_slot: u32,
         header: &BatchHeader,
         head: &mut [u8],
         pages: &[&[u8]],
-    ) -> Result<(), DeviceError> {
-        let layout = self.store.layout;
-        self.seal(head, header, pages);
-        let room = layout.slot_count - header_slot as u64 - 1;
-        let before_end = room.min(pages.len() as u64) as usize;
-        let mut first: Vec<&[u8]> = Vec::with_capacity(1 + before_end);
-        first.push(head);
-        first.extend_from_slice(&pages[..before_end]);
-        let dev = &self.store.dev;
-        dev.write_vectored_at(&first, layout.slot_offset_bytes(header_slot))?;
-        if before_end < pages.len() {
-            dev.write_vectored_at(&pages[before_end..], layout.slot_offset_bytes(0))?;
-        }
-        Ok(())
-    }
-
-    /// `write_batch` for a batch built whole in `buf` (header slot, then
-    /// the pages), written around the page cache where the device can
-    /// (`BlockDevice::write_direct_at`): for large batches.
-    pub fn write_batch_direct(
-        &self,
-        header_slot: u32,
-        header: &BatchHeader,
-        buf: &mut [u8],
+        direct: bool,
     ) -> Result<(), DeviceError> {
         let layout = self.store.layout;
         let p = layout.page_size_bytes as usize;
-        let (head, payload) = buf.split_at_mut(p);
-        self.seal(head, header, &[payload]);
-        let room = (layout.slot_count - header_slot as u64) as usize * p;
-        let (first, rest) = buf.split_at(room.min(buf.len()));
+        self.seal(head, header, pages);
+        // Split where the batch passes the ring's end (at a page boundary
+        // within one of `pages`, which may be longer than a page).
+        let mut room = (layout.slot_count - header_slot as u64 - 1) as usize * p;
+        let mut first: Vec<&[u8]> = Vec::with_capacity(1 + pages.len());
+        let mut rest: Vec<&[u8]> = Vec::new();
+        first.push(head);
+        for &page in pages {
+            let here = page.len().min(room);
+            room -= here;
+            first.push(&page[..here]);
+            rest.push(&page[here..]);
+        }
+        first.retain(|b| !b.is_empty());
+        rest.retain(|b| !b.is_empty());
         let dev = &self.store.dev;
         for (part, slot) in [(first, header_slot), (rest, 0)] {
             let at = layout.slot_offset_bytes(slot);
-            if !part.is_empty() && !dev.write_direct_at(part, at)? {
-                dev.write_at(part, at)?;
+            if part.is_empty() || (direct && dev.write_direct_vectored_at(&part, at)?) {
+                continue;
             }
+            dev.write_vectored_at(&part, at)?;
         }
         Ok(())
     }

@@ -248,7 +248,12 @@ impl FileDevice {
             iov_base: data.as_ptr() as *mut libc::c_void,
             iov_len: data.len(),
         }];
-        self.pwritev_all(&mut iov, offset_bytes, libc::RWF_DSYNC)
+        pwritev_all(
+            self.file.as_raw_fd(),
+            &mut iov,
+            offset_bytes,
+            libc::RWF_DSYNC,
+        )
     }
 
     /// `pwritev2` (with `RWF_DSYNC` in dsync mode) until every buffer is
@@ -258,74 +263,87 @@ impl FileDevice {
             SyncMode::Dsync => libc::RWF_DSYNC,
             SyncMode::Fdatasync | SyncMode::Nvram => 0,
         };
-        let mut iovs: Vec<libc::iovec> = bufs
-            .iter()
-            .filter(|b| !b.is_empty())
-            .map(|b| libc::iovec {
+        let mut iovs = iovecs(bufs);
+        pwritev_all(self.file.as_raw_fd(), &mut iovs, offset_bytes, flags)
+    }
+}
+
+/// The iovecs of `bufs`, empty ones left out and each run of buffers that
+/// follow one another in memory (the pages of one request) joined in one.
+fn iovecs(bufs: &[&[u8]]) -> Vec<libc::iovec> {
+    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(bufs.len());
+    for b in bufs.iter().filter(|b| !b.is_empty()) {
+        match iovs.last_mut() {
+            Some(last) if last.iov_base as usize + last.iov_len == b.as_ptr() as usize => {
+                last.iov_len += b.len()
+            }
+            _ => iovs.push(libc::iovec {
                 iov_base: b.as_ptr() as *mut libc::c_void,
                 iov_len: b.len(),
-            })
-            .collect();
-        self.pwritev_all(&mut iovs, offset_bytes, flags)
+            }),
+        }
     }
+    iovs
+}
 
-    /// `pwritev2(flags)` from `offset_bytes` until every byte the iovecs
-    /// name is written (short writes resumed), at most `IOV_MAX` per call.
-    /// The iovecs must point into buffers alive for the call.
-    fn pwritev_all(
-        &self,
-        iovs: &mut [libc::iovec],
-        offset_bytes: u64,
-        flags: libc::c_int,
-    ) -> io::Result<()> {
-        const IOV_MAX: usize = 1024;
-        let mut first = 0;
-        let mut at = offset_bytes;
-        while first < iovs.len() {
-            if iovs[first].iov_len == 0 {
-                first += 1;
+/// `pwritev2(flags)` on `fd` from `offset_bytes` until every byte the
+/// iovecs name is written (short writes resumed), at most `IOV_MAX` per
+/// call. The iovecs must point into buffers alive for the call.
+fn pwritev_all(
+    fd: std::os::fd::RawFd,
+    iovs: &mut [libc::iovec],
+    offset_bytes: u64,
+    flags: libc::c_int,
+) -> io::Result<()> {
+    const IOV_MAX: usize = 1024;
+    let mut first = 0;
+    let mut at = offset_bytes;
+    while first < iovs.len() {
+        if iovs[first].iov_len == 0 {
+            first += 1;
+            continue;
+        }
+        let count = (iovs.len() - first).min(IOV_MAX);
+        let offset =
+            libc::off_t::try_from(at).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: the iovecs point into live buffers (caller); fd is open.
+        let n = unsafe {
+            libc::pwritev2(
+                fd,
+                iovs[first..].as_ptr(),
+                count as libc::c_int,
+                offset,
+                flags,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            let count = (iovs.len() - first).min(IOV_MAX);
-            let offset = libc::off_t::try_from(at)
-                .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-            // SAFETY: the iovecs point into live buffers (caller); fd is open.
-            let n = unsafe {
-                libc::pwritev2(
-                    self.file.as_raw_fd(),
-                    iovs[first..].as_ptr(),
-                    count as libc::c_int,
-                    offset,
-                    flags,
-                )
-            };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Err(io::Error::from(io::ErrorKind::WriteZero));
-            }
-            at += n as u64;
-            let mut n = n as usize;
-            while n > 0 {
-                let iov = &mut iovs[first];
-                if n >= iov.iov_len {
-                    n -= iov.iov_len;
-                    first += 1;
-                } else {
-                    // SAFETY: advances within the same buffer (n < its length).
-                    iov.iov_base = unsafe { iov.iov_base.cast::<u8>().add(n) }.cast();
-                    iov.iov_len -= n;
-                    n = 0;
-                }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::Error::from(io::ErrorKind::WriteZero));
+        }
+        at += n as u64;
+        let mut n = n as usize;
+        while n > 0 {
+            let iov = &mut iovs[first];
+            if n >= iov.iov_len {
+                n -= iov.iov_len;
+                first += 1;
+            } else {
+                // Within the iovec (n < its length), which may span
+                // buffers that follow one another (`iovecs`): plain
+                // address arithmetic, never dereferenced here.
+                iov.iov_base = iov.iov_base.cast::<u8>().wrapping_add(n).cast();
+                iov.iov_len -= n;
+                n = 0;
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 fn block_device_size_bytes(file: &File) -> io::Result<u64> {
@@ -474,30 +492,28 @@ impl BlockDevice for FileDevice {
 
     /// Through the O_DIRECT descriptor beside the buffered one, in
     /// `fdatasync` mode (its flush makes these writes durable too), when
-    /// buffer, offset and length are aligned to 4 KiB.
-    fn write_direct_at(&self, data: &[u8], offset_bytes: u64) -> Result<bool, DeviceError> {
+    /// every buffer (address and length) and the offset are aligned to 4 KiB.
+    fn write_direct_vectored_at(
+        &self,
+        bufs: &[&[u8]],
+        offset_bytes: u64,
+    ) -> Result<bool, DeviceError> {
+        let aligned =
+            |b: &&[u8]| is_aligned(b.as_ptr() as usize, 0, b.len(), DIRECT_ALIGNMENT_BYTES);
         if self.options.sync != SyncMode::Fdatasync
-            || !is_aligned(
-                data.as_ptr() as usize,
-                offset_bytes,
-                data.len(),
-                DIRECT_ALIGNMENT_BYTES,
-            )
+            || !offset_bytes.is_multiple_of(DIRECT_ALIGNMENT_BYTES as u64)
+            || !bufs.iter().all(aligned)
         {
             return Ok(false);
         }
-        check_range(
-            &|| self.name(),
-            offset_bytes,
-            data.len() as u64,
-            self.size_bytes,
-        )?;
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        check_range(&|| self.name(), offset_bytes, total as u64, self.size_bytes)?;
         let Some(direct) = self.direct_file() else {
             return Ok(false);
         };
-        direct
-            .write_all_at(data, offset_bytes)
-            .map_err(|e| self.io_err("write", offset_bytes, data.len() as u64, e))?;
+        let mut iovs = iovecs(bufs);
+        pwritev_all(direct.as_raw_fd(), &mut iovs, offset_bytes, 0)
+            .map_err(|e| self.io_err("write", offset_bytes, total as u64, e))?;
         Ok(true)
     }
 

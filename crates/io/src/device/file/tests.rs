@@ -1,6 +1,7 @@
 //! Tests of the file device.
 
 use super::*;
+use crate::device::AlignedBuf;
 
 /// `/var/tmp` is a disk filesystem on every machine this runs on
 /// (tmpfs would be skipped by design: the test refuses it).
@@ -116,6 +117,56 @@ fn vectored_writes_land_in_order_in_every_sync_mode() {
         let too_far = [&[1u8; 8][..], &[2u8; 8][..]];
         assert!(dev.write_vectored_at(&too_far, (1 << 20) - 15).is_err());
     }
+}
+
+#[test]
+fn direct_vectored_writes_join_adjacent_pages_and_decline_what_does_not_suit() {
+    const P: usize = 4096;
+    let dir = disk_dir();
+    let dev = FileDevice::open(
+        &dir.path().join("dev"),
+        FileOptions {
+            create_size_bytes: Some(1 << 20),
+            ..FileOptions::default()
+        },
+    )
+    .expect("open");
+    let mut a = AlignedBuf::new();
+    let a = a.get(8 * P);
+    for (i, page) in a.chunks_mut(P).enumerate() {
+        page.fill(i as u8 + 1);
+    }
+    let mut b = AlignedBuf::new();
+    let b = b.get(P);
+    b.fill(0xee);
+    // Pages 0-2 of `a` follow one another (one iovec), then `b`, then
+    // page 5 of `a` alone: out of memory order, as a batch's pages are.
+    let bufs: Vec<&[u8]> = vec![&a[..P], &a[P..2 * P], &a[2 * P..3 * P], b, &a[5 * P..6 * P]];
+    assert_eq!(iovecs(&bufs).len(), 3, "adjacent pages joined");
+    let written = dev
+        .write_direct_vectored_at(&bufs, 16 * P as u64)
+        .expect("write");
+    if dev.direct_file().is_none() {
+        assert!(!written, "no O_DIRECT here: declined");
+        return;
+    }
+    assert!(written, "aligned pages go direct");
+    let expect: Vec<u8> = bufs.concat();
+    let mut back = vec![0u8; expect.len()];
+    dev.read_at(&mut back, 16 * P as u64).expect("read");
+    assert!(back == expect, "read back what went around the page cache");
+    // An offset or a buffer off the alignment: declined, nothing written.
+    assert!(!dev
+        .write_direct_vectored_at(&bufs, 16 * P as u64 + 512)
+        .expect("declined"));
+    let odd: Vec<&[u8]> = vec![&a[1..P + 1]];
+    assert!(!dev.write_direct_vectored_at(&odd, 0).expect("declined"));
+    let mut zero = vec![0xffu8; P];
+    dev.read_at(&mut zero, 0).expect("read");
+    assert!(
+        zero.iter().all(|&x| x == 0),
+        "the declined write wrote nothing"
+    );
 }
 
 #[test]
