@@ -1,9 +1,11 @@
 //! NbdDevice against a real NBD server (nbdkit's memory plugin): the client
 //! round-trips bytes, and the driver runs with a remote export as backing.
-//! Prints SKIP when nbdkit is missing, unless WCACHE_REQUIRE_TOOLS=1.
+//! Prints SKIP when nbdkit is missing, unless WCACHE_REQUIRE_TOOLS=1. And
+//! against wcache-nbd's own server, whose codec the client shares.
 
 mod common;
 
+use std::os::unix::net::UnixListener;
 use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +14,7 @@ use common::have;
 use wcache_core::types::VolumeId;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::{BlockDevice, Driver, DriverConfig, MemDevice, NbdDevice};
+use wcache_nbd::{Export, MemExport, Server};
 
 struct Nbdkit(Child);
 impl Drop for Nbdkit {
@@ -86,4 +89,32 @@ fn nbd_device_round_trips_against_nbdkit_and_backs_the_driver() {
     let mut remote = vec![0u8; 4096];
     dev.read_at(&mut remote, 199 * 4096).expect("read remote");
     assert!(remote == page, "destaged page reached the remote export");
+}
+
+#[test]
+fn nbd_device_talks_to_wcache_nbds_own_server_and_is_refused_an_unknown_export() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("own.sock");
+    let export: Arc<dyn Export> = Arc::new(MemExport::new(1 << 20, 512));
+    let mut server = Server::builder()
+        .export("disk", export)
+        .start()
+        .expect("server");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    server.listen_unix(listener).expect("listen");
+    let uri = |name: &str| format!("nbd+unix:///{name}?socket={}", socket.display());
+    let dev = NbdDevice::connect(&uri("disk"), 2).expect("connect");
+    assert_eq!(dev.len_bytes(), 1 << 20);
+    let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+    dev.write_at(&data, 4096).expect("write");
+    dev.flush().expect("flush");
+    let mut back = vec![0u8; data.len()];
+    dev.read_at(&mut back, 4096).expect("read");
+    assert!(back == data);
+    dev.trim(0, 1 << 20).expect("trim");
+    let refused = NbdDevice::connect(&uri("nope"), 1).err().expect("refused");
+    let text = refused.to_string();
+    assert!(text.contains("server refused export \"nope\""), "{text}");
+    drop(dev);
+    server.stop();
 }

@@ -1,9 +1,11 @@
-//! wcache-nbd: the NBD protocol, server side.
+//! wcache-nbd: the NBD protocol: the server, and the codec NBD backings share with it.
 //!
 //! This crate exists so that cached volumes can be served to any NBD client
 //! (the Linux kernel, qemu, libnbd tools, fio). `proto` is the pure codec and
-//! handshake state machine (no I/O); `server` moves bytes between sockets (`socket`) and
-//! `Export`s with std threads; `export` defines what a volume must offer.
+//! handshake state machine (no I/O), with the client's side in `proto::client`
+//! (wcache-io's NBD backing speaks through it); `server` moves bytes between
+//! sockets (`socket`) and `Export`s with std threads; `export` defines what a
+//! volume must offer.
 //! It must never trust a length sent by a client: see `docs/nbd.md`.
 
 pub mod clients;

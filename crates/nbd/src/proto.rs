@@ -1,10 +1,10 @@
-//! NBD wire protocol, server side: constants, the fixed-newstyle handshake as a
-//! sans-IO state machine, and the transmission-phase request/reply codecs.
+//! NBD wire protocol: constants, the server's fixed-newstyle handshake as a
+//! sans-IO state machine, the transmission-phase codecs (the client's in `client`).
 //!
-//! This module exists so that every byte the server reads from a client is
-//! interpreted by pure, unit-testable (and fuzzable) code. It must never do
-//! I/O, spawn, read a clock, or allocate in proportion to a length field sent
-//! by the client: every buffer it keeps is bounded by a constant below.
+//! This module exists so that every byte the server reads from a client, and
+//! the backing client from a server, is interpreted by pure, unit-testable
+//! (and fuzzable) code. It must never do I/O, spawn, read a clock, or allocate
+//! in proportion to a length the peer sent: every buffer is bounded by a constant.
 //!
 //! Reference: `doc/proto.md` of the NetworkBlockDevice/nbd project.
 
@@ -114,16 +114,17 @@ pub const REP_ACK: u32 = 1;
 pub const REP_SERVER: u32 = 2;
 pub const REP_INFO: u32 = 3;
 pub const REP_META_CONTEXT: u32 = 4;
-const REP_ERR_BIT: u32 = 1 << 31;
-pub const REP_ERR_UNSUP: u32 = REP_ERR_BIT | 1;
-pub const REP_ERR_POLICY: u32 = REP_ERR_BIT | 2;
-pub const REP_ERR_INVALID: u32 = REP_ERR_BIT | 3;
-pub const REP_ERR_PLATFORM: u32 = REP_ERR_BIT | 4;
-pub const REP_ERR_TLS_REQD: u32 = REP_ERR_BIT | 5;
-pub const REP_ERR_UNKNOWN: u32 = REP_ERR_BIT | 6;
-pub const REP_ERR_SHUTDOWN: u32 = REP_ERR_BIT | 7;
-pub const REP_ERR_BLOCK_SIZE_REQD: u32 = REP_ERR_BIT | 8;
-pub const REP_ERR_TOO_BIG: u32 = REP_ERR_BIT | 9;
+/// `NBD_REP_FLAG_ERROR`: set in the type of every error reply.
+pub const REP_FLAG_ERROR: u32 = 1 << 31;
+pub const REP_ERR_UNSUP: u32 = REP_FLAG_ERROR | 1;
+pub const REP_ERR_POLICY: u32 = REP_FLAG_ERROR | 2;
+pub const REP_ERR_INVALID: u32 = REP_FLAG_ERROR | 3;
+pub const REP_ERR_PLATFORM: u32 = REP_FLAG_ERROR | 4;
+pub const REP_ERR_TLS_REQD: u32 = REP_FLAG_ERROR | 5;
+pub const REP_ERR_UNKNOWN: u32 = REP_FLAG_ERROR | 6;
+pub const REP_ERR_SHUTDOWN: u32 = REP_FLAG_ERROR | 7;
+pub const REP_ERR_BLOCK_SIZE_REQD: u32 = REP_FLAG_ERROR | 8;
+pub const REP_ERR_TOO_BIG: u32 = REP_FLAG_ERROR | 9;
 
 pub const INFO_EXPORT: u16 = 0;
 pub const INFO_NAME: u16 = 1;
@@ -544,10 +545,7 @@ impl Handshake {
             return;
         };
         let export = self.exports[index].clone();
-        let mut info = [0u8; 2 + 8 + 2];
-        info[0..2].copy_from_slice(&INFO_EXPORT.to_be_bytes());
-        info[2..10].copy_from_slice(&export.size_bytes.to_be_bytes());
-        info[10..12].copy_from_slice(&export.transmission_flags.to_be_bytes());
+        let info = client::InfoExport::of(&export).encode();
         self.reply(option, REP_INFO, &info);
         // Always sent: we enforce a minimum block size, and unrequested info
         // is allowed (clients ignore what they did not ask for).
@@ -588,7 +586,7 @@ impl Handshake {
     }
 
     fn reply_error(&mut self, option: u32, reply_type: u32, message: &str) {
-        debug_assert!(reply_type & REP_ERR_BIT != 0);
+        debug_assert!(reply_type & REP_FLAG_ERROR != 0);
         self.reply(option, reply_type, message.as_bytes());
     }
 }
@@ -974,6 +972,8 @@ pub mod fuzz {
         }
     }
 }
+
+pub mod client;
 
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,9 @@
 //! one request at a time; several connections are opened when the server
 //! advertises `CAN_MULTI_CONN` (flush on one covers writes on all),
 //! otherwise exactly one, so `flush()` always covers every earlier write.
+//! The bytes are encoded and decoded by the codec the server shares
+//! (`wcache_nbd::proto::client`); this file moves them (sockets, threads,
+//! reconnection, timeouts).
 //!
 //! Connections heal: a connection that breaks (I/O error, EOF, a reply out of
 //! step) or that the server asks to leave (ESHUTDOWN: soft disconnect with
@@ -31,32 +34,17 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use wcache_nbd::proto::client::{self, ClientError, GoReplies};
+use wcache_nbd::proto::{
+    NbdErrno, CMD_DISC, CMD_FLUSH, CMD_READ, CMD_TRIM, CMD_WRITE, FLAG_CAN_MULTI_CONN,
+    FLAG_SEND_FLUSH, FLAG_SEND_TRIM, GREETING_LEN, OPTION_REPLY_HEADER_LEN, PAYLOAD_MAX_BYTES,
+    SIMPLE_REPLY_HEADER_LEN,
+};
+
 use super::{check_range, BlockDevice, DeviceError};
 
-const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
-const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
-const REPLY_MAGIC_OPT: u64 = 0x0003_e889_0455_65a9;
-const REQUEST_MAGIC: u32 = 0x2560_9513;
-const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
-const FLAG_FIXED_NEWSTYLE: u16 = 1;
-const FLAG_NO_ZEROES: u16 = 2;
-const OPT_GO: u32 = 7;
-const REP_ACK: u32 = 1;
-const REP_INFO: u32 = 3;
-const REP_FLAG_ERROR: u32 = 1 << 31;
-const INFO_EXPORT: u16 = 0;
-const TFLAG_SEND_FLUSH: u16 = 1 << 2;
-const TFLAG_SEND_TRIM: u16 = 1 << 5;
-const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
-const CMD_READ: u16 = 0;
-const CMD_WRITE: u16 = 1;
-const CMD_DISC: u16 = 2;
-const CMD_FLUSH: u16 = 3;
-const CMD_TRIM: u16 = 4;
-/// Option reply payloads we accept (the server may send long descriptions).
-const OPTION_REPLY_MAX_BYTES: u32 = 64 * 1024;
 /// Largest READ/WRITE sent in one request (the spec's safe maximum).
-const REQUEST_MAX_BYTES: usize = 32 * 1024 * 1024;
+const REQUEST_MAX_BYTES: usize = PAYLOAD_MAX_BYTES as usize;
 
 /// Where the export is: parsed from an NBD URI.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,7 +82,7 @@ impl NbdAddress {
             let host_port = if host.contains(':') && !host.ends_with(']') {
                 host.to_string()
             } else {
-                format!("{host}:10809")
+                format!("{host}:{}", client::DEFAULT_PORT)
             };
             return Ok(NbdAddress::Tcp {
                 host_port,
@@ -111,8 +99,6 @@ impl NbdAddress {
     }
 }
 
-/// NBD_ESHUTDOWN: the server is shutting down; the client must disconnect.
-const ESHUTDOWN: u32 = 108;
 /// First wait between reconnect attempts; doubles up to the maximum.
 pub const RECONNECT_BACKOFF_MIN_MS: u64 = 10;
 /// Longest wait between reconnect attempts.
@@ -231,10 +217,7 @@ impl Stream {
 
     /// Soft disconnect: `NBD_CMD_DISC` (no reply), then close.
     fn disconnect(mut self) {
-        let mut header = [0u8; 28];
-        header[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        header[6..8].copy_from_slice(&CMD_DISC.to_be_bytes());
-        let _ = self.write_all(&header);
+        let _ = self.write_all(&client::encode_request(CMD_DISC, 0, 0, 0));
         self.shutdown();
     }
 
@@ -473,7 +456,7 @@ impl Shared {
                         conn.disconnect();
                         return;
                     }
-                    if flags & TFLAG_CAN_MULTI_CONN == 0 {
+                    if flags & FLAG_CAN_MULTI_CONN == 0 {
                         pool.wanted = 1;
                     }
                     if pool.live >= pool.wanted {
@@ -653,22 +636,6 @@ fn proto_err(uri: &str, what: impl Into<String>) -> DeviceError {
     }
 }
 
-fn read_u16(s: &mut Stream) -> io::Result<u16> {
-    let mut b = [0u8; 2];
-    s.read_exact(&mut b)?;
-    Ok(u16::from_be_bytes(b))
-}
-fn read_u32(s: &mut Stream) -> io::Result<u32> {
-    let mut b = [0u8; 4];
-    s.read_exact(&mut b)?;
-    Ok(u32::from_be_bytes(b))
-}
-fn read_u64(s: &mut Stream) -> io::Result<u64> {
-    let mut b = [0u8; 8];
-    s.read_exact(&mut b)?;
-    Ok(u64::from_be_bytes(b))
-}
-
 /// Opens one connection and runs the handshake: the stream, the export's
 /// size and its transmission flags.
 fn open_one(uri: &str, address: &NbdAddress) -> Result<(Stream, u64, u16), DeviceError> {
@@ -700,76 +667,54 @@ fn open_one(uri: &str, address: &NbdAddress) -> Result<(Stream, u64, u16), Devic
         }
     };
     stream.set_timeouts(Some(timeout)).map_err(io)?;
-    if read_u64(&mut stream).map_err(io)? != NBDMAGIC {
-        return Err(proto_err(uri, "not an NBD server (bad magic)"));
-    }
-    if read_u64(&mut stream).map_err(io)? != IHAVEOPT {
-        return Err(proto_err(uri, "server does not speak newstyle"));
-    }
-    let server_flags = read_u16(&mut stream).map_err(io)?;
-    if server_flags & FLAG_FIXED_NEWSTYLE == 0 {
-        return Err(proto_err(uri, "server does not speak fixed newstyle"));
-    }
-    let client_flags = (FLAG_FIXED_NEWSTYLE | (server_flags & FLAG_NO_ZEROES)) as u32;
-    let name = address.export().as_bytes();
-    let mut msg = Vec::with_capacity(32 + name.len());
-    msg.extend_from_slice(&client_flags.to_be_bytes());
-    msg.extend_from_slice(&IHAVEOPT.to_be_bytes());
-    msg.extend_from_slice(&OPT_GO.to_be_bytes());
-    msg.extend_from_slice(&((4 + name.len() + 2) as u32).to_be_bytes());
-    msg.extend_from_slice(&(name.len() as u32).to_be_bytes());
-    msg.extend_from_slice(name);
-    msg.extend_from_slice(&0u16.to_be_bytes());
-    stream.write_all(&msg).map_err(io)?;
-    let mut export_info: Option<(u64, u16)> = None;
-    loop {
-        if read_u64(&mut stream).map_err(io)? != REPLY_MAGIC_OPT {
-            return Err(proto_err(uri, "bad option reply magic"));
-        }
-        let _option = read_u32(&mut stream).map_err(io)?;
-        let reply = read_u32(&mut stream).map_err(io)?;
-        let len = read_u32(&mut stream).map_err(io)?;
-        if len > OPTION_REPLY_MAX_BYTES {
-            return Err(proto_err(uri, format!("option reply of {len} bytes")));
-        }
-        let mut data = vec![0u8; len as usize];
-        stream.read_exact(&mut data).map_err(io)?;
-        if reply & REP_FLAG_ERROR != 0 {
-            let text = String::from_utf8_lossy(&data).into_owned();
-            return Err(DeviceError::Open {
-                device: uri.to_string(),
-                what: format!(
-                    "server refused export {:?}: error {reply:#x} {text}",
-                    address.export()
-                ),
-            });
-        }
-        match reply {
-            REP_INFO
-                if data.len() >= 12 && u16::from_be_bytes([data[0], data[1]]) == INFO_EXPORT =>
-            {
-                let mut size = [0u8; 8];
-                size.copy_from_slice(&data[2..10]);
-                export_info = Some((
-                    u64::from_be_bytes(size),
-                    u16::from_be_bytes([data[10], data[11]]),
-                ));
-            }
-            REP_INFO => {}
-            REP_ACK => break,
-            other => return Err(proto_err(uri, format!("unexpected option reply {other}"))),
-        }
-    }
-    let (size, flags) =
-        export_info.ok_or_else(|| proto_err(uri, "GO acked without NBD_INFO_EXPORT"))?;
+    let export = handshake(uri, &mut stream, address.export())?;
     // Transmission: requests wait for replies as long as the server takes.
     stream.set_timeouts(None).map_err(io)?;
-    Ok((stream, size, flags))
+    Ok((stream, export.size_bytes, export.transmission_flags))
 }
 
-/// One request and its simple reply on `stream`: `Ok(0)` on success,
-/// `Ok(errno)` when the server answered an error, `Err` when the connection
-/// is broken or out of step.
+/// The client's side of the fixed newstyle handshake with `NBD_OPT_GO` for
+/// `export`: this moves the bytes, `wcache_nbd::proto::client` reads them.
+fn handshake(
+    uri: &str,
+    stream: &mut Stream,
+    export: &str,
+) -> Result<client::InfoExport, DeviceError> {
+    let io = |e: io::Error| proto_err(uri, format!("handshake: {e}"));
+    let codec = |e: ClientError| match e {
+        ClientError::OptionRefused {
+            reply_type,
+            message,
+        } => DeviceError::Open {
+            device: uri.to_string(),
+            what: format!("server refused export {export:?}: error {reply_type:#x} {message}"),
+        },
+        e => proto_err(uri, e.to_string()),
+    };
+    let mut greeting = [0u8; GREETING_LEN];
+    stream.read_exact(&mut greeting).map_err(io)?;
+    let server_flags = client::decode_greeting(&greeting).map_err(codec)?;
+    let mut go = Vec::new();
+    client::encode_go(&mut go, server_flags, export).map_err(codec)?;
+    stream.write_all(&go).map_err(io)?;
+    let mut replies = GoReplies::new();
+    let mut data = Vec::new();
+    loop {
+        let mut header = [0u8; OPTION_REPLY_HEADER_LEN];
+        stream.read_exact(&mut header).map_err(io)?;
+        let header = client::decode_option_reply_header(&header).map_err(codec)?;
+        // At most `client::OPTION_REPLY_DATA_MAX_BYTES`: the decoder checked.
+        data.resize(header.length as usize, 0);
+        stream.read_exact(&mut data).map_err(io)?;
+        if let Some(export) = replies.handle(header.reply_type, &data).map_err(codec)? {
+            return Ok(export);
+        }
+    }
+}
+
+/// One request and its simple reply on `stream`: `Ok(None)` on success,
+/// `Ok(Some(errno))` when the server answered an error, `Err` when the
+/// connection is broken or out of step.
 fn exchange(
     stream: &mut Stream,
     cookie: u64,
@@ -778,37 +723,22 @@ fn exchange(
     len_bytes: u32,
     payload: Option<&[u8]>,
     read_into: Option<&mut [u8]>,
-) -> io::Result<u32> {
-    let mut header = [0u8; 28];
-    header[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
-    header[4..6].copy_from_slice(&0u16.to_be_bytes());
-    header[6..8].copy_from_slice(&command.to_be_bytes());
-    header[8..16].copy_from_slice(&cookie.to_be_bytes());
-    header[16..24].copy_from_slice(&offset_bytes.to_be_bytes());
-    header[24..28].copy_from_slice(&len_bytes.to_be_bytes());
+) -> io::Result<Option<u32>> {
+    let header = client::encode_request(command, cookie, offset_bytes, len_bytes);
     stream.write_all(&header)?;
     if let Some(p) = payload {
         stream.write_all(p)?;
     }
-    let mut reply = [0u8; 16];
+    let mut reply = [0u8; SIMPLE_REPLY_HEADER_LEN];
     stream.read_exact(&mut reply)?;
-    let magic = u32::from_be_bytes([reply[0], reply[1], reply[2], reply[3]]);
-    let errno = u32::from_be_bytes([reply[4], reply[5], reply[6], reply[7]]);
-    let mut got = [0u8; 8];
-    got.copy_from_slice(&reply[8..16]);
-    if magic != SIMPLE_REPLY_MAGIC || u64::from_be_bytes(got) != cookie {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "reply out of step",
-        ));
+    let error = client::decode_simple_reply(&reply, cookie)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    if error.is_none() {
+        if let Some(buf) = read_into {
+            stream.read_exact(buf)?;
+        }
     }
-    if errno != 0 {
-        return Ok(errno);
-    }
-    if let Some(buf) = read_into {
-        stream.read_exact(buf)?;
-    }
-    Ok(0)
+    Ok(error)
 }
 
 impl NbdDevice {
@@ -834,7 +764,7 @@ impl NbdDevice {
             transmission_flags: flags,
             epoch: 0,
         }];
-        let wanted = if flags & TFLAG_CAN_MULTI_CONN != 0 {
+        let wanted = if flags & FLAG_CAN_MULTI_CONN != 0 {
             options.connections_max.max(1)
         } else {
             1
@@ -946,7 +876,7 @@ impl NbdDevice {
     /// Whether the server keeps writes in a volatile cache (then acknowledged
     /// writes are logged until a FLUSH covers them).
     fn logs_writes(&self) -> bool {
-        self.transmission_flags & TFLAG_SEND_FLUSH != 0
+        self.transmission_flags & FLAG_SEND_FLUSH != 0
     }
 
     /// One request and its simple reply, on whatever connection is open;
@@ -991,7 +921,7 @@ impl NbdDevice {
             if attempt > 0 {
                 shared.pool().requests_retried += 1;
             }
-            if command == CMD_FLUSH && conn.transmission_flags & TFLAG_SEND_FLUSH == 0 {
+            if command == CMD_FLUSH && conn.transmission_flags & FLAG_SEND_FLUSH == 0 {
                 // This server keeps no volatile cache: nothing to flush.
                 shared.put_back(conn);
                 return Ok(());
@@ -1007,18 +937,18 @@ impl NbdDevice {
                 read_into.as_deref_mut(),
             );
             match result {
-                Ok(0) => {
+                Ok(None) => {
                     shared.put_back(conn);
                     return Ok(());
                 }
-                Ok(ESHUTDOWN) => {
+                Ok(Some(errno)) if errno == NbdErrno::Shutdown.code() => {
                     // The reply is in and no other is outstanding on this
                     // connection: leave it, and try again on a new one.
                     conn.disconnect();
                     shared.lost(format!("server answered {op} with ESHUTDOWN"), true);
                     away_since.get_or_insert_with(Instant::now);
                 }
-                Ok(errno) => {
+                Ok(Some(errno)) => {
                     shared.put_back(conn);
                     return Err(DeviceError::Remote {
                         device: shared.uri.clone(),
@@ -1215,7 +1145,7 @@ impl BlockDevice for NbdDevice {
     }
 
     fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
-        if self.transmission_flags & TFLAG_SEND_TRIM == 0 {
+        if self.transmission_flags & FLAG_SEND_TRIM == 0 {
             return Ok(());
         }
         check_range(
@@ -1301,7 +1231,7 @@ mod tests {
         assert_eq!(
             NbdAddress::parse("nbd://localhost/disk").expect("tcp"),
             NbdAddress::Tcp {
-                host_port: "localhost:10809".into(),
+                host_port: format!("localhost:{}", client::DEFAULT_PORT),
                 export: "disk".into()
             }
         );

@@ -11,23 +11,17 @@ fn exports() -> Vec<ExportInfo> {
     vec![first, second]
 }
 
+/// One option request as the client encodes it.
 fn option(option: u32, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    out.extend_from_slice(&IHAVEOPT.to_be_bytes());
-    out.extend_from_slice(&option.to_be_bytes());
-    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    out.extend_from_slice(data);
+    client::encode_option(&mut out, option, data);
     out
 }
 
+/// INFO/GO data as the client encodes it.
 fn info_data(name: &str, requests: &[u16]) -> Vec<u8> {
     let mut out = Vec::new();
-    out.extend_from_slice(&(name.len() as u32).to_be_bytes());
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(&(requests.len() as u16).to_be_bytes());
-    for r in requests {
-        out.extend_from_slice(&r.to_be_bytes());
-    }
+    client::encode_info_request(&mut out, name.as_bytes(), requests).expect("short name");
     out
 }
 
