@@ -373,7 +373,7 @@ fn crash_loop_on(dir: &Path, cache: &Path, cache_sync: &str, extra: &[&str]) {
         } else {
             // A cache file on a disk takes the event-driven data path
             // wherever the kernel allows io_uring (the line says why not);
-            // format 3 writes each batch from the thread that issues it.
+            // format 3 writes each batch with one write from a driver thread.
             assert!(
                 log.contains("data path: io_uring")
                     || log.contains("io_uring unavailable")

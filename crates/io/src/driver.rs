@@ -586,6 +586,12 @@ impl Driver {
         }
     }
 
+    /// `write_async` returns before the device write (the event-driven
+    /// data path, or format 3's batches: `Shared::takes_async`).
+    pub fn writes_async(&self) -> bool {
+        self.shared.data_path == DataPath::IoUring || self.shared.log.is_some()
+    }
+
     /// The data path `write_async` uses, chosen at start.
     pub fn data_path(&self) -> &DataPath {
         &self.shared.data_path
@@ -593,7 +599,8 @@ impl Driver {
 
     /// Starts a write of `buffer[start..start + len]` at `offset_bytes` and
     /// returns without waiting for the device when the event-driven data
-    /// path is in use: `done` is then called later, from another thread,
+    /// path is in use, or the cache is format 3 (`takes_async`): `done` is
+    /// then called later, from another thread,
     /// once the write is acknowledged under the durability contract in
     /// force (as `write` would return). Otherwise (the threads, or FUA
     /// under persist-on-flush) the write runs here and `done` is called
@@ -627,8 +634,7 @@ impl Driver {
                 false,
             );
         }
-        let persist_on_flush = s.persist_on_flush.load(Ordering::Relaxed);
-        if !uring::takes(s.uring.as_ref(), len, fua, persist_on_flush) {
+        if !s.takes_async(len, fua) {
             let result = self.write(volume, offset_bytes, &buffer[start..start + len], fua);
             return done(result, buffer, false);
         }
@@ -1232,6 +1238,18 @@ impl Shared {
     /// The commands of a `write_async` request: whole pages from the
     /// request to io_uring (batches of up to `WRITE_BATCH_MAX`), the rest
     /// to the pool; this thread does not wait for any of them.
+    /// A write of `len` bytes started with `write_async` returns before its
+    /// device write: on io_uring (`Uring::takes`), and in format 3, where
+    /// the batch it joins is written by a pool thread, which answers it;
+    /// except FUA under persist-on-flush, whose flush runs on the caller.
+    fn takes_async(&self, len: usize, fua: bool) -> bool {
+        let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
+        if self.log.is_some() {
+            return !(persist_on_flush && fua);
+        }
+        uring::takes(self.uring.as_ref(), len, fua, persist_on_flush)
+    }
+
     fn dispatch_async(&self, jobs: VecDeque<Job>, hold: bool) {
         let Some(uring) = &self.uring else {
             return self.to_pool(jobs.into_iter());

@@ -2,7 +2,8 @@
 //! concurrent writes — whole pages from aligned and unaligned buffers,
 //! partial pages, FUA, held back and submitted in waves — each answered
 //! exactly once, read back, and found again after a restart without a
-//! drain, on a `dsync` + O_DIRECT cache file and on an `fdatasync` one.
+//! drain, on a `dsync` + O_DIRECT cache file and on an `fdatasync` one;
+//! and the same through format 3's batches, written by the driver's threads.
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -14,6 +15,7 @@ use wcache_core::types::VolumeId;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::device::file::{FileDevice, FileOptions, SyncMode};
 use wcache_io::format::{EngineRecord, VolumeEntry};
+use wcache_io::store::Asked;
 use wcache_io::{BlockDevice, CacheStore, DataPath, Driver, DriverConfig, DriverError, MemDevice};
 
 const PAGE_BYTES: u64 = 4096;
@@ -26,6 +28,17 @@ const REGION_PAGES: u64 = VOLUME_BYTES / PAGE_BYTES / THREADS / REGIONS;
 const WAVES: u32 = 30;
 
 fn start(path: &Path, sync: SyncMode, direct: bool, backing: Arc<dyn BlockDevice>) -> Driver {
+    start_as(path, (sync, direct, false), backing)
+}
+
+/// `start` with the cache's format: `log` for format 3 (its batches are
+/// written by the driver's threads, and `write_async` returns before them
+/// all the same).
+fn start_as(
+    path: &Path,
+    (sync, direct, log): (SyncMode, bool, bool),
+    backing: Arc<dyn BlockDevice>,
+) -> Driver {
     let cache: Arc<dyn BlockDevice> = Arc::new(
         FileDevice::open(
             path,
@@ -48,15 +61,26 @@ fn start(path: &Path, sync: SyncMode, direct: bool, backing: Arc<dyn BlockDevice
     };
     let record = EngineRecord::from_config(&config).expect("record");
     let volumes = vec![VolumeEntry::new("disk", VOLUME_BYTES, "mem:test").expect("entry")];
-    let (store, found, _) =
-        CacheStore::open_or_format(cache, PAGE_BYTES, &record, volumes, false).expect("open");
+    let asked = Asked {
+        page_size_bytes: PAGE_BYTES,
+        engine: &record,
+        log: Some(log),
+        force: false,
+    };
+    let (store, found, report) =
+        CacheStore::open_or_format_as(cache, asked, volumes).expect("open");
     let store = Arc::new(store);
     config.cache_slots = store.layout().slot_count;
     let driver_config = DriverConfig {
         io_threads: 2,
         ..DriverConfig::default()
     };
-    Driver::recover(config, store, found, vec![backing], driver_config).expect("driver")
+    let backings = vec![backing];
+    let driver = match report.log {
+        Some(log) => Driver::recover_log(config, store, found, &log, backings, driver_config),
+        None => Driver::recover(config, store, found, backings, driver_config),
+    };
+    driver.expect("driver")
 }
 
 /// False (with a note) where the kernel refuses io_uring: the threads
@@ -149,11 +173,20 @@ fn check_reads(driver: &Driver, shadow: &[u8]) {
 }
 
 fn keeps_every_acknowledged_write(sync: SyncMode, direct: bool) {
+    keeps_every_acknowledged_write_as((sync, direct, false));
+}
+
+fn keeps_every_acknowledged_write_as((sync, direct, log): (SyncMode, bool, bool)) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("cache.img");
     let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(VOLUME_BYTES));
+    let start = |path: &Path, sync, direct, backing| start_as(path, (sync, direct, log), backing);
     let driver = start(&path, sync, direct, backing.clone());
-    let uring = uring_in_use(&driver);
+    assert!(
+        driver.writes_async(),
+        "write_async returns before the device write"
+    );
+    let uring = !log && uring_in_use(&driver);
     let mut shadow = vec![0u8; VOLUME_BYTES as usize];
     let parts: Vec<(u64, Vec<u8>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
@@ -194,6 +227,12 @@ fn write_async_keeps_every_acknowledged_write_dsync_direct() {
 #[test]
 fn write_async_keeps_every_acknowledged_write_fdatasync() {
     keeps_every_acknowledged_write(SyncMode::Fdatasync, false);
+}
+
+#[test]
+fn write_async_keeps_every_acknowledged_write_on_format_3() {
+    keeps_every_acknowledged_write_as((SyncMode::Fdatasync, false, true));
+    keeps_every_acknowledged_write_as((SyncMode::Dsync, true, true));
 }
 
 #[test]

@@ -404,9 +404,9 @@ impl Volume {
     }
 
     /// True when `write_async` returns before the write is done (the
-    /// driver's io_uring data path).
+    /// driver's io_uring data path, or a format-3 cache).
     pub fn writes_async(&self) -> bool {
-        *self.driver.data_path() == crate::driver::DataPath::IoUring
+        self.driver.writes_async()
     }
 
     /// `write` of `buffer[start..start + len]` that calls `done` when it is

@@ -131,7 +131,7 @@ impl Uring {
             return threads("io_uring turned off");
         }
         if log {
-            return threads("format 3: each batch is written by the thread that issues it");
+            return threads("format 3: each batch is written with one write by a driver thread");
         }
         if !persistent {
             return threads("io_uring serves persistent caches only");
