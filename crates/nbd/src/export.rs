@@ -91,6 +91,13 @@ pub trait Export: Send + Sync {
     fn writes_async(&self) -> bool {
         false
     }
+    /// With `writes_async`: a WRITE alone on its connection (nothing more
+    /// received or arriving: a client at queue depth 1) is faster run to
+    /// completion with `write` on the reader thread than handed to the
+    /// export's threads (no wake-up). Default: false.
+    fn writes_alone_inline(&self) -> bool {
+        false
+    }
     /// Starts a write of `buffer[start..start + len]` at `offset` (the
     /// server aligns `start` in memory to 4 KiB); `done` is called once,
     /// perhaps before this returns, with the outcome (the same promise as

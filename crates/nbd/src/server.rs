@@ -33,8 +33,12 @@ use std::time::{Duration, Instant};
 
 use crate::export::Export;
 use job_queue::JobQueue;
+use writes::{
+    more_input, receive_async_write, start_write, start_write_async, ASYNC_ON_READER_MAX_BYTES,
+};
 
 mod job_queue;
+mod writes;
 use crate::proto::{
     decide, decode_request_header, encode_simple_reply, Command, ExportInfo, Handshake,
     HandshakeEvent, NbdErrno, Payload, BLOCK_SIZE_MIN_MAX_BYTES, PAYLOAD_MAX_BYTES,
@@ -693,7 +697,12 @@ fn transmission(
             else {
                 return; // Client vanished mid-payload.
             };
-            if length as usize <= ASYNC_ON_READER_MAX_BYTES {
+            if connection.export.writes_alone_inline() && !more_input(reader) {
+                // Alone on its connection (nothing more received or on the
+                // way: a client at QD1): run to completion here, where a
+                // hand-off would only add a wake-up and its latency.
+                start_write(shared, job, false);
+            } else if length as usize <= ASYNC_ON_READER_MAX_BYTES {
                 start_write_async(shared, job);
             } else if let Err(job) = shared.queue.push(job) {
                 job.connection.release(job.charge_bytes);
@@ -805,122 +814,6 @@ fn area_start(buffer: &[u8], command: Command) -> usize {
     buffer[data_at..]
         .as_ptr()
         .align_offset(DIRECT_IO_ALIGNMENT_BYTES)
-}
-
-/// WRITEs up to this size are started on the connection's reader thread;
-/// larger ones go to a worker, so that the reader receives the next request
-/// while the checksums and metadata of a large one are computed.
-const ASYNC_ON_READER_MAX_BYTES: usize = 64 * 1024;
-
-/// Receives a WRITE's payload into a buffer of its own, at an address
-/// aligned to 4 KiB, for `Export::write_async`. `None` when the client
-/// vanished mid-payload.
-fn receive_async_write(
-    connection: &Arc<Connection>,
-    reader: &mut BufReader<ReadHalf>,
-    cookie: u64,
-    command: Command,
-) -> Option<Job> {
-    let Command::Write { length, .. } = command else {
-        unreachable!("only WRITEs start asynchronously");
-    };
-    let len = length as usize;
-    let charge_bytes = u64::from(length);
-    // admit() may wait for writes to finish: nothing batched may wait with it.
-    connection.flush_replies();
-    connection.admit(charge_bytes);
-    let mut buffer = connection.take_buffer(len + DIRECT_IO_ALIGNMENT_BYTES);
-    let start = buffer.as_ptr().align_offset(DIRECT_IO_ALIGNMENT_BYTES);
-    if !receive(connection, reader, &mut buffer[start..start + len]) {
-        connection.release(charge_bytes);
-        return None;
-    }
-    Some(Job {
-        connection: Arc::clone(connection),
-        cookie,
-        command,
-        buffer,
-        charge_bytes,
-        payload_start: Some(start),
-        reply_start: 0,
-    })
-}
-
-/// Starts a received WRITE with `Export::write_async`; the reply is sent
-/// from `done`, on whichever thread finishes the write, which also gives
-/// the buffer back and releases the request's charge.
-fn start_write_async(shared: &Arc<Shared>, job: Job) {
-    let Job {
-        connection,
-        cookie,
-        command,
-        buffer,
-        charge_bytes,
-        payload_start,
-        reply_start: _,
-    } = job;
-    let (
-        Command::Write {
-            offset,
-            length,
-            fua,
-        },
-        Some(start),
-    ) = (command, payload_start)
-    else {
-        unreachable!("only received WRITEs start asynchronously");
-    };
-    let shared_done = Arc::clone(shared);
-    let connection_done = Arc::clone(&connection);
-    let done: crate::export::WriteDone = Box::new(move |result, mut buffer, more| {
-        let error = result.err().map(|e| e.errno());
-        if !connection_done.broken.load(Ordering::SeqCst) {
-            reply(
-                &shared_done,
-                &connection_done,
-                cookie,
-                command,
-                error,
-                &mut buffer,
-                true,
-            );
-        }
-        connection_done.recycle(buffer);
-        send_batched_replies(connection_done, charge_bytes, more);
-    });
-    connection
-        .export
-        .write_async(offset, buffer, start, length as usize, fua, done);
-}
-
-thread_local! {
-    /// Requests answered by `write_async` completions on this thread whose
-    /// replies are queued, not yet sent: (connection, charge).
-    static UNSENT: std::cell::RefCell<Vec<(Arc<Connection>, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// After a reply was queued on `connection` by a completion: with `more`
-/// (another completion follows at once on this thread) it is remembered;
-/// otherwise every remembered connection's replies are sent, one `write`
-/// per connection, and only then are the requests released (a connection
-/// that is closing waits for that, so no reply is left unsent).
-fn send_batched_replies(connection: Arc<Connection>, charge_bytes: u64, more: bool) {
-    let answered = UNSENT.with(|unsent| {
-        let mut unsent = unsent.borrow_mut();
-        unsent.push((connection, charge_bytes));
-        if more {
-            return Vec::new();
-        }
-        std::mem::take(&mut *unsent)
-    });
-    for (k, (c, _)) in answered.iter().enumerate() {
-        if !answered[..k].iter().any(|(d, _)| Arc::ptr_eq(c, d)) {
-            c.send_queued();
-        }
-    }
-    for (c, charge_bytes) in answered {
-        c.release(charge_bytes);
-    }
 }
 
 /// Reads a WRITE payload; the batched replies go first if the read may wait.

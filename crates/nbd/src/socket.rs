@@ -73,6 +73,22 @@ impl Socket {
         }
     }
 
+    /// Bytes wait to be read (a peek that never blocks; an error counts as
+    /// none: the next read reports it).
+    pub(crate) fn has_input(&self) -> bool {
+        let mut byte = 0u8;
+        // SAFETY: one byte of valid memory for the call.
+        let n = unsafe {
+            libc::recv(
+                self.raw_fd(),
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        n > 0
+    }
+
     /// One `recv` that never blocks: `Ok(None)` when nothing is there yet.
     pub(crate) fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         // SAFETY: `buf` is valid for writes of its length for the call.

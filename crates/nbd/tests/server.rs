@@ -570,12 +570,21 @@ struct AsyncMem {
     to_writer: std::sync::Mutex<std::sync::mpsc::Sender<Vec<Started>>>,
     misaligned: AtomicUsize,
     held_too_long: Arc<AtomicUsize>,
+    /// `writes_alone_inline`; the WRITEs run through `write` and through
+    /// `write_async`.
+    alone_inline: bool,
+    sync_writes: AtomicUsize,
+    async_writes: AtomicUsize,
 }
 
 type Started = (u64, Vec<u8>, usize, usize, wcache_nbd::WriteDone);
 
 impl AsyncMem {
     fn new() -> Arc<AsyncMem> {
+        AsyncMem::with_alone_inline(false)
+    }
+
+    fn with_alone_inline(alone_inline: bool) -> Arc<AsyncMem> {
         let inner = Arc::new(MemExport::new(64 * MIB, 512));
         let (tx, rx) = std::sync::mpsc::channel::<Vec<Started>>();
         let memory = inner.clone();
@@ -610,6 +619,9 @@ impl AsyncMem {
             to_writer: std::sync::Mutex::new(tx),
             misaligned: AtomicUsize::new(0),
             held_too_long,
+            alone_inline,
+            sync_writes: AtomicUsize::new(0),
+            async_writes: AtomicUsize::new(0),
         })
     }
 }
@@ -623,11 +635,15 @@ impl Export for AsyncMem {
         self.inner.read(offset, buf)
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.sync_writes.fetch_add(1, Ordering::SeqCst);
         self.inner.write(offset, data, fua)
     }
     forward_flush_trim_zeroes!();
     fn writes_async(&self) -> bool {
         true
+    }
+    fn writes_alone_inline(&self) -> bool {
+        self.alone_inline
     }
     fn write_async(
         &self,
@@ -638,6 +654,7 @@ impl Export for AsyncMem {
         _fua: bool,
         done: wcache_nbd::WriteDone,
     ) {
+        self.async_writes.fetch_add(1, Ordering::SeqCst);
         if !(buffer[start..].as_ptr() as usize).is_multiple_of(4096) {
             self.misaligned.fetch_add(1, Ordering::SeqCst);
         }
@@ -652,6 +669,51 @@ impl Export for AsyncMem {
             let _ = self.to_writer.lock().unwrap().send(batch);
         }
     }
+}
+
+#[test]
+fn a_lone_write_runs_inline_where_the_export_asks_and_pipelined_ones_async() {
+    let dir = TempDir::new("alone");
+    let export = AsyncMem::with_alone_inline(true);
+    let server = start_unix(&dir.socket(), vec![("disk", export.clone())]);
+    let mut client = connect(&dir.socket(), "disk");
+    // One at a time: nothing follows any of them, so each runs inline.
+    let mut sent = Vec::new();
+    for i in 0..6u64 {
+        let len = [4096usize, 256 * 1024][i as usize % 2];
+        let data = pattern(len, i as u8);
+        client.send(CMD_WRITE, 0, i, i * MIB, len as u32, &data);
+        assert_eq!(client.reply_header().error, 0);
+        sent.push((i * MIB, data));
+    }
+    assert_eq!(
+        export.sync_writes.load(Ordering::SeqCst),
+        6,
+        "lone writes inline"
+    );
+    assert_eq!(export.async_writes.load(Ordering::SeqCst), 0);
+    // Pipelined in one send: the reader finds the next ones behind each.
+    let mut burst = Vec::new();
+    for i in 0..16u64 {
+        let (at, data) = (8 * MIB + i * 8192, pattern(4096, 100 + i as u8));
+        burst.extend_from_slice(&request_bytes(CMD_WRITE, 0, 100 + i, at, 4096));
+        burst.extend_from_slice(&data);
+        sent.push((at, data));
+    }
+    client.stream.write_all(&burst).expect("send the burst");
+    for _ in 0..16 {
+        assert_eq!(client.reply_header().error, 0);
+    }
+    assert!(
+        export.async_writes.load(Ordering::SeqCst) >= 8,
+        "writes with others behind them go async: {}",
+        export.async_writes.load(Ordering::SeqCst)
+    );
+    for (at, data) in &sent {
+        assert_eq!(client.read(*at, data.len() as u32).as_ref(), Ok(data));
+    }
+    client.disconnect();
+    server.stop();
 }
 
 #[test]

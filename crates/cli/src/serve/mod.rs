@@ -127,6 +127,9 @@ impl Export for NbdVolume {
     fn writes_async(&self) -> bool {
         self.0.writes_async()
     }
+    fn writes_alone_inline(&self) -> bool {
+        self.0.writes_alone_inline()
+    }
     fn write_async(
         &self,
         offset: u64,

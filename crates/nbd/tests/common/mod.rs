@@ -182,6 +182,18 @@ pub fn connect(path: &Path, name: &str) -> Client {
     go(greet(path), name).expect("NBD_OPT_GO accepted")
 }
 
+/// A request's header, as `Client::send` sends it before the payload.
+pub fn request_bytes(kind: u16, flags: u16, cookie: u64, offset: u64, length: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(28);
+    out.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&kind.to_be_bytes());
+    out.extend_from_slice(&cookie.to_be_bytes());
+    out.extend_from_slice(&offset.to_be_bytes());
+    out.extend_from_slice(&length.to_be_bytes());
+    out
+}
+
 impl Client {
     pub fn send(
         &mut self,
@@ -192,13 +204,7 @@ impl Client {
         length: u32,
         payload: &[u8],
     ) {
-        let mut out = Vec::with_capacity(28 + payload.len());
-        out.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        out.extend_from_slice(&flags.to_be_bytes());
-        out.extend_from_slice(&kind.to_be_bytes());
-        out.extend_from_slice(&cookie.to_be_bytes());
-        out.extend_from_slice(&offset.to_be_bytes());
-        out.extend_from_slice(&length.to_be_bytes());
+        let mut out = request_bytes(kind, flags, cookie, offset, length);
         out.extend_from_slice(payload);
         self.stream.write_all(&out).expect("send request");
     }
