@@ -33,6 +33,8 @@
 
 mod batch;
 mod data_path;
+mod errors;
+pub use errors::{DrainError, RequestError, StartError};
 mod flusher;
 mod log;
 pub use data_path::DataPath;
@@ -52,9 +54,8 @@ use std::time::{Duration, Instant};
 
 use wcache_core::time::Nanos;
 use wcache_core::{
-    ChangeError, ConfigError, Engine, EngineConfig, EngineError, IoCommand, IoError, PageBase,
-    RecoveredSlot, RecoveryError, Request, RequestFlags, RequestKind, Retuned, SlotRecord, Source,
-    Stats, SubmitError,
+    ChangeError, Engine, EngineConfig, IoCommand, IoError, PageBase, RecoveredSlot, Request,
+    RequestFlags, RequestKind, Retuned, SlotRecord, Source, Stats, SubmitError,
 };
 
 use crate::device::{
@@ -96,57 +97,7 @@ impl Default for DriverConfig {
 /// What `Driver::write_async` calls, once, with the outcome, the buffer,
 /// and `more`: true when another answer follows at once on this thread (a
 /// caller may batch its replies until one comes with `more` false).
-pub type WriteDone = Box<dyn FnOnce(Result<(), DriverError>, Vec<u8>, bool) + Send>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum DriverError {
-    #[error("engine configuration: {0}")]
-    Config(#[from] ConfigError),
-    #[error("engine: {0}")]
-    Engine(#[from] EngineError),
-    #[error("recovery: {0}")]
-    Recovery(#[from] RecoveryError),
-    #[error(
-        "engine configuration {field} = {config} differs from the cache device's format ({format})"
-    )]
-    FormatMismatch {
-        field: &'static str,
-        config: u64,
-        format: u64,
-    },
-    #[error("request refused: {0}")]
-    Submit(#[from] SubmitError),
-    #[error("request failed: {0}")]
-    Io(#[from] IoError),
-    #[error("the engine's log mode goes with a format-3 cache device, and only it (Driver::recover_log)")]
-    LogModeNotBuilt,
-    #[error("cache device {device} holds {size_bytes} bytes, but {cache_slots} slots of {page_size_bytes} bytes need {need_bytes}")]
-    CacheTooSmall {
-        device: String,
-        size_bytes: u64,
-        cache_slots: u64,
-        page_size_bytes: u64,
-        need_bytes: u64,
-    },
-    #[error("device {device} needs {alignment_bytes}-byte alignment, which the page size {page_size_bytes} does not have")]
-    PageNotAligned {
-        device: String,
-        alignment_bytes: usize,
-        page_size_bytes: u64,
-    },
-    #[error("{kind:?} request of {len_bytes} bytes came with a payload of {payload_bytes} bytes")]
-    PayloadLength {
-        kind: RequestKind,
-        len_bytes: u64,
-        payload_bytes: usize,
-    },
-    #[error("unknown volume {0}")]
-    UnknownVolume(u16),
-    #[error("drain did not finish within {waited_ms} ms; {dirty_pages} dirty pages left")]
-    DrainTimeout { waited_ms: u64, dirty_pages: u64 },
-    #[error("the driver is shut down")]
-    ShutDown,
-}
+pub type WriteDone = Box<dyn FnOnce(Result<(), RequestError>, Vec<u8>, bool) + Send>;
 
 /// The caller's payload for one request.
 pub enum Payload<'a> {
@@ -276,7 +227,7 @@ struct AsyncWrite {
     done: WriteDone,
 }
 
-/// Which new requests the driver refuses with `DriverError::ShutDown`.
+/// Which new requests the driver refuses with `RequestError::ShutDown`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Refusing {
     Nothing,
@@ -387,7 +338,7 @@ impl Driver {
         cache: Arc<dyn BlockDevice>,
         backings: Vec<Arc<dyn BlockDevice>>,
         config: DriverConfig,
-    ) -> Result<Driver, DriverError> {
+    ) -> Result<Driver, StartError> {
         assert!(
             !engine_config.persistent,
             "a persistent engine needs a CacheStore (Driver::recover)"
@@ -413,17 +364,17 @@ impl Driver {
         found: Vec<RecoveredSlot>,
         backings: Vec<Arc<dyn BlockDevice>>,
         config: DriverConfig,
-    ) -> Result<Driver, DriverError> {
+    ) -> Result<Driver, StartError> {
         let layout = store.layout();
         if engine_config.page_size_bytes != layout.page_size_bytes {
-            return Err(DriverError::FormatMismatch {
+            return Err(StartError::FormatMismatch {
                 field: "page_size_bytes",
                 config: engine_config.page_size_bytes,
                 format: layout.page_size_bytes,
             });
         }
         if engine_config.cache_slots != layout.slot_count {
-            return Err(DriverError::FormatMismatch {
+            return Err(StartError::FormatMismatch {
                 field: "cache_slots",
                 config: engine_config.cache_slots,
                 format: layout.slot_count,
@@ -451,7 +402,7 @@ impl Driver {
             DriverConfig,
             Option<(crate::store::LogWriter, wcache_core::LogPosition)>,
         ),
-    ) -> Result<Driver, DriverError> {
+    ) -> Result<Driver, StartError> {
         let page = engine_config.page_size_bytes;
         // Records written beside the page data, by threads of their own.
         let persistent = store.is_some();
@@ -469,7 +420,7 @@ impl Driver {
         for dev in std::iter::once(&cache).chain(backings.iter()) {
             let a = dev.alignment_bytes();
             if a > 1 && (!page.is_multiple_of(a as u64) || a > AlignedBuf::ALIGNMENT_BYTES) {
-                return Err(DriverError::PageNotAligned {
+                return Err(StartError::PageNotAligned {
                     device: dev.name(),
                     alignment_bytes: a,
                     page_size_bytes: page,
@@ -618,7 +569,7 @@ impl Driver {
         if start.checked_add(len).is_none_or(|end| end > buffer.len()) {
             let payload_bytes = buffer.len().saturating_sub(start);
             return done(
-                Err(DriverError::PayloadLength {
+                Err(RequestError::PayloadLength {
                     kind: RequestKind::Write,
                     len_bytes: len as u64,
                     payload_bytes,
@@ -701,7 +652,7 @@ impl Driver {
         len_bytes: u64,
         flags: RequestFlags,
         payload: Payload<'_>,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), RequestError> {
         let buf = match (kind, payload) {
             (RequestKind::Read, Payload::Read(b)) if b.len() as u64 == len_bytes => BufPtr {
                 ptr: b.as_mut_ptr(),
@@ -721,7 +672,7 @@ impl Driver {
                     Payload::Write(b) => b.len(),
                     Payload::Read(b) => b.len(),
                 };
-                return Err(DriverError::PayloadLength {
+                return Err(RequestError::PayloadLength {
                     kind,
                     len_bytes,
                     payload_bytes,
@@ -749,7 +700,7 @@ impl Driver {
         volume: VolumeId,
         offset_bytes: u64,
         buf: &mut [u8],
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), RequestError> {
         let len = buf.len() as u64;
         self.submit(
             volume,
@@ -767,7 +718,7 @@ impl Driver {
         offset_bytes: u64,
         data: &[u8],
         fua: bool,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), RequestError> {
         let flags = RequestFlags {
             fua,
             ..RequestFlags::default()
@@ -783,7 +734,7 @@ impl Driver {
         )
     }
 
-    pub fn flush(&self, volume: VolumeId) -> Result<(), DriverError> {
+    pub fn flush(&self, volume: VolumeId) -> Result<(), RequestError> {
         self.submit(
             volume,
             RequestKind::Flush,
@@ -795,17 +746,17 @@ impl Driver {
     }
 
     /// Destage every dirty page; returns when none is left.
-    pub fn drain(&self) -> Result<(), DriverError> {
+    pub fn drain(&self) -> Result<(), DrainError> {
         self.drain_timeout(Duration::MAX)
     }
 
     /// As `drain`, giving up after `timeout` (for example while the backing fails).
-    pub fn drain_timeout(&self, timeout: Duration) -> Result<(), DriverError> {
+    pub fn drain_timeout(&self, timeout: Duration) -> Result<(), DrainError> {
         let start = Instant::now();
         let s = &self.shared;
         let mut core = s.lock_core();
         if core.stopping {
-            return Err(DriverError::ShutDown);
+            return Err(DrainError::ShutDown);
         }
         core.engine.start_drain();
         let mut jobs = VecDeque::new();
@@ -819,7 +770,7 @@ impl Driver {
             let waited = start.elapsed();
             if waited >= timeout {
                 core.engine.stop_drain();
-                return Err(DriverError::DrainTimeout {
+                return Err(DrainError::Timeout {
                     waited_ms: waited.as_millis() as u64,
                     dirty_pages: core.engine.dirty_pages(),
                 });
@@ -922,7 +873,7 @@ impl Driver {
     }
 
     /// The end of a stop's grace period: refuses every new request
-    /// (`DriverError::ShutDown`, also to callers waiting while busy) and
+    /// (`RequestError::ShutDown`, also to callers waiting while busy) and
     /// answers every stalled write with `IoError::Io` — never admitted,
     /// nothing of them was acknowledged, and no command names their
     /// buffers (`Engine::fail_stalled`). Requests admitted stay as they are:
@@ -943,7 +894,7 @@ impl Driver {
     }
 
     /// Refuse (or accept again) writes, trims and write-zeroes with
-    /// `DriverError::ShutDown`, before they reach the engine; reads and
+    /// `RequestError::ShutDown`, before they reach the engine; reads and
     /// flushes go on (a stop that drains first).
     pub fn refuse_writes(&self, on: bool) {
         let mut core = self.shared.lock_core();
@@ -1056,9 +1007,9 @@ fn check_cache(
     engine_config: &EngineConfig,
     cache: &Arc<dyn BlockDevice>,
     store: Option<&CacheStore>,
-) -> Result<(), DriverError> {
+) -> Result<(), StartError> {
     if engine_config.log != store.is_some_and(|s| s.layout().log) {
-        return Err(DriverError::LogModeNotBuilt);
+        return Err(StartError::LogModeNotBuilt);
     }
     let page = engine_config.page_size_bytes;
     let data_offset_bytes = store.map_or(0, |s| s.layout().data_offset_bytes);
@@ -1067,7 +1018,7 @@ fn check_cache(
         .saturating_mul(page)
         .saturating_add(data_offset_bytes);
     if cache.len_bytes() < need_bytes {
-        return Err(DriverError::CacheTooSmall {
+        return Err(StartError::CacheTooSmall {
             device: cache.name(),
             size_bytes: cache.len_bytes(),
             cache_slots: engine_config.cache_slots,
@@ -1078,10 +1029,6 @@ fn check_cache(
     Ok(())
 }
 
-fn io_error_of_spawn(_: std::io::Error) -> IoError {
-    IoError::Io
-}
-
 /// Starts the driver's threads: the I/O pool, the timer, and for a
 /// persistent cache the persist-on-flush flusher (with an interval), the
 /// free thread (`gather_frees`) and the record writers (`overlapped`).
@@ -1090,13 +1037,16 @@ fn spawn_threads(
     config: &DriverConfig,
     overlapped: bool,
     gather_frees: bool,
-) -> Result<Vec<JoinHandle<()>>, DriverError> {
+) -> Result<Vec<JoinHandle<()>>, StartError> {
     let mut threads = Vec::new();
-    let mut spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(), DriverError> {
+    let mut spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(), StartError> {
         let t = std::thread::Builder::new()
-            .name(name)
+            .name(name.clone())
             .spawn(f)
-            .map_err(|e| DriverError::Io(io_error_of_spawn(e)))?;
+            .map_err(|source| StartError::Spawn {
+                thread: name,
+                source,
+            })?;
         threads.push(t);
         Ok(())
     };
@@ -1154,7 +1104,7 @@ impl Shared {
         request: Request,
         buf: BufPtr,
         waiter: &Arc<Waiter>,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), RequestError> {
         let stale = waiter.take();
         debug_assert!(stale.is_none(), "waiter reused while set");
         let entry = InFlight {
@@ -1175,7 +1125,7 @@ impl Shared {
             // device before this flush starts (group commit: a flush that
             // started after this call).
             self.make_durable(&self.cache, true)
-                .map_err(|e| DriverError::Io(self.io_fail(&e, true)))?;
+                .map_err(|e| RequestError::Io(self.io_fail(&e, true)))?;
         }
         Ok(())
     }
@@ -1186,7 +1136,7 @@ impl Shared {
         &self,
         request: Request,
         entry: InFlight,
-    ) -> Result<VecDeque<Job>, Box<(DriverError, InFlight)>> {
+    ) -> Result<VecDeque<Job>, Box<(RequestError, InFlight)>> {
         let mut jobs = VecDeque::new();
         let mut entry = Some(entry);
         let mut core = self.lock_core();
@@ -1204,7 +1154,7 @@ impl Shared {
                 Refusing::Everything => true,
             };
             if core.stopping || refused {
-                return Err(Box::new((DriverError::ShutDown, e)));
+                return Err(Box::new((RequestError::ShutDown, e)));
             }
             core.in_flight.insert(request.id.0, e);
             let now = self.now();
@@ -1260,7 +1210,7 @@ impl Shared {
         };
         let last = answered.len().saturating_sub(1);
         for (k, (a, result)) in answered.into_iter().enumerate() {
-            (a.done)(result.map_err(DriverError::Io), a.buffer, k < last);
+            (a.done)(result.map_err(RequestError::Io), a.buffer, k < last);
         }
     }
 

@@ -30,7 +30,7 @@ use wcache_io::device::journaled::JournalOpen;
 use wcache_io::format::FORMAT_VERSION;
 use wcache_io::lock::{DeviceLock, LockMode};
 use wcache_io::ops::{ClientStatus, ErrorReporter, Snapshot};
-use wcache_io::{Cache, CacheConfig, CloseReport, DriverError, Volume};
+use wcache_io::{Cache, CacheConfig, CloseReport, RequestError, Volume};
 use wcache_nbd::{Export, ExportError, Server, ServerConfig, ServerStats};
 
 pub use args::ServeArgs;
@@ -92,16 +92,16 @@ fn print_cache_device(cache: &Cache, page: u64) {
     }
 }
 
-fn export_error(e: DriverError) -> ExportError {
+fn export_error(e: RequestError) -> ExportError {
     match e {
-        DriverError::Io(IoError::NoSpace) => ExportError::NoSpace,
-        DriverError::Io(IoError::Io) => {
+        RequestError::Io(IoError::NoSpace) => ExportError::NoSpace,
+        RequestError::Io(IoError::Io) => {
             ExportError::Io(std::io::Error::from_raw_os_error(libc::EIO))
         }
-        DriverError::Submit(SubmitError::OutOfRange { .. }) => ExportError::Invalid,
-        DriverError::Submit(SubmitError::LargerThanCache { .. }) => ExportError::NoSpace,
-        DriverError::Submit(SubmitError::LargerThanLog { .. }) => ExportError::NoSpace,
-        DriverError::ShutDown => ExportError::ShuttingDown,
+        RequestError::Submit(SubmitError::OutOfRange { .. }) => ExportError::Invalid,
+        RequestError::Submit(SubmitError::LargerThanCache { .. }) => ExportError::NoSpace,
+        RequestError::Submit(SubmitError::LargerThanLog { .. }) => ExportError::NoSpace,
+        RequestError::ShutDown => ExportError::ShuttingDown,
         other => ExportError::Io(std::io::Error::other(other.to_string())),
     }
 }

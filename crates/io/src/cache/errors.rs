@@ -1,13 +1,13 @@
 //! `CacheError`: why the cache lifecycle (`Cache::open`, `open_offline`,
 //! `drain`, `close`) failed, each variant naming what is wrong. It exists
 //! so that the lifecycle's file holds the lifecycle; it must never carry a
-//! request's failure (a `Volume` call returns the driver's error).
+//! request's failure (a `Volume` call returns the driver's `RequestError`).
 
 use wcache_core::ConfigError;
 
 use crate::device::journaled::{JournalError, BACKING_END};
 use crate::device::DeviceError;
-use crate::driver::DriverError;
+use crate::driver::{DrainError, StartError};
 use crate::format::FormatError;
 use crate::lock::LockError;
 use crate::store::{OpenError, StoreError};
@@ -101,5 +101,7 @@ pub enum CacheError {
     #[error(transparent)]
     Open(#[from] OpenError),
     #[error(transparent)]
-    Driver(#[from] DriverError),
+    Start(#[from] StartError),
+    #[error(transparent)]
+    Drain(#[from] DrainError),
 }

@@ -40,7 +40,7 @@ use crate::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMo
 use crate::device::journaled::JournalOpen;
 use crate::device::mem::MemDevice;
 use crate::device::BlockDevice;
-use crate::driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
+use crate::driver::{DrainError, Driver, DriverConfig, DriverStats, Payload, RequestError};
 use crate::format::{EngineRecord, Layout, Superblock, VolumeEntry};
 use crate::lock::{DeviceLock, LockMode};
 use crate::ops::{ExportStatus, Operator, RequestClass, Snapshot, VolumeLatency};
@@ -247,7 +247,7 @@ pub fn offline_engine_config(sb: &Superblock) -> (EngineConfig, EngineSource) {
 
 /// One volume of a running cache: what a front end reads, writes, flushes.
 /// Cheap to clone; every clone talks to the same driver. Calls block until
-/// the engine answers and may come from many threads at once.
+/// the engine answers (`RequestError` if it failed), from many threads at once.
 #[derive(Clone)]
 pub struct Volume {
     driver: Arc<Driver>,
@@ -291,15 +291,15 @@ impl Volume {
     fn timed(
         &self,
         class: RequestClass,
-        run: impl FnOnce() -> Result<(), DriverError>,
-    ) -> Result<(), DriverError> {
+        run: impl FnOnce() -> Result<(), RequestError>,
+    ) -> Result<(), RequestError> {
         let start = Instant::now();
         let result = run();
         self.latency.record(class, start.elapsed(), result.is_err());
         result
     }
 
-    pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), DriverError> {
+    pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), RequestError> {
         self.timed(RequestClass::Read, || {
             self.driver.read(self.id, offset_bytes, buf)
         })
@@ -307,7 +307,7 @@ impl Volume {
 
     /// Acknowledged means durable under the write policy in force
     /// (`docs/consistency.md`), FUA or not.
-    pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), DriverError> {
+    pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), RequestError> {
         self.timed(RequestClass::Write, || {
             self.driver.write(self.id, offset_bytes, data, fua)
         })
@@ -348,11 +348,11 @@ impl Volume {
         self.driver.submit_held_writes();
     }
 
-    pub fn flush(&self) -> Result<(), DriverError> {
+    pub fn flush(&self) -> Result<(), RequestError> {
         self.timed(RequestClass::Flush, || self.driver.flush(self.id))
     }
 
-    pub fn trim(&self, offset_bytes: u64, len_bytes: u64, fua: bool) -> Result<(), DriverError> {
+    pub fn trim(&self, offset_bytes: u64, len_bytes: u64, fua: bool) -> Result<(), RequestError> {
         self.timed(RequestClass::Trim, || {
             self.no_payload(RequestKind::Trim, offset_bytes, len_bytes, fua)
         })
@@ -363,7 +363,7 @@ impl Volume {
         offset_bytes: u64,
         len_bytes: u64,
         fua: bool,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), RequestError> {
         self.timed(RequestClass::WriteZeroes, || {
             self.no_payload(RequestKind::WriteZeroes, offset_bytes, len_bytes, fua)
         })
@@ -375,7 +375,7 @@ impl Volume {
         offset_bytes: u64,
         len_bytes: u64,
         fua: bool,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), RequestError> {
         let flags = RequestFlags {
             fua,
             ..RequestFlags::default()
@@ -790,7 +790,7 @@ pub(crate) fn drain_driver(
     loop {
         match driver.drain_timeout(Duration::from_millis(200)) {
             Ok(()) => return Ok(()),
-            Err(DriverError::DrainTimeout { dirty_pages, .. }) => {
+            Err(DrainError::Timeout { dirty_pages, .. }) => {
                 if !progress(dirty_pages) {
                     return Err(CacheError::DrainStopped { dirty_pages });
                 }
@@ -805,7 +805,7 @@ pub(crate) fn drain_driver(
                     });
                 }
             }
-            Err(e) => return Err(e.into()),
+            Err(e @ DrainError::ShutDown) => return Err(e.into()),
         }
     }
 }
