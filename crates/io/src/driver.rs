@@ -31,8 +31,11 @@
 //! This module must never complete a command early, and never make a policy
 //! decision.
 
+mod async_write;
 mod batch;
 mod data_path;
+mod errors;
+pub use errors::{DrainError, RequestError, StartError};
 mod flusher;
 mod log;
 pub use data_path::DataPath;
@@ -52,9 +55,8 @@ use std::time::{Duration, Instant};
 
 use wcache_core::time::Nanos;
 use wcache_core::{
-    ChangeError, ConfigError, Engine, EngineConfig, EngineError, IoCommand, IoError, PageBase,
-    RecoveredSlot, RecoveryError, Request, RequestFlags, RequestKind, Retuned, SlotRecord, Source,
-    Stats, SubmitError,
+    ChangeError, Engine, EngineConfig, IoCommand, IoError, PageBase, RecoveredSlot, Request,
+    RequestFlags, RequestKind, Retuned, SlotRecord, Source, Stats, SubmitError,
 };
 
 use crate::device::{
@@ -96,57 +98,7 @@ impl Default for DriverConfig {
 /// What `Driver::write_async` calls, once, with the outcome, the buffer,
 /// and `more`: true when another answer follows at once on this thread (a
 /// caller may batch its replies until one comes with `more` false).
-pub type WriteDone = Box<dyn FnOnce(Result<(), DriverError>, Vec<u8>, bool) + Send>;
-
-#[derive(Debug, thiserror::Error)]
-pub enum DriverError {
-    #[error("engine configuration: {0}")]
-    Config(#[from] ConfigError),
-    #[error("engine: {0}")]
-    Engine(#[from] EngineError),
-    #[error("recovery: {0}")]
-    Recovery(#[from] RecoveryError),
-    #[error(
-        "engine configuration {field} = {config} differs from the cache device's format ({format})"
-    )]
-    FormatMismatch {
-        field: &'static str,
-        config: u64,
-        format: u64,
-    },
-    #[error("request refused: {0}")]
-    Submit(#[from] SubmitError),
-    #[error("request failed: {0}")]
-    Io(#[from] IoError),
-    #[error("the engine's log mode goes with a format-3 cache device, and only it (Driver::recover_log)")]
-    LogModeNotBuilt,
-    #[error("cache device {device} holds {size_bytes} bytes, but {cache_slots} slots of {page_size_bytes} bytes need {need_bytes}")]
-    CacheTooSmall {
-        device: String,
-        size_bytes: u64,
-        cache_slots: u64,
-        page_size_bytes: u64,
-        need_bytes: u64,
-    },
-    #[error("device {device} needs {alignment_bytes}-byte alignment, which the page size {page_size_bytes} does not have")]
-    PageNotAligned {
-        device: String,
-        alignment_bytes: usize,
-        page_size_bytes: u64,
-    },
-    #[error("{kind:?} request of {len_bytes} bytes came with a payload of {payload_bytes} bytes")]
-    PayloadLength {
-        kind: RequestKind,
-        len_bytes: u64,
-        payload_bytes: usize,
-    },
-    #[error("unknown volume {0}")]
-    UnknownVolume(u16),
-    #[error("drain did not finish within {waited_ms} ms; {dirty_pages} dirty pages left")]
-    DrainTimeout { waited_ms: u64, dirty_pages: u64 },
-    #[error("the driver is shut down")]
-    ShutDown,
-}
+pub type WriteDone = Box<dyn FnOnce(Result<(), RequestError>, Vec<u8>, bool) + Send>;
 
 /// The caller's payload for one request.
 pub enum Payload<'a> {
@@ -276,7 +228,7 @@ struct AsyncWrite {
     done: WriteDone,
 }
 
-/// Which new requests the driver refuses with `DriverError::ShutDown`.
+/// Which new requests the driver refuses with `RequestError::ShutDown`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Refusing {
     Nothing,
@@ -387,7 +339,7 @@ impl Driver {
         cache: Arc<dyn BlockDevice>,
         backings: Vec<Arc<dyn BlockDevice>>,
         config: DriverConfig,
-    ) -> Result<Driver, DriverError> {
+    ) -> Result<Driver, StartError> {
         assert!(
             !engine_config.persistent,
             "a persistent engine needs a CacheStore (Driver::recover)"
@@ -413,17 +365,17 @@ impl Driver {
         found: Vec<RecoveredSlot>,
         backings: Vec<Arc<dyn BlockDevice>>,
         config: DriverConfig,
-    ) -> Result<Driver, DriverError> {
+    ) -> Result<Driver, StartError> {
         let layout = store.layout();
         if engine_config.page_size_bytes != layout.page_size_bytes {
-            return Err(DriverError::FormatMismatch {
+            return Err(StartError::FormatMismatch {
                 field: "page_size_bytes",
                 config: engine_config.page_size_bytes,
                 format: layout.page_size_bytes,
             });
         }
         if engine_config.cache_slots != layout.slot_count {
-            return Err(DriverError::FormatMismatch {
+            return Err(StartError::FormatMismatch {
                 field: "cache_slots",
                 config: engine_config.cache_slots,
                 format: layout.slot_count,
@@ -451,7 +403,7 @@ impl Driver {
             DriverConfig,
             Option<(crate::store::LogWriter, wcache_core::LogPosition)>,
         ),
-    ) -> Result<Driver, DriverError> {
+    ) -> Result<Driver, StartError> {
         let page = engine_config.page_size_bytes;
         // Records written beside the page data, by threads of their own.
         let persistent = store.is_some();
@@ -469,7 +421,7 @@ impl Driver {
         for dev in std::iter::once(&cache).chain(backings.iter()) {
             let a = dev.alignment_bytes();
             if a > 1 && (!page.is_multiple_of(a as u64) || a > AlignedBuf::ALIGNMENT_BYTES) {
-                return Err(DriverError::PageNotAligned {
+                return Err(StartError::PageNotAligned {
                     device: dev.name(),
                     alignment_bytes: a,
                     page_size_bytes: page,
@@ -579,109 +531,6 @@ impl Driver {
         self.shared.store.as_ref().or(log)
     }
 
-    /// Sends the device writes `write_async` held (`hold`).
-    pub fn submit_held_writes(&self) {
-        if let Some(u) = &self.shared.uring {
-            u.submit_held();
-        }
-    }
-
-    /// `write_async` returns before the device write (the event-driven
-    /// data path, or format 3's batches: `Shared::takes_async`).
-    pub fn writes_async(&self) -> bool {
-        self.shared.data_path == DataPath::IoUring || self.shared.log.is_some()
-    }
-
-    /// A lone write (queue depth 1) is faster through `write` on its caller
-    /// than through `write_async`: in format 3, where the caller writes the
-    /// batch itself and no driver thread is woken (4 KiB persist-on-flush:
-    /// p50 14 against 28-38 µs, server CPU 12 against 48-54 µs per write,
-    /// 2026-11-27). Not over io_uring: there a lone 4 KiB persist-on-write
-    /// write took 142-159 µs (p50) through `write_async`, 3.9 ms through
-    /// `write` (the threads' `fdatasync`), the same day.
-    pub fn writes_alone_inline(&self) -> bool {
-        self.shared.log.is_some()
-    }
-
-    /// The data path `write_async` uses, chosen at start.
-    pub fn data_path(&self) -> &DataPath {
-        &self.shared.data_path
-    }
-
-    /// Starts a write of `buffer[start..start + len]` at `offset_bytes` and
-    /// returns without waiting for the device when the event-driven data
-    /// path is in use, or the cache is format 3 (`takes_async`): `done` is
-    /// then called later, from another thread,
-    /// once the write is acknowledged under the durability contract in
-    /// force (as `write` would return). Otherwise (the threads, or FUA
-    /// under persist-on-flush) the write runs here and `done` is called
-    /// before this returns. `done` always gets `buffer` back. With `hold`,
-    /// the device writes may wait until `submit_held_writes` (or a later
-    /// write without `hold`): a caller that starts several writes in a row
-    /// holds all but the last, and must call `submit_held_writes` before
-    /// it waits for anything.
-    #[allow(clippy::too_many_arguments)]
-    pub fn write_async(
-        &self,
-        volume: VolumeId,
-        offset_bytes: u64,
-        buffer: Vec<u8>,
-        start: usize,
-        len: usize,
-        fua: bool,
-        hold: bool,
-        done: WriteDone,
-    ) {
-        let s = &self.shared;
-        if start.checked_add(len).is_none_or(|end| end > buffer.len()) {
-            let payload_bytes = buffer.len().saturating_sub(start);
-            return done(
-                Err(DriverError::PayloadLength {
-                    kind: RequestKind::Write,
-                    len_bytes: len as u64,
-                    payload_bytes,
-                }),
-                buffer,
-                false,
-            );
-        }
-        if !s.takes_async(len, fua) {
-            let result = self.write(volume, offset_bytes, &buffer[start..start + len], fua);
-            return done(result, buffer, false);
-        }
-        let buf = BufPtr {
-            // Only ever read through (Source::Request); never written.
-            ptr: buffer[start..].as_ptr() as *mut u8,
-            len,
-        };
-        let request = Request {
-            id: RequestId(s.next_request.fetch_add(1, Ordering::Relaxed)),
-            volume,
-            kind: RequestKind::Write,
-            offset_bytes,
-            len_bytes: len as u64,
-            flags: RequestFlags {
-                fua,
-                ..RequestFlags::default()
-            },
-        };
-        s.counters.requests.fetch_add(1, Ordering::Relaxed);
-        let entry = InFlight {
-            buf,
-            responder: Responder::Async(AsyncWrite { buffer, done }),
-        };
-        match s.admit(request, entry) {
-            Ok(jobs) => s.dispatch_async(jobs, hold),
-            Err(refused) => {
-                let (e, entry) = *refused;
-                if let Responder::Async(a) = entry.responder {
-                    (a.done)(Err(e), a.buffer, false);
-                }
-            }
-        }
-        s.run_answered();
-    }
-
     /// True when no command is in flight and no page is dirty (everything
     /// acknowledged is on the backings).
     /// No request and no command in flight (dirty pages may remain).
@@ -718,7 +567,7 @@ impl Driver {
         len_bytes: u64,
         flags: RequestFlags,
         payload: Payload<'_>,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), RequestError> {
         let buf = match (kind, payload) {
             (RequestKind::Read, Payload::Read(b)) if b.len() as u64 == len_bytes => BufPtr {
                 ptr: b.as_mut_ptr(),
@@ -738,7 +587,7 @@ impl Driver {
                     Payload::Write(b) => b.len(),
                     Payload::Read(b) => b.len(),
                 };
-                return Err(DriverError::PayloadLength {
+                return Err(RequestError::PayloadLength {
                     kind,
                     len_bytes,
                     payload_bytes,
@@ -766,7 +615,7 @@ impl Driver {
         volume: VolumeId,
         offset_bytes: u64,
         buf: &mut [u8],
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), RequestError> {
         let len = buf.len() as u64;
         self.submit(
             volume,
@@ -784,7 +633,7 @@ impl Driver {
         offset_bytes: u64,
         data: &[u8],
         fua: bool,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), RequestError> {
         let flags = RequestFlags {
             fua,
             ..RequestFlags::default()
@@ -800,7 +649,7 @@ impl Driver {
         )
     }
 
-    pub fn flush(&self, volume: VolumeId) -> Result<(), DriverError> {
+    pub fn flush(&self, volume: VolumeId) -> Result<(), RequestError> {
         self.submit(
             volume,
             RequestKind::Flush,
@@ -812,17 +661,17 @@ impl Driver {
     }
 
     /// Destage every dirty page; returns when none is left.
-    pub fn drain(&self) -> Result<(), DriverError> {
+    pub fn drain(&self) -> Result<(), DrainError> {
         self.drain_timeout(Duration::MAX)
     }
 
     /// As `drain`, giving up after `timeout` (for example while the backing fails).
-    pub fn drain_timeout(&self, timeout: Duration) -> Result<(), DriverError> {
+    pub fn drain_timeout(&self, timeout: Duration) -> Result<(), DrainError> {
         let start = Instant::now();
         let s = &self.shared;
         let mut core = s.lock_core();
         if core.stopping {
-            return Err(DriverError::ShutDown);
+            return Err(DrainError::ShutDown);
         }
         core.engine.start_drain();
         let mut jobs = VecDeque::new();
@@ -836,7 +685,7 @@ impl Driver {
             let waited = start.elapsed();
             if waited >= timeout {
                 core.engine.stop_drain();
-                return Err(DriverError::DrainTimeout {
+                return Err(DrainError::Timeout {
                     waited_ms: waited.as_millis() as u64,
                     dirty_pages: core.engine.dirty_pages(),
                 });
@@ -939,7 +788,7 @@ impl Driver {
     }
 
     /// The end of a stop's grace period: refuses every new request
-    /// (`DriverError::ShutDown`, also to callers waiting while busy) and
+    /// (`RequestError::ShutDown`, also to callers waiting while busy) and
     /// answers every stalled write with `IoError::Io` — never admitted,
     /// nothing of them was acknowledged, and no command names their
     /// buffers (`Engine::fail_stalled`). Requests admitted stay as they are:
@@ -960,7 +809,7 @@ impl Driver {
     }
 
     /// Refuse (or accept again) writes, trims and write-zeroes with
-    /// `DriverError::ShutDown`, before they reach the engine; reads and
+    /// `RequestError::ShutDown`, before they reach the engine; reads and
     /// flushes go on (a stop that drains first).
     pub fn refuse_writes(&self, on: bool) {
         let mut core = self.shared.lock_core();
@@ -1073,9 +922,9 @@ fn check_cache(
     engine_config: &EngineConfig,
     cache: &Arc<dyn BlockDevice>,
     store: Option<&CacheStore>,
-) -> Result<(), DriverError> {
+) -> Result<(), StartError> {
     if engine_config.log != store.is_some_and(|s| s.layout().log) {
-        return Err(DriverError::LogModeNotBuilt);
+        return Err(StartError::LogModeNotBuilt);
     }
     let page = engine_config.page_size_bytes;
     let data_offset_bytes = store.map_or(0, |s| s.layout().data_offset_bytes);
@@ -1084,7 +933,7 @@ fn check_cache(
         .saturating_mul(page)
         .saturating_add(data_offset_bytes);
     if cache.len_bytes() < need_bytes {
-        return Err(DriverError::CacheTooSmall {
+        return Err(StartError::CacheTooSmall {
             device: cache.name(),
             size_bytes: cache.len_bytes(),
             cache_slots: engine_config.cache_slots,
@@ -1095,10 +944,6 @@ fn check_cache(
     Ok(())
 }
 
-fn io_error_of_spawn(_: std::io::Error) -> IoError {
-    IoError::Io
-}
-
 /// Starts the driver's threads: the I/O pool, the timer, and for a
 /// persistent cache the persist-on-flush flusher (with an interval), the
 /// free thread (`gather_frees`) and the record writers (`overlapped`).
@@ -1107,13 +952,16 @@ fn spawn_threads(
     config: &DriverConfig,
     overlapped: bool,
     gather_frees: bool,
-) -> Result<Vec<JoinHandle<()>>, DriverError> {
+) -> Result<Vec<JoinHandle<()>>, StartError> {
     let mut threads = Vec::new();
-    let mut spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(), DriverError> {
+    let mut spawn = |name: String, f: Box<dyn FnOnce() + Send>| -> Result<(), StartError> {
         let t = std::thread::Builder::new()
-            .name(name)
+            .name(name.clone())
             .spawn(f)
-            .map_err(|e| DriverError::Io(io_error_of_spawn(e)))?;
+            .map_err(|source| StartError::Spawn {
+                thread: name,
+                source,
+            })?;
         threads.push(t);
         Ok(())
     };
@@ -1171,7 +1019,7 @@ impl Shared {
         request: Request,
         buf: BufPtr,
         waiter: &Arc<Waiter>,
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), RequestError> {
         let stale = waiter.take();
         debug_assert!(stale.is_none(), "waiter reused while set");
         let entry = InFlight {
@@ -1192,7 +1040,7 @@ impl Shared {
             // device before this flush starts (group commit: a flush that
             // started after this call).
             self.make_durable(&self.cache, true)
-                .map_err(|e| DriverError::Io(self.io_fail(&e, true)))?;
+                .map_err(|e| RequestError::Io(self.io_fail(&e, true)))?;
         }
         Ok(())
     }
@@ -1203,7 +1051,7 @@ impl Shared {
         &self,
         request: Request,
         entry: InFlight,
-    ) -> Result<VecDeque<Job>, Box<(DriverError, InFlight)>> {
+    ) -> Result<VecDeque<Job>, Box<(RequestError, InFlight)>> {
         let mut jobs = VecDeque::new();
         let mut entry = Some(entry);
         let mut core = self.lock_core();
@@ -1221,7 +1069,7 @@ impl Shared {
                 Refusing::Everything => true,
             };
             if core.stopping || refused {
-                return Err(Box::new((DriverError::ShutDown, e)));
+                return Err(Box::new((RequestError::ShutDown, e)));
             }
             core.in_flight.insert(request.id.0, e);
             let now = self.now();
@@ -1246,36 +1094,6 @@ impl Shared {
         Ok(jobs)
     }
 
-    /// The commands of a `write_async` request: whole pages from the
-    /// request to io_uring (batches of up to `WRITE_BATCH_MAX`), the rest
-    /// to the pool; this thread does not wait for any of them.
-    /// A write of `len` bytes started with `write_async` returns before its
-    /// device write: on io_uring (`Uring::takes`), and in format 3, where
-    /// the batch it joins is written by a pool thread, which answers it;
-    /// except FUA under persist-on-flush, whose flush runs on the caller.
-    fn takes_async(&self, len: usize, fua: bool) -> bool {
-        let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
-        if self.log.is_some() {
-            return !(persist_on_flush && fua);
-        }
-        uring::takes(self.uring.as_ref(), len, fua, persist_on_flush)
-    }
-
-    fn dispatch_async(&self, jobs: VecDeque<Job>, hold: bool) {
-        let Some(uring) = &self.uring else {
-            return self.to_pool(jobs.into_iter());
-        };
-        let (pages, rest): (Vec<Job>, Vec<Job>) = jobs
-            .into_iter()
-            .partition(|j| is_whole_request_page(j, self.page_size_bytes));
-        let mut pages = pages.into_iter().peekable();
-        while pages.peek().is_some() {
-            let batch: Vec<Job> = pages.by_ref().take(WRITE_BATCH_MAX).collect();
-            uring.submit(self, batch, hold);
-        }
-        self.to_pool(rest.into_iter());
-    }
-
     /// Tells the `write_async` callbacks their responses (outside the
     /// engine lock: a callback sends a reply on a socket).
     fn run_answered(&self) {
@@ -1289,7 +1107,7 @@ impl Shared {
         };
         let last = answered.len().saturating_sub(1);
         for (k, (a, result)) in answered.into_iter().enumerate() {
-            (a.done)(result.map_err(DriverError::Io), a.buffer, k < last);
+            (a.done)(result.map_err(RequestError::Io), a.buffer, k < last);
         }
     }
 

@@ -34,7 +34,10 @@ pub use device::file::{FileDevice, FileOptions, SyncMode};
 pub use device::mem::MemDevice;
 pub use device::nbd::{NbdAddress, NbdDevice, NbdOptions, NbdState, NbdStatus};
 pub use device::{BlockDevice, DeviceError};
-pub use driver::{DataPath, Driver, DriverConfig, DriverError, DriverStats, Payload, WriteDone};
+pub use driver::{
+    DataPath, DrainError, Driver, DriverConfig, DriverStats, Payload, RequestError, StartError,
+    WriteDone,
+};
 pub use store::{CacheStore, Scan, StoreError};
 
 // The Rust samples in docs/io.md run as doctests, so that they cannot rot.

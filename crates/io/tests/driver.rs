@@ -483,10 +483,10 @@ fn stop_with_a_hung_backing_fails_stalled_writes_and_ends_at_its_deadline() {
         "nothing admitted changed"
     );
     let refused = driver.write(vol, 0, &[9; 4096], false);
-    assert!(matches!(refused, Err(wcache_io::DriverError::ShutDown)));
+    assert!(matches!(refused, Err(wcache_io::RequestError::ShutDown)));
     let mut back = vec![0u8; 4096];
     let refused = driver.read(vol, 0, &mut back);
-    assert!(matches!(refused, Err(wcache_io::DriverError::ShutDown)));
+    assert!(matches!(refused, Err(wcache_io::RequestError::ShutDown)));
     let deadline_start = Instant::now();
     assert!(
         !driver.shutdown_within(Duration::from_millis(200)),

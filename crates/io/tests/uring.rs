@@ -16,7 +16,7 @@ use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::device::file::{FileDevice, FileOptions, SyncMode};
 use wcache_io::format::{EngineRecord, VolumeEntry};
 use wcache_io::store::Asked;
-use wcache_io::{BlockDevice, CacheStore, DataPath, Driver, DriverConfig, DriverError, MemDevice};
+use wcache_io::{BlockDevice, CacheStore, DataPath, Driver, DriverConfig, MemDevice, RequestError};
 
 const PAGE_BYTES: u64 = 4096;
 const VOLUME_BYTES: u64 = 1 << 20;
@@ -99,7 +99,7 @@ fn uring_in_use(driver: &Driver) -> bool {
     }
 }
 
-type Answer = (u64, Result<(), DriverError>, Vec<u8>);
+type Answer = (u64, Result<(), RequestError>, Vec<u8>);
 
 /// One thread's waves of writes over its own regions; returns its pages'
 /// bytes as acknowledged (offset of its first page, bytes).
@@ -261,7 +261,7 @@ fn write_async_refuses_a_range_beyond_its_buffer() {
     let (result, len) = rx.recv().expect("answered");
     assert_eq!(len, 4096, "the buffer comes back");
     match result {
-        Err(DriverError::PayloadLength { payload_bytes, .. }) => assert_eq!(payload_bytes, 4095),
+        Err(RequestError::PayloadLength { payload_bytes, .. }) => assert_eq!(payload_bytes, 4095),
         other => panic!("expected a payload length error, got {other:?}"),
     }
 }

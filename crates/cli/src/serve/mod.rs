@@ -18,6 +18,7 @@
 mod args;
 mod config;
 mod listeners;
+mod nbd_volume;
 mod settings;
 
 use std::path::Path;
@@ -25,16 +26,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wcache_core::config::StalenessConfig;
-use wcache_core::{IoError, SubmitError};
 use wcache_io::device::journaled::JournalOpen;
 use wcache_io::format::FORMAT_VERSION;
 use wcache_io::lock::{DeviceLock, LockMode};
 use wcache_io::ops::{ClientStatus, ErrorReporter, Snapshot};
-use wcache_io::{Cache, CacheConfig, CloseReport, DriverError, Volume};
-use wcache_nbd::{Export, ExportError, Server, ServerConfig, ServerStats};
+use wcache_io::{Cache, CacheConfig, CloseReport};
+use wcache_nbd::{Server, ServerConfig, ServerStats};
 
 pub use args::ServeArgs;
 use listeners::{notify, Listeners};
+use nbd_volume::NbdVolume;
 use sd_notify::NotifyState;
 use settings::cache_config;
 
@@ -65,9 +66,6 @@ pub enum ServeError {
     ExportAdmission(String),
 }
 
-/// One volume served over NBD: every call goes to the cache's volume handle.
-struct NbdVolume(Volume);
-
 /// The banner's lines on the cache device: size, data path, format.
 fn print_cache_device(cache: &Cache, page: u64) {
     let device = cache.device();
@@ -89,86 +87,6 @@ fn print_cache_device(cache: &Cache, page: u64) {
             log.batches,
             log.end
         );
-    }
-}
-
-fn export_error(e: DriverError) -> ExportError {
-    match e {
-        DriverError::Io(IoError::NoSpace) => ExportError::NoSpace,
-        DriverError::Io(IoError::Io) => {
-            ExportError::Io(std::io::Error::from_raw_os_error(libc::EIO))
-        }
-        DriverError::Submit(SubmitError::OutOfRange { .. }) => ExportError::Invalid,
-        DriverError::Submit(SubmitError::LargerThanCache { .. }) => ExportError::NoSpace,
-        DriverError::Submit(SubmitError::LargerThanLog { .. }) => ExportError::NoSpace,
-        DriverError::ShutDown => ExportError::ShuttingDown,
-        other => ExportError::Io(std::io::Error::other(other.to_string())),
-    }
-}
-
-impl Export for NbdVolume {
-    fn size_bytes(&self) -> u64 {
-        self.0.size_bytes()
-    }
-    fn block_size_min_bytes(&self) -> u32 {
-        self.0.block_size_bytes()
-    }
-    fn multi_conn(&self) -> bool {
-        // One cache serves every connection, and every acknowledged write is
-        // already durable, so a flush on one connection covers all.
-        true
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
-        self.0.read(offset, buf).map_err(export_error)
-    }
-    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
-        self.0.write(offset, data, fua).map_err(export_error)
-    }
-    fn writes_async(&self) -> bool {
-        self.0.writes_async()
-    }
-    fn writes_alone_inline(&self) -> bool {
-        self.0.writes_alone_inline()
-    }
-    fn write_async(
-        &self,
-        offset: u64,
-        buffer: Vec<u8>,
-        start: usize,
-        len: usize,
-        fua: bool,
-        done: wcache_nbd::WriteDone,
-    ) {
-        // Held: the server calls `submit_held_writes` before it waits.
-        self.0.write_async(
-            offset,
-            buffer,
-            start,
-            len,
-            fua,
-            true,
-            Box::new(move |result, buffer, more| done(result.map_err(export_error), buffer, more)),
-        );
-    }
-    fn submit_held_writes(&self) {
-        self.0.submit_held_writes();
-    }
-    fn flush(&self) -> Result<(), ExportError> {
-        self.0.flush().map_err(export_error)
-    }
-    fn trim(&self, offset: u64, length_bytes: u64, fua: bool) -> Result<(), ExportError> {
-        self.0.trim(offset, length_bytes, fua).map_err(export_error)
-    }
-    fn write_zeroes(
-        &self,
-        offset: u64,
-        length_bytes: u64,
-        fua: bool,
-        _no_hole: bool,
-    ) -> Result<(), ExportError> {
-        self.0
-            .write_zeroes(offset, length_bytes, fua)
-            .map_err(export_error)
     }
 }
 

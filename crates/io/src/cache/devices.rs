@@ -3,6 +3,7 @@
 //! alignment before anything is formatted; the volume table they make.
 
 use super::*;
+use crate::driver::StartError;
 
 /// The opened devices of a cache for service.
 pub(super) type Devices = (
@@ -112,7 +113,7 @@ pub(super) fn check_alignment(
     for dev in devices {
         let alignment_bytes = dev.alignment_bytes();
         if alignment_bytes > 1 && !page_size_bytes.is_multiple_of(alignment_bytes as u64) {
-            return Err(DriverError::PageNotAligned {
+            return Err(StartError::PageNotAligned {
                 device: dev.name(),
                 alignment_bytes,
                 page_size_bytes,

@@ -20,10 +20,15 @@
 //! (the driver does), print, or know a front end's protocol.
 
 mod devices;
+mod errors;
 mod monitor;
+mod volume;
+
 pub use devices::open_existing_cache_device;
 use devices::*;
+pub use errors::CacheError;
 pub use monitor::Monitor;
+pub use volume::Volume;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,114 +36,22 @@ use std::time::{Duration, Instant};
 
 use wcache_core::config::{CheckpointMode, JournalConfig};
 use wcache_core::types::VolumeId;
-use wcache_core::{ConfigError, EngineConfig, RequestFlags, RequestKind, Stats, WritePolicyKind};
+use wcache_core::{EngineConfig, RequestFlags, RequestKind, Stats, WritePolicyKind};
 
 use crate::backings::{backing_identity, lock_backings, open_backings, open_journals, Backings};
 use crate::device::file::{is_on_volatile_memory, FileDevice, FileOptions, SyncMode};
-use crate::device::journaled::{JournalError, JournalOpen, BACKING_END};
+use crate::device::journaled::JournalOpen;
 use crate::device::mem::MemDevice;
-use crate::device::{BlockDevice, DeviceError};
-use crate::driver::{Driver, DriverConfig, DriverError, DriverStats, Payload};
-use crate::format::{EngineRecord, FormatError, Layout, Superblock, VolumeEntry};
-use crate::lock::{DeviceLock, LockError, LockMode};
+use crate::device::BlockDevice;
+use crate::driver::{DrainError, Driver, DriverConfig, DriverStats, Payload, RequestError};
+use crate::format::{EngineRecord, Layout, Superblock, VolumeEntry};
+use crate::lock::{DeviceLock, LockMode};
 use crate::ops::{ExportStatus, Operator, RequestClass, Snapshot, VolumeLatency};
-use crate::store::{show_volumes, Asked, CacheStore, OpenError, OpenReport, StoreError};
+use crate::store::{show_volumes, Asked, CacheStore, OpenReport};
 
 /// The write group the offline drain uses when the superblock does not
 /// record one (version 1): at least this, and at least a page.
 const OFFLINE_GROUP_BYTES_MIN: u64 = 64 * 1024;
-
-/// Why a cache could not be started, drained or closed. Each variant names
-/// what is wrong.
-#[derive(Debug, thiserror::Error)]
-pub enum CacheError {
-    #[error(transparent)]
-    Settings(#[from] ConfigError),
-    #[error(
-        "write-back is refused with --cache mem: it acknowledges writes that only the cache \
-         holds, and process memory loses them on any exit or crash. Use a cache file or device \
-         (persistent, recovered after a crash), --write-policy write-through, or for benchmarks \
-         only --volatile-write-back-for-benchmarks."
-    )]
-    WriteBackNeedsRecovery,
-    #[error(
-        "--volatile-write-back-for-benchmarks needs the cache in process memory (--cache mem), so \
-         nobody mistakes it for a durable cache; {cache} is a file (persistent: write-back \
-         needs no flag there)"
-    )]
-    WriteBackCacheNotVolatile { cache: String },
-    #[error("block size {0} is not a power of two")]
-    BadBlockSize(u32),
-    #[error("no volume to serve")]
-    NoVolumes,
-    #[error("{0}")]
-    Journal(#[from] JournalError),
-    #[error("the cache device runs write-back-journaled: give its --journal-size (as served) so that the drain goes through each backing's journal")]
-    JournalSizeNeeded,
-    #[error(
-        "export {export:?}: write-back-journaled keeps a journal of {bytes} bytes per backing, \
-         and where is the operator's choice: give it a file or device of its own with \
-         --journal {export}=PATH (keep it on the backing's storage, so that it survives what \
-         the backing survives; a missing file is created), or name the backing's last \
-         {bytes} bytes with --journal {export}={BACKING_END} (they must hold no data; the \
-         export then ends before them). Nothing was written."
-    )]
-    JournalPlaceNeeded { export: String, bytes: u64 },
-    #[error(transparent)]
-    Lock(#[from] LockError),
-    #[error("export name {0:?} given twice")]
-    DuplicateVolume(String),
-    #[error("backing {spec:?}: unknown emulated model {model:?} (valid: {})", wcache_models::DEVICE_NAMES.join(", "))]
-    BadModel { spec: String, model: String },
-    #[error("backing {spec:?}: cannot parse size {text:?} (examples: 4096, 64K, 1G)")]
-    BadBackingSize { spec: String, text: String },
-    #[error("backing {backing} of export {export:?} is {bytes} bytes: smaller than one block of {block} bytes (--block-size)")]
-    BackingTooSmall {
-        export: String,
-        backing: String,
-        bytes: u64,
-        block: u32,
-    },
-    #[error(
-        "cache of {cache_bytes} bytes holds fewer than one write group of {group_bytes} bytes"
-    )]
-    CacheTooSmall { cache_bytes: u64, group_bytes: u64 },
-    #[error("cache device {0} does not exist")]
-    Missing(String),
-    #[error(
-        "cache device {path} is {size_bytes} bytes, and --cache-size asks for {asked_bytes}: \
-         a cache is not resized. Leave --cache-size out (or give {size_bytes}) to use it as it \
-         is; to change its size, stop with `wcache stop --flush` (or drain with `wcache \
-         flush`), remove the file and start with the new size. Nothing was written."
-    )]
-    SizeMismatch {
-        path: String,
-        size_bytes: u64,
-        asked_bytes: u64,
-    },
-    #[error("cache device {0} is blank (all zeros): it was never formatted, nothing to do")]
-    Blank(String),
-    #[error("the exports given do not match the cache's volume table: the cache has [{cache}], given [{given}]")]
-    Mismatch { cache: String, given: String },
-    #[error("no progress for {stall_s} s ({dirty_pages} dirty pages left; last error: {last_error}); the pages stay in the cache")]
-    DrainStalled {
-        stall_s: u64,
-        dirty_pages: u64,
-        last_error: String,
-    },
-    #[error("drain stopped with {dirty_pages} dirty pages left (they stay in the cache)")]
-    DrainStopped { dirty_pages: u64 },
-    #[error(transparent)]
-    Device(#[from] DeviceError),
-    #[error(transparent)]
-    Format(#[from] FormatError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Open(#[from] OpenError),
-    #[error(transparent)]
-    Driver(#[from] DriverError),
-}
 
 /// Where the cache lives.
 #[derive(Clone, Debug)]
@@ -332,152 +245,6 @@ pub fn offline_engine_config(sb: &Superblock) -> (EngineConfig, EngineSource) {
             (engine, EngineSource::Recorded)
         }
         None => (engine, EngineSource::Guessed),
-    }
-}
-
-/// One volume of a running cache: what a front end reads, writes, flushes.
-/// Cheap to clone; every clone talks to the same driver. Calls block until
-/// the engine answers and may come from many threads at once.
-#[derive(Clone)]
-pub struct Volume {
-    driver: Arc<Driver>,
-    id: VolumeId,
-    name: String,
-    backing_name: String,
-    backing_size_bytes: u64,
-    size_bytes: u64,
-    block_size_bytes: u32,
-    latency: Arc<VolumeLatency>,
-}
-
-impl Volume {
-    pub fn id(&self) -> VolumeId {
-        self.id
-    }
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-    /// The backing device's name (path, URI, model).
-    pub fn backing_name(&self) -> &str {
-        &self.backing_name
-    }
-    pub fn backing_size_bytes(&self) -> u64 {
-        self.backing_size_bytes
-    }
-    /// The addressable size: the backing's whole blocks.
-    pub fn size_bytes(&self) -> u64 {
-        self.size_bytes
-    }
-    pub fn block_size_bytes(&self) -> u32 {
-        self.block_size_bytes
-    }
-
-    /// The response times of this volume's requests, per kind.
-    pub fn latency(&self) -> &Arc<VolumeLatency> {
-        &self.latency
-    }
-
-    /// Runs one request, recording its response time under `class`.
-    fn timed(
-        &self,
-        class: RequestClass,
-        run: impl FnOnce() -> Result<(), DriverError>,
-    ) -> Result<(), DriverError> {
-        let start = Instant::now();
-        let result = run();
-        self.latency.record(class, start.elapsed(), result.is_err());
-        result
-    }
-
-    pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), DriverError> {
-        self.timed(RequestClass::Read, || {
-            self.driver.read(self.id, offset_bytes, buf)
-        })
-    }
-
-    /// Acknowledged means durable under the write policy in force
-    /// (`docs/consistency.md`), FUA or not.
-    pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), DriverError> {
-        self.timed(RequestClass::Write, || {
-            self.driver.write(self.id, offset_bytes, data, fua)
-        })
-    }
-
-    /// True when `write_async` returns before the write is done (the
-    /// driver's io_uring data path, or a format-3 cache).
-    pub fn writes_async(&self) -> bool {
-        self.driver.writes_async()
-    }
-
-    /// A write with no other on the way runs faster to completion on its
-    /// caller than through `write_async` (`Driver::writes_alone_inline`).
-    pub fn writes_alone_inline(&self) -> bool {
-        self.driver.writes_alone_inline()
-    }
-
-    /// `write` of `buffer[start..start + len]` that calls `done` when it is
-    /// acknowledged, from the thread that finished it (`Driver::write_async`,
-    /// `hold` included: then call `submit_held_writes` before waiting).
-    #[allow(clippy::too_many_arguments)]
-    pub fn write_async(
-        &self,
-        offset_bytes: u64,
-        buffer: Vec<u8>,
-        start: usize,
-        len: usize,
-        fua: bool,
-        hold: bool,
-        done: crate::driver::WriteDone,
-    ) {
-        let started = Instant::now();
-        let latency = Arc::clone(&self.latency);
-        let timed: crate::driver::WriteDone = Box::new(move |result, buffer, more| {
-            latency.record(RequestClass::Write, started.elapsed(), result.is_err());
-            done(result, buffer, more)
-        });
-        self.driver
-            .write_async(self.id, offset_bytes, buffer, start, len, fua, hold, timed);
-    }
-
-    /// Sends the device writes held by `write_async` (`Driver::submit_held_writes`).
-    pub fn submit_held_writes(&self) {
-        self.driver.submit_held_writes();
-    }
-
-    pub fn flush(&self) -> Result<(), DriverError> {
-        self.timed(RequestClass::Flush, || self.driver.flush(self.id))
-    }
-
-    pub fn trim(&self, offset_bytes: u64, len_bytes: u64, fua: bool) -> Result<(), DriverError> {
-        self.timed(RequestClass::Trim, || {
-            self.no_payload(RequestKind::Trim, offset_bytes, len_bytes, fua)
-        })
-    }
-
-    pub fn write_zeroes(
-        &self,
-        offset_bytes: u64,
-        len_bytes: u64,
-        fua: bool,
-    ) -> Result<(), DriverError> {
-        self.timed(RequestClass::WriteZeroes, || {
-            self.no_payload(RequestKind::WriteZeroes, offset_bytes, len_bytes, fua)
-        })
-    }
-
-    fn no_payload(
-        &self,
-        kind: RequestKind,
-        offset_bytes: u64,
-        len_bytes: u64,
-        fua: bool,
-    ) -> Result<(), DriverError> {
-        let flags = RequestFlags {
-            fua,
-            ..RequestFlags::default()
-        };
-        self.driver
-            .submit(self.id, kind, offset_bytes, len_bytes, flags, Payload::None)
     }
 }
 
@@ -886,7 +653,7 @@ pub(crate) fn drain_driver(
     loop {
         match driver.drain_timeout(Duration::from_millis(200)) {
             Ok(()) => return Ok(()),
-            Err(DriverError::DrainTimeout { dirty_pages, .. }) => {
+            Err(DrainError::Timeout { dirty_pages, .. }) => {
                 if !progress(dirty_pages) {
                     return Err(CacheError::DrainStopped { dirty_pages });
                 }
@@ -901,7 +668,7 @@ pub(crate) fn drain_driver(
                     });
                 }
             }
-            Err(e) => return Err(e.into()),
+            Err(e @ DrainError::ShutDown) => return Err(e.into()),
         }
     }
 }

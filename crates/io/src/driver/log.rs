@@ -27,7 +27,7 @@ impl Driver {
         log: &LogFound,
         backings: Vec<Arc<dyn BlockDevice>>,
         config: DriverConfig,
-    ) -> Result<Driver, DriverError> {
+    ) -> Result<Driver, StartError> {
         let layout = store.layout();
         assert!(layout.log, "a format-3 store");
         engine_config.persistent = true;

@@ -1,0 +1,150 @@
+//! A volume of a running cache: the calls a front end makes (read, write,
+//! write_async, flush, trim, write-zeroes), each timed per request class.
+
+use super::*;
+
+/// One volume of a running cache: what a front end reads, writes, flushes.
+/// Cheap to clone; every clone talks to the same driver. Calls block until
+/// the engine answers (`RequestError` if it failed), from many threads at once.
+#[derive(Clone)]
+pub struct Volume {
+    pub(super) driver: Arc<Driver>,
+    pub(super) id: VolumeId,
+    pub(super) name: String,
+    pub(super) backing_name: String,
+    pub(super) backing_size_bytes: u64,
+    pub(super) size_bytes: u64,
+    pub(super) block_size_bytes: u32,
+    pub(super) latency: Arc<VolumeLatency>,
+}
+
+impl Volume {
+    pub fn id(&self) -> VolumeId {
+        self.id
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The backing device's name (path, URI, model).
+    pub fn backing_name(&self) -> &str {
+        &self.backing_name
+    }
+    pub fn backing_size_bytes(&self) -> u64 {
+        self.backing_size_bytes
+    }
+    /// The addressable size: the backing's whole blocks.
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    pub fn block_size_bytes(&self) -> u32 {
+        self.block_size_bytes
+    }
+
+    /// The response times of this volume's requests, per kind.
+    pub fn latency(&self) -> &Arc<VolumeLatency> {
+        &self.latency
+    }
+
+    /// Runs one request, recording its response time under `class`.
+    fn timed(
+        &self,
+        class: RequestClass,
+        run: impl FnOnce() -> Result<(), RequestError>,
+    ) -> Result<(), RequestError> {
+        let start = Instant::now();
+        let result = run();
+        self.latency.record(class, start.elapsed(), result.is_err());
+        result
+    }
+
+    pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), RequestError> {
+        self.timed(RequestClass::Read, || {
+            self.driver.read(self.id, offset_bytes, buf)
+        })
+    }
+
+    /// Acknowledged means durable under the write policy in force
+    /// (`docs/consistency.md`), FUA or not.
+    pub fn write(&self, offset_bytes: u64, data: &[u8], fua: bool) -> Result<(), RequestError> {
+        self.timed(RequestClass::Write, || {
+            self.driver.write(self.id, offset_bytes, data, fua)
+        })
+    }
+
+    /// True when `write_async` returns before the write is done (the
+    /// driver's io_uring data path, or a format-3 cache).
+    pub fn writes_async(&self) -> bool {
+        self.driver.writes_async()
+    }
+
+    /// A write with no other on the way runs faster to completion on its
+    /// caller than through `write_async` (`Driver::writes_alone_inline`).
+    pub fn writes_alone_inline(&self) -> bool {
+        self.driver.writes_alone_inline()
+    }
+
+    /// `write` of `buffer[start..start + len]` that calls `done` when it is
+    /// acknowledged, from the thread that finished it (`Driver::write_async`,
+    /// `hold` included: then call `submit_held_writes` before waiting).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_async(
+        &self,
+        offset_bytes: u64,
+        buffer: Vec<u8>,
+        start: usize,
+        len: usize,
+        fua: bool,
+        hold: bool,
+        done: crate::driver::WriteDone,
+    ) {
+        let started = Instant::now();
+        let latency = Arc::clone(&self.latency);
+        let timed: crate::driver::WriteDone = Box::new(move |result, buffer, more| {
+            latency.record(RequestClass::Write, started.elapsed(), result.is_err());
+            done(result, buffer, more)
+        });
+        self.driver
+            .write_async(self.id, offset_bytes, buffer, start, len, fua, hold, timed);
+    }
+
+    /// Sends the device writes held by `write_async` (`Driver::submit_held_writes`).
+    pub fn submit_held_writes(&self) {
+        self.driver.submit_held_writes();
+    }
+
+    pub fn flush(&self) -> Result<(), RequestError> {
+        self.timed(RequestClass::Flush, || self.driver.flush(self.id))
+    }
+
+    pub fn trim(&self, offset_bytes: u64, len_bytes: u64, fua: bool) -> Result<(), RequestError> {
+        self.timed(RequestClass::Trim, || {
+            self.no_payload(RequestKind::Trim, offset_bytes, len_bytes, fua)
+        })
+    }
+
+    pub fn write_zeroes(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+        fua: bool,
+    ) -> Result<(), RequestError> {
+        self.timed(RequestClass::WriteZeroes, || {
+            self.no_payload(RequestKind::WriteZeroes, offset_bytes, len_bytes, fua)
+        })
+    }
+
+    fn no_payload(
+        &self,
+        kind: RequestKind,
+        offset_bytes: u64,
+        len_bytes: u64,
+        fua: bool,
+    ) -> Result<(), RequestError> {
+        let flags = RequestFlags {
+            fua,
+            ..RequestFlags::default()
+        };
+        self.driver
+            .submit(self.id, kind, offset_bytes, len_bytes, flags, Payload::None)
+    }
+}
