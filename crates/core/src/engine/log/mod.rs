@@ -20,6 +20,9 @@ const SPARE_SLOTS: u64 = 2;
 /// Pages a batch takes at most (4 MiB of 4 KiB pages), and at most a
 /// quarter of the ring.
 const BATCH_PAGES_MAX: u32 = 1024;
+/// Batches after the tail's whose dirty pages reclaim destages while it
+/// waits for the tail's own (`log_destage_ahead`).
+const RECLAIM_AHEAD_SPANS: u64 = 8;
 
 /// A sealed batch still in the log: issued, written, or waiting its turn,
 /// or found by recovery.
@@ -94,6 +97,9 @@ pub(super) struct Log {
     spans: VecDeque<Span>,
     /// Slots of the oldest span known to be free already (reclaim resumes there).
     scanned: u32,
+    /// Spans before this sequence number were looked at ahead of the tail
+    /// (`log_destage_ahead`): their dirty pages' destages are out.
+    ahead_seq: u64,
     open: Option<Open>,
     next_seq: u64,
     /// Sealed batches not issued yet, oldest first.
@@ -129,6 +135,7 @@ impl Log {
             advancing: 0,
             spans: VecDeque::new(),
             scanned: 0,
+            ahead_seq: 0,
             open: None,
             next_seq: 1,
             sealed: VecDeque::new(),
@@ -488,7 +495,7 @@ impl Engine {
                 }
             }
             if blocked {
-                return;
+                return self.log_destage_ahead();
             }
             let log = self.log.as_ref().expect("log mode");
             let from = log.scanned;
@@ -504,6 +511,48 @@ impl Engine {
             if !self.log_wants_reclaim() {
                 return;
             }
+        }
+    }
+
+    /// While the tail waits for the destages of its batch, those of the
+    /// next `RECLAIM_AHEAD_SPANS` batches go out too, so that their backing
+    /// writes overlap (and share the backing's flushes) instead of
+    /// following one batch at a time: the tail then passes a run of
+    /// batches per round trip to the backing. Destaging early is only
+    /// destaging: a page written again meanwhile has a newer version.
+    fn log_destage_ahead(&mut self) {
+        if self.timers.get(Timer::DestageRetry).is_some() {
+            return;
+        }
+        let log = self.log.as_ref().expect("log mode");
+        let Some(front) = log.spans.front() else {
+            return;
+        };
+        let end = front.seq + RECLAIM_AHEAD_SPANS;
+        let durable = log.durable_seq;
+        let spans: Vec<Span> = log
+            .spans
+            .iter()
+            .skip(1)
+            .take_while(|s| s.seq < end && s.seq <= durable)
+            .filter(|s| s.seq >= log.ahead_seq)
+            .copied()
+            .collect();
+        for span in spans {
+            for i in 0..span.pages {
+                let log = self.log.as_ref().expect("log mode");
+                let slot = SlotIndex(log.add(span.header, 1 + i));
+                if self.slots.state(slot) == SlotState::Dirty
+                    && !self.slots.has(slot, FLAG_DESTAGING)
+                {
+                    let gkey = self.dirty.group_of(self.slots.key(slot).0);
+                    if self.issue_group_destages(gkey) > 0 {
+                        self.stats.log_forced_destages += 1;
+                    }
+                    self.group_changed(gkey);
+                }
+            }
+            self.log.as_mut().expect("log mode").ahead_seq = span.seq + 1;
         }
     }
 
