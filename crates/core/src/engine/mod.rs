@@ -19,6 +19,7 @@
 mod dirty;
 mod free;
 mod free_queue;
+mod io_table;
 mod slots;
 mod stats;
 mod timers;
@@ -337,9 +338,8 @@ pub struct Engine {
     /// Version number for the next page version (`SlotRecord::seq`).
     next_seq: u64,
 
-    ios: Vec<Option<IoCtx>>,
-    io_gens: Vec<u32>,
-    ios_free: Vec<u32>,
+    /// Commands in flight, by id: what each completion means.
+    ios: io_table::IoTable,
 
     commands: VecDeque<IoCommand>,
     responses: VecDeque<Response>,
@@ -431,9 +431,7 @@ impl Engine {
             free_waiters: HashMap::default(),
             free_delay_ns: FREE_DELAY_NS,
             next_seq: 1,
-            ios: Vec::new(),
-            io_gens: Vec::new(),
-            ios_free: Vec::new(),
+            ios: io_table::IoTable::default(),
             commands: VecDeque::new(),
             responses: VecDeque::new(),
             destages_in_flight: 0,

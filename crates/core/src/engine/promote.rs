@@ -286,7 +286,7 @@ impl Engine {
                 self.mark_dirty(self.slots.key(slot));
                 // Were its cache write to fail, the page was clean before:
                 // undoing the version takes it out of the dirty set again.
-                for ctx in self.ios.iter_mut().flatten() {
+                for ctx in self.ios.iter_mut() {
                     if let IoCtx::Fill { slot: s, undo, .. } = ctx {
                         if *s == slot {
                             undo.made_dirty = true;

@@ -230,51 +230,25 @@ impl Engine {
     }
 
     pub(super) fn new_io(&mut self, ctx: IoCtx) -> IoId {
-        let idx = match self.ios_free.pop() {
-            Some(i) => i,
-            None => {
-                self.ios.push(None);
-                self.io_gens.push(0);
-                (self.ios.len() - 1) as u32
-            }
-        };
-        self.ios[idx as usize] = Some(ctx);
-        IoId(((self.io_gens[idx as usize] as u64) << 32) | idx as u64)
+        self.ios.insert(ctx)
     }
 
     pub(super) fn take_io(&mut self, io: IoId) -> Option<IoCtx> {
-        let idx = (io.0 & 0xffff_ffff) as usize;
-        let gen = (io.0 >> 32) as u32;
-        if self.io_gens.get(idx) != Some(&gen) {
-            return None;
-        }
-        let ctx = self.ios[idx].take()?;
-        self.io_gens[idx] = gen.wrapping_add(1);
-        self.ios_free.push(idx as u32);
-        Some(ctx)
+        self.ios.take(io)
     }
 
-    /// I/O `io` is still in flight.
     pub(super) fn io_live(&self, io: IoId) -> bool {
         self.io_ctx(io).is_some()
     }
 
     /// The context of I/O `io` in flight.
     pub(super) fn io_ctx(&self, io: IoId) -> Option<&IoCtx> {
-        let idx = (io.0 & 0xffff_ffff) as usize;
-        if self.io_gens.get(idx) != Some(&((io.0 >> 32) as u32)) {
-            return None;
-        }
-        self.ios[idx].as_ref()
+        self.ios.get(io)
     }
 
     /// The context of I/O `io` in flight, to change what its completion means.
     pub(super) fn io_ctx_mut(&mut self, io: IoId) -> Option<&mut IoCtx> {
-        let idx = (io.0 & 0xffff_ffff) as usize;
-        if self.io_gens.get(idx) != Some(&((io.0 >> 32) as u32)) {
-            return None;
-        }
-        self.ios[idx].as_mut()
+        self.ios.get_mut(io)
     }
 
     /// Answers every stalled write (never admitted: it holds no slot, no

@@ -149,7 +149,7 @@ impl Engine {
             log.passed,
             "log: the passed batches add up to the passed slots"
         );
-        let count = |f: fn(&IoCtx) -> bool| self.ios.iter().flatten().filter(|c| f(c)).count();
+        let count = |f: fn(&IoCtx) -> bool| self.ios.iter().filter(|c| f(c)).count();
         let advances = count(|c| matches!(c, IoCtx::AdvanceLog { .. }));
         assert_eq!(
             advances,
