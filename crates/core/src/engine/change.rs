@@ -186,11 +186,11 @@ impl Engine {
                 destages_in_flight: self.destages_in_flight,
             });
         }
-        if ordered_changes && self.reqs_live > 0 {
+        if ordered_changes && self.reqs.live_count() > 0 {
             return Err(ChangeError::NotIdle {
                 from: old.name(),
                 to: kind.name(),
-                requests_in_flight: self.reqs_live,
+                requests_in_flight: self.reqs.live_count(),
             });
         }
         if new.ordered()

@@ -160,32 +160,14 @@ impl Engine {
     }
 
     fn live(&self, ri: u32) -> bool {
-        self.reqs
-            .get(ri as usize)
-            .and_then(Option::as_ref)
-            .is_some_and(|r| r.pending != u32::MAX)
+        self.reqs.is_live(ri)
     }
 
     /// The request table, its free list, the stall queue and the deferred
     /// pieces agree; each live request's `pending` is its commands in
     /// flight plus its pieces deferred plus its waits for a slot's free.
     fn check_requests(&self, ios: &mut IoCounts) {
-        let live = (0..self.reqs.len() as u32)
-            .filter(|&ri| self.live(ri))
-            .count();
-        assert_eq!(live, self.reqs_live as usize, "reqs_live against the table");
-        assert!(
-            self.reqs_live <= self.config.requests_max,
-            "more live requests than requests_max"
-        );
-        assert_eq!(
-            live + self.reqs_free.len(),
-            self.reqs.len(),
-            "the request free list and the live requests cover the table"
-        );
-        for &ri in &self.reqs_free {
-            assert!(!self.live(ri), "request {ri} is live and on the free list");
-        }
+        self.reqs.check(self.config.requests_max);
         let expected = &mut ios.per_req;
         for (slot, waiters) in &self.deferred {
             assert!(!waiters.is_empty(), "an empty waiter list for slot {slot}");
@@ -350,7 +332,7 @@ impl Engine {
                 "pieces wait for slot {slot}, which is not being written"
             );
         }
-        if self.reqs_live == 0 {
+        if self.reqs.live_count() == 0 {
             assert!(self.deferred.is_empty(), "deferred pieces with no request");
             assert!(self.stalled.is_empty(), "stalled writes with no request");
         }

@@ -16,6 +16,7 @@ pub(super) struct IoTable {
 
 impl IoTable {
     /// A new command's id, its meaning `ctx` until `take`.
+    #[inline]
     pub(super) fn insert(&mut self, ctx: IoCtx) -> IoId {
         let idx = match self.free.pop() {
             Some(i) => i,
@@ -32,12 +33,14 @@ impl IoTable {
     }
 
     /// The entry of `io` if it is the command in flight there.
+    #[inline]
     fn index(&self, io: IoId) -> Option<usize> {
         let idx = (io.0 & 0xffff_ffff) as usize;
         (self.gens.get(idx) == Some(&((io.0 >> 32) as u32))).then_some(idx)
     }
 
     /// Completes `io`: its meaning, once (None for an id not in flight).
+    #[inline]
     pub(super) fn take(&mut self, io: IoId) -> Option<IoCtx> {
         let idx = self.index(io)?;
         let ctx = self.entries[idx].take()?;
@@ -46,10 +49,12 @@ impl IoTable {
         Some(ctx)
     }
 
+    #[inline]
     pub(super) fn get(&self, io: IoId) -> Option<&IoCtx> {
         self.entries[self.index(io)?].as_ref()
     }
 
+    #[inline]
     pub(super) fn get_mut(&mut self, io: IoId) -> Option<&mut IoCtx> {
         let idx = self.index(io)?;
         self.entries[idx].as_mut()

@@ -20,6 +20,7 @@ mod dirty;
 mod free;
 mod free_queue;
 mod io_table;
+mod request_table;
 mod slots;
 mod stats;
 mod timers;
@@ -314,9 +315,8 @@ pub struct Engine {
     rate: Box<dyn DestageRate>,
     replacement: Box<dyn Replacement>,
 
-    reqs: Vec<Option<Req>>,
-    reqs_free: Vec<u32>,
-    reqs_live: u32,
+    /// Requests admitted and not answered, by index.
+    reqs: request_table::RequestTable,
     stalled: VecDeque<u32>,
     deferred: HashMap<u32, VecDeque<Deferred>>,
     /// Pages with old versions not yet gone for good: still being destaged,
@@ -421,9 +421,7 @@ impl Engine {
             order,
             rate,
             replacement,
-            reqs: Vec::with_capacity(requests_max),
-            reqs_free: Vec::new(),
-            reqs_live: 0,
+            reqs: request_table::RequestTable::with_capacity(requests_max),
             stalled: VecDeque::with_capacity(requests_max),
             deferred: HashMap::default(),
             old_versions: HashMap::default(),
@@ -527,7 +525,7 @@ impl Engine {
         self.rate.thresholds_pages(self.rate_capacity_pages())
     }
     pub fn requests_in_flight(&self) -> u32 {
-        self.reqs_live
+        self.reqs.live_count()
     }
     pub fn destages_in_flight(&self) -> u32 {
         self.destages_in_flight
@@ -546,7 +544,7 @@ impl Engine {
     }
     /// Nothing in flight and nothing to hand out.
     pub fn is_idle(&self) -> bool {
-        self.reqs_live == 0
+        self.reqs.live_count() == 0
             && self.destages_in_flight == 0
             && self.commands.is_empty()
             && self.responses.is_empty()

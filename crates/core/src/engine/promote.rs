@@ -137,12 +137,9 @@ impl Engine {
     /// any was promoted. Scans the request table: promotions are rare, and
     /// the per-page bypass counts keep the common path free of any scan.
     fn promote_where(&mut self, pick: impl Fn(&Engine, &Req) -> bool) -> bool {
-        let candidates: Vec<(RequestId, u32)> = (self.reqs.iter().enumerate())
-            .filter_map(|(i, r)| {
-                r.as_ref()
-                    .filter(|r| self.promotable(r))
-                    .map(|r| (r.id, i as u32))
-            })
+        let candidates: Vec<(RequestId, u32)> = (self.reqs.iter_live())
+            .filter(|(_, r)| self.promotable(r))
+            .map(|(i, r)| (r.id, i))
             .collect();
         let mut chosen: Vec<(RequestId, u32)> = candidates
             .iter()

@@ -47,7 +47,7 @@ impl Engine {
         (
             "requests_in_flight",
             "Requests admitted or stalled, not yet answered.",
-            self.reqs_live as u64,
+            self.reqs.live_count() as u64,
         ),
         (
             "stalled_requests",
@@ -104,7 +104,7 @@ impl Engine {
             + self.write_filter.capacity() * 8
             + self.backing_writes_in_flight.capacity() * 4
             + self.bypass_pages.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
-            + self.reqs.capacity() * std::mem::size_of::<Option<Req>>()
+            + self.reqs.heap_bytes()
             + self.held_pages.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
     }
 }

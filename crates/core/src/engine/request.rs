@@ -23,7 +23,7 @@ impl Engine {
         if is_write {
             self.check_write_size(&req)?;
         }
-        if self.reqs_live >= self.config.requests_max {
+        if self.reqs.live_count() >= self.config.requests_max {
             return Err(SubmitError::Busy(self.config.requests_max));
         }
         let ri = self.alloc_req(req);
@@ -114,22 +114,7 @@ impl Engine {
     }
 
     pub(super) fn alloc_req(&mut self, r: Request) -> u32 {
-        let ri = match self.reqs_free.pop() {
-            Some(ri) => ri,
-            None => {
-                self.reqs.push(None);
-                (self.reqs.len() - 1) as u32
-            }
-        };
-        // Reuse the vectors of an earlier request where possible.
-        let (mut reserved, mut finalize) = (Vec::new(), Vec::new());
-        if let Some(old) = self.reqs[ri as usize].take() {
-            reserved = old.reserved;
-            finalize = old.finalize;
-            reserved.clear();
-            finalize.clear();
-        }
-        self.reqs[ri as usize] = Some(Req {
+        self.reqs.insert(|reserved, finalize| Req {
             id: r.id,
             kind: r.kind,
             volume: r.volume,
@@ -149,16 +134,14 @@ impl Engine {
             backing_in_flight: false,
             node: NO_NODE,
             log_budget: 0,
-        });
-        self.reqs_live += 1;
-        ri
+        })
     }
 
     pub(super) fn req(&self, ri: u32) -> &Req {
-        self.reqs[ri as usize].as_ref().expect("live request")
+        self.reqs.get(ri)
     }
     pub(super) fn req_mut(&mut self, ri: u32) -> &mut Req {
-        self.reqs[ri as usize].as_mut().expect("live request")
+        self.reqs.get_mut(ri)
     }
 
     /// Answer the request if nothing of it is pending.
@@ -182,12 +165,9 @@ impl Engine {
             buffer_in_use: r.promoted
                 && (r.bypass_io.or(r.through_io)).is_some_and(|io| self.io_live(io)),
         };
-        let r = self.reqs[ri as usize].as_mut().expect("live request");
-        r.pending = u32::MAX; // poison: a dead request
-        let node = r.node;
+        let node = self.req(ri).node;
         self.responses.push_back(response);
-        self.reqs_free.push(ri);
-        self.reqs_live -= 1;
+        self.reqs.release(ri);
         if node != NO_NODE {
             self.ordered_complete(node);
         }

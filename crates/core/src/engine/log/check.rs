@@ -134,7 +134,7 @@ impl Engine {
             "log: writes hold {} slots, the pool has {pool}",
             log.budget
         );
-        let live = self.reqs.iter().flatten().filter(|r| r.pending != u32::MAX);
+        let live = self.reqs.iter_live().map(|(_, r)| r);
         let held: u64 = live.map(|r| r.log_budget as u64).sum();
         assert_eq!(
             held, log.budget,
