@@ -233,12 +233,8 @@ impl Engine {
         // A read miss issued while this write was in flight may have read
         // the old bytes: it must not insert them.
         for piece in self.geometry.pieces(off, len) {
-            self.write_seq += 1;
             let key = PageKey::new(vol, piece.page);
-            let bucket = Self::write_bucket(key);
-            self.write_filter[bucket] = self.write_seq;
-            debug_assert!(self.backing_writes_in_flight[bucket] > 0);
-            self.backing_writes_in_flight[bucket] -= 1;
+            self.writes.backing_write_landed(key);
             if bypass {
                 self.bypass_page_landed(key);
             }

@@ -44,7 +44,7 @@ impl Engine {
         let every = (entries / CHECK_ENTRIES_PER_STEP).max(1) as u64;
         if self.steps_checked.is_multiple_of(every) {
             // The write filter's buckets are summed at their own rate.
-            let filter_every = (WRITE_FILTER_BUCKETS / CHECK_ENTRIES_PER_STEP).max(1) as u64;
+            let filter_every = (write_filter::BUCKETS / CHECK_ENTRIES_PER_STEP).max(1) as u64;
             let filter = (self.steps_checked / every).is_multiple_of(filter_every);
             self.check(filter);
         }
@@ -239,11 +239,7 @@ impl Engine {
             "a page left in held_pages at zero"
         );
         if filter {
-            let backing: u64 = self
-                .backing_writes_in_flight
-                .iter()
-                .map(|&n| u64::from(n))
-                .sum();
+            let backing = self.writes.backing_writes_in_flight();
             assert_eq!(
                 ios.backing_write_pages, backing,
                 "backing_writes_in_flight against the backing writes in flight"

@@ -24,6 +24,7 @@ mod request_table;
 mod slots;
 mod stats;
 mod timers;
+mod write_filter;
 
 pub use change::{ChangeError, Retuned};
 pub use criticality::{CriticalityError, ISSUERS_MAX, ISSUER_UNTAGGED};
@@ -86,8 +87,6 @@ mod write;
 
 /// Volumes per engine (the page key keeps 16 bits for the volume).
 pub const VOLUMES_MAX: usize = 1 << 16;
-/// Buckets of the recent-write filter that guards read-miss insertion.
-const WRITE_FILTER_BUCKETS: usize = 4096;
 /// Persistent caches free slot records in batches of this many...
 const FREE_BATCH_SLOTS: usize = 32;
 /// ...or at most this late.
@@ -349,10 +348,8 @@ pub struct Engine {
     last_destage_sector: Option<u64>,
     destage_retry_ns: u64,
     draining: bool,
-    write_seq: u64,
-    write_filter: Vec<u64>,
-    /// Backing writes in flight per filter bucket.
-    backing_writes_in_flight: Vec<u32>,
+    /// The recent writes a read miss's copy must not go behind.
+    writes: write_filter::WriteFilter,
     /// Pages whose cached versions wait to be destaged until a backing
     /// write of them lands (a promoted bypass's original, or a write
     /// through the cache whose cache copy failed), with how many such
@@ -437,9 +434,7 @@ impl Engine {
             last_destage_sector: None,
             destage_retry_ns: DESTAGE_RETRY_NS_MIN,
             draining: false,
-            write_seq: 0,
-            write_filter: vec![0; WRITE_FILTER_BUCKETS],
-            backing_writes_in_flight: vec![0; WRITE_FILTER_BUCKETS],
+            writes: write_filter::WriteFilter::default(),
             bypass_pages: HashMap::default(),
             bypass_writes_live: 0,
             through_writes_live: 0,

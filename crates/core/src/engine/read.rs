@@ -88,7 +88,7 @@ impl Engine {
             offset_bytes,
             len_bytes,
             req_offset_bytes,
-            write_seq: self.write_seq,
+            write_seq: self.writes.now(),
         });
         self.commands.push_back(IoCommand::ReadBacking {
             io,
@@ -98,10 +98,6 @@ impl Engine {
             req: id,
             req_offset_bytes,
         });
-    }
-
-    pub(super) fn write_bucket(key: PageKey) -> usize {
-        (key.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % WRITE_FILTER_BUCKETS
     }
 
     /// After a read miss: insert the whole pages it read, unless a write to
@@ -124,11 +120,7 @@ impl Engine {
                 return; // never take room from writes
             }
             let key = PageKey::new(volume, PageIndex(page));
-            let bucket = Self::write_bucket(key);
-            if self.slots.lookup(key).is_some()
-                || self.write_filter[bucket] > write_seq
-                || self.backing_writes_in_flight[bucket] > 0
-            {
+            if self.slots.lookup(key).is_some() || !self.writes.unwritten_since(key, write_seq) {
                 continue;
             }
             let slot = if self.log.is_some() {

@@ -101,8 +101,7 @@ impl Engine {
                 .map(|a| a.metadata_bytes())
                 .sum::<usize>()
             + self.issuers.metadata_bytes()
-            + self.write_filter.capacity() * 8
-            + self.backing_writes_in_flight.capacity() * 4
+            + self.writes.heap_bytes()
             + self.bypass_pages.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
             + self.reqs.heap_bytes()
             + self.held_pages.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)

@@ -138,9 +138,8 @@ impl Engine {
                 }
                 pieces.next();
                 pages += 1;
-                self.write_seq += 1;
                 let key = PageKey::new(vol, piece.page);
-                self.write_filter[Self::write_bucket(key)] = self.write_seq;
+                self.writes.written(key);
                 if self.page_dirty(key) {
                     hits += 1;
                     if self
@@ -229,9 +228,8 @@ impl Engine {
         let pages = self.pages_of(off, len);
         self.count_pages(vol, RequestKind::Write, pages, 0);
         for piece in self.geometry.pieces(off, len) {
-            self.write_seq += 1;
             let key = PageKey::new(vol, piece.page);
-            self.write_filter[Self::write_bucket(key)] = self.write_seq;
+            self.writes.written(key);
             if let Some(slot) = self.slots.lookup(key) {
                 debug_assert_eq!(self.slots.state(slot), SlotState::Clean);
                 self.retire(slot);
@@ -255,7 +253,7 @@ impl Engine {
             (r.volume, r.offset_bytes, r.len_bytes, r.flags.fua);
         for piece in self.geometry.pieces(offset_bytes, len_bytes) {
             let key = PageKey::new(volume, piece.page);
-            self.backing_writes_in_flight[Self::write_bucket(key)] += 1;
+            self.writes.backing_write_issued(key);
             if around {
                 *self.bypass_pages.entry(key.0).or_default() += 1;
             }
