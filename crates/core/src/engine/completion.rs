@@ -245,14 +245,7 @@ impl Engine {
 
     /// One bypass write of `key`'s page is no longer a bypass in flight.
     pub(super) fn bypass_page_landed(&mut self, key: PageKey) {
-        let n = self
-            .bypass_pages
-            .get_mut(&key.0)
-            .expect("a bypass in flight over the page");
-        *n -= 1;
-        if *n == 0 {
-            self.bypass_pages.remove(&key.0);
-        }
+        self.bypass_pages.remove(key);
     }
 
     /// Slot records were zeroed (persistent caches): the slots go back to

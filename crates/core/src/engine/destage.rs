@@ -219,7 +219,7 @@ impl Engine {
     /// version came back, and its destage raced the newer backing write:
     /// the engine model's soak found it).
     pub(super) fn destage_held(&self, key: PageKey) -> bool {
-        !self.held_pages.is_empty() && self.held_pages.contains_key(&key.0)
+        self.held_pages.contains(key)
     }
 
     /// Hold the destages of request `ri`'s pages until its backing write
@@ -231,22 +231,14 @@ impl Engine {
         }
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
         for piece in self.geometry.pieces(off, len) {
-            *self
-                .held_pages
-                .entry(PageKey::new(vol, piece.page).0)
-                .or_default() += 1;
+            self.held_pages.add(PageKey::new(vol, piece.page));
         }
     }
 
     /// A held backing write of these bytes landed.
     pub(super) fn release_pages(&mut self, vol: VolumeId, off: u64, len: u64) {
         for piece in self.geometry.pieces(off, len) {
-            let key = PageKey::new(vol, piece.page).0;
-            let n = self.held_pages.get_mut(&key).expect("a held page");
-            *n -= 1;
-            if *n == 0 {
-                self.held_pages.remove(&key);
-            }
+            self.held_pages.remove(PageKey::new(vol, piece.page));
         }
     }
 

@@ -225,19 +225,13 @@ impl Engine {
             ios.bypasses, self.bypass_writes_live,
             "bypass_writes_live against the bypass writes in flight"
         );
-        let bypass_pages: u64 = self.bypass_pages.values().map(|&n| u64::from(n)).sum();
+        let bypass_pages = self.bypass_pages.total();
         assert_eq!(
             ios.bypass_pages, bypass_pages,
             "bypass_pages against the pages of the bypass writes in flight"
         );
-        assert!(
-            self.bypass_pages.values().all(|&n| n > 0),
-            "a page left in bypass_pages at zero"
-        );
-        assert!(
-            self.held_pages.values().all(|&n| n > 0),
-            "a page left in held_pages at zero"
-        );
+        self.bypass_pages.check("bypass_pages");
+        self.held_pages.check("held_pages");
         if filter {
             let backing = self.writes.backing_writes_in_flight();
             assert_eq!(

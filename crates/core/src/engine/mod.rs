@@ -20,6 +20,7 @@ mod dirty;
 mod free;
 mod free_queue;
 mod io_table;
+mod page_counts;
 mod request_table;
 mod slots;
 mod stats;
@@ -356,14 +357,14 @@ pub struct Engine {
     /// writes are in flight: the two could land in either order, and an
     /// older version landing last would leave the backing behind the cache
     /// (`Engine::destage_held`).
-    held_pages: HashMap<u64, u32>,
+    held_pages: page_counts::PageCounts,
     /// Of those, bypass writes, counted per page exactly: a write through
     /// the cache to one of their pages waits for them (its page base could
     /// be read from the backing before the bypass lands, and bring old
     /// bytes back over it). Exact, not by filter bucket: a false match made
     /// a critical write stall behind a bypass of other pages, and every
     /// write queued after it too (the rdc experiments, 2026-11-26).
-    bypass_pages: HashMap<u64, u32>,
+    bypass_pages: page_counts::PageCounts,
     /// Bypass write requests in flight (no page lookup while there are none).
     bypass_writes_live: u32,
     /// Requests admission bypassed that went through the cache, with their
@@ -435,10 +436,10 @@ impl Engine {
             destage_retry_ns: DESTAGE_RETRY_NS_MIN,
             draining: false,
             writes: write_filter::WriteFilter::default(),
-            bypass_pages: HashMap::default(),
+            bypass_pages: page_counts::PageCounts::default(),
             bypass_writes_live: 0,
             through_writes_live: 0,
-            held_pages: HashMap::default(),
+            held_pages: page_counts::PageCounts::default(),
             positions: Vec::with_capacity(geometry.group_pages() as usize),
             timers: Timers::default(),
             ages: Ages::new(slots as usize, config.staleness.max_dirty_age_ns),

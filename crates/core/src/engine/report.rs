@@ -102,8 +102,8 @@ impl Engine {
                 .sum::<usize>()
             + self.issuers.metadata_bytes()
             + self.writes.heap_bytes()
-            + self.bypass_pages.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
+            + self.bypass_pages.heap_bytes()
             + self.reqs.heap_bytes()
-            + self.held_pages.capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
+            + self.held_pages.heap_bytes()
     }
 }

@@ -68,10 +68,9 @@ impl Engine {
             return false;
         }
         let r = self.req(ri);
-        self.geometry.pieces(r.offset_bytes, r.len_bytes).any(|p| {
-            self.bypass_pages
-                .contains_key(&PageKey::new(r.volume, p.page).0)
-        })
+        self.geometry
+            .pieces(r.offset_bytes, r.len_bytes)
+            .any(|p| self.bypass_pages.contains(PageKey::new(r.volume, p.page)))
     }
 
     /// A backing write of `ri` now could race an earlier backing write to
@@ -255,7 +254,7 @@ impl Engine {
             let key = PageKey::new(volume, piece.page);
             self.writes.backing_write_issued(key);
             if around {
-                *self.bypass_pages.entry(key.0).or_default() += 1;
+                self.bypass_pages.add(key);
             }
         }
         self.bypass_writes_live += around as u32;
