@@ -16,6 +16,7 @@
 
 pub mod backings;
 pub mod cache;
+pub mod checksum;
 pub mod device;
 pub mod driver;
 pub mod format;

@@ -163,7 +163,7 @@ impl BackingJournal {
         b[32..40].copy_from_slice(&h.txn.to_le_bytes());
         b[40..48].copy_from_slice(&h.entries.to_le_bytes());
         b[48..52].copy_from_slice(&h.entries_sum.to_le_bytes());
-        let sum = crc32c::crc32c(&b[..HEADER_SUMMED]);
+        let sum = crate::checksum::crc32c(&b[..HEADER_SUMMED]);
         b[HEADER_SUMMED..HEADER_SUMMED + 4].copy_from_slice(&sum.to_le_bytes());
         buf
     }
@@ -180,7 +180,7 @@ impl BackingJournal {
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         let stored = u32_at(HEADER_SUMMED);
-        let computed = crc32c::crc32c(&b[..HEADER_SUMMED]);
+        let computed = crate::checksum::crc32c(&b[..HEADER_SUMMED]);
         if stored != computed {
             return Err(JournalError::HeaderChecksum {
                 device: device.to_string(),
@@ -360,7 +360,7 @@ impl BackingJournal {
         let entries = buf.get(table.max(BLOCK) as usize);
         dev.read_at(&mut entries[..table as usize], self.entries_offset())?;
         let used = &entries[..(h.entries * ENTRY_BYTES) as usize];
-        let computed = crc32c::crc32c(used);
+        let computed = crate::checksum::crc32c(used);
         if computed != h.entries_sum {
             return Err(JournalError::EntriesChecksum {
                 device: name,
@@ -383,7 +383,7 @@ impl BackingJournal {
                 let page_data = page.get(self.page_size as usize);
                 dev.read_at(page_data, self.page_offset(j as u64))?;
                 if pass == 0 {
-                    if crc32c::crc32c(page_data) != sum {
+                    if crate::checksum::crc32c(page_data) != sum {
                         return Err(JournalError::PageChecksum {
                             device: name,
                             txn: h.txn,
@@ -414,7 +414,7 @@ impl BackingJournal {
         dev.write_at(data, self.page_offset(journal_page))?;
         let mut sums = self.sums.lock().expect("journal sums");
         for (i, p) in data.chunks_exact(self.page_size as usize).enumerate() {
-            sums[journal_page as usize + i] = crc32c::crc32c(p);
+            sums[journal_page as usize + i] = crate::checksum::crc32c(p);
         }
         Ok(())
     }
@@ -437,7 +437,7 @@ impl BackingJournal {
                 e[8..12].copy_from_slice(&sums[j].to_le_bytes());
             }
         }
-        let entries_sum = crc32c::crc32c(&b[..(n * ENTRY_BYTES) as usize]);
+        let entries_sum = crate::checksum::crc32c(&b[..(n * ENTRY_BYTES) as usize]);
         dev.flush()?; // the staged pages first
         dev.write_at(&b[..table as usize], self.entries_offset())?;
         dev.flush()?;

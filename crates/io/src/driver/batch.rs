@@ -114,7 +114,7 @@ impl Shared {
         for &i in &b.whole {
             // SAFETY: the request is in flight (module header).
             let data = unsafe { whole_page(&batch[i as usize], self.page_size_bytes) };
-            b.crcs[i as usize] = crc32c::crc32c(data);
+            b.crcs[i as usize] = crate::checksum::crc32c(data);
         }
     }
 
@@ -364,7 +364,10 @@ impl Shared {
     ) -> Result<u32, (DeviceError, Option<bool>)> {
         let page = page.get(self.page_size_bytes as usize);
         self.build_page(buf, base, patch, page, bounce)?;
-        let crc = self.store.as_ref().map_or(0, |_| crc32c::crc32c(page));
+        let crc = self
+            .store
+            .as_ref()
+            .map_or(0, |_| crate::checksum::crc32c(page));
         self.cache
             .dev
             .write_at(page, self.slot_offset_bytes(slot))

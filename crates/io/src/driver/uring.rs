@@ -232,7 +232,7 @@ impl Uring {
                 unreachable!("io_uring batches hold page writes only");
             };
             // SAFETY: the request is in flight (driver.rs, module header).
-            let crc = crc32c::crc32c(unsafe { whole_page(job, p) });
+            let crc = crate::checksum::crc32c(unsafe { whole_page(job, p) });
             records.push((slot, record, crc));
             needs_barrier |= barrier;
         }

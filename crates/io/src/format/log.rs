@@ -75,7 +75,7 @@ impl LogStart {
         put_u64(&mut b, 24, self.generation);
         put_u32(&mut b, 32, self.tail_slot);
         put_u64(&mut b, 40, self.tail_seq);
-        let crc = crc32c::crc32c(&b[..LOG_START_BYTES as usize - 4]);
+        let crc = crate::checksum::crc32c(&b[..LOG_START_BYTES as usize - 4]);
         put_u32(&mut b, LOG_START_BYTES as usize - 4, crc);
         b
     }
@@ -87,7 +87,7 @@ impl LogStart {
         let end = LOG_START_BYTES as usize - 4;
         let valid = b[0..8] == LOG_START_MAGIC
             && b[8..24] == uuid[..]
-            && get_u32(b, end) == crc32c::crc32c(&b[..end])
+            && get_u32(b, end) == crate::checksum::crc32c(&b[..end])
             && b[48..end].iter().all(|&c| c == 0)
             && b[36..40].iter().all(|&c| c == 0);
         let start = LogStart {
@@ -184,13 +184,14 @@ impl BatchHeader {
 
     /// The crc32c of the header slot (crc field zero) and the payload.
     pub fn checksum(header: &[u8], payload: &[&[u8]]) -> u32 {
-        let mut crc = crc32c::crc32c(&header[..HEADER_CRC_OFFSET_BYTES]);
-        crc = crc32c::crc32c_append(crc, &[0u8; 4]);
-        crc = crc32c::crc32c_append(crc, &header[HEADER_CRC_OFFSET_BYTES + 4..]);
+        let mut crc = crate::checksum::Crc32c::new();
+        crc.update(&header[..HEADER_CRC_OFFSET_BYTES]);
+        crc.update(&[0u8; 4]);
+        crc.update(&header[HEADER_CRC_OFFSET_BYTES + 4..]);
         for p in payload {
-            crc = crc32c::crc32c_append(crc, p);
+            crc.update(p);
         }
-        crc
+        crc.finish()
     }
 
     /// Stores the checksum of the header and `payload` in the header.

@@ -254,7 +254,7 @@ fn shorten_identity(identity: &str) -> String {
     if identity.len() <= VOLUME_IDENTITY_BYTES_MAX {
         return identity.to_string();
     }
-    let suffix = format!("…#{:08x}", crc32c::crc32c(identity.as_bytes()));
+    let suffix = format!("…#{:08x}", crate::checksum::crc32c(identity.as_bytes()));
     let mut cut = VOLUME_IDENTITY_BYTES_MAX - suffix.len();
     while !identity.is_char_boundary(cut) {
         cut -= 1;
@@ -579,7 +579,7 @@ impl Superblock {
                 b[at..at + name.len()].copy_from_slice(name.as_bytes());
             }
         }
-        let crc = crc32c::crc32c(&b[..SUPERBLOCK_CRC_OFFSET_BYTES]);
+        let crc = crate::checksum::crc32c(&b[..SUPERBLOCK_CRC_OFFSET_BYTES]);
         put_u32(&mut b, SUPERBLOCK_CRC_OFFSET_BYTES, crc);
         Ok(b)
     }
@@ -596,7 +596,7 @@ impl Superblock {
             return Err(FormatError::BadVersion { found: version });
         }
         let stored = get_u32(b, SUPERBLOCK_CRC_OFFSET_BYTES);
-        let computed = crc32c::crc32c(&b[..SUPERBLOCK_CRC_OFFSET_BYTES]);
+        let computed = crate::checksum::crc32c(&b[..SUPERBLOCK_CRC_OFFSET_BYTES]);
         if stored != computed {
             return Err(FormatError::BadSuperblockChecksum { stored, computed });
         }

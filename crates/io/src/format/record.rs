@@ -43,7 +43,7 @@ pub fn encode_record(out: &mut [u8], slot: u32, record: &SlotRecord, data_crc32c
     put_u64(out, 8, record.key.0);
     put_u64(out, 16, record.seq);
     put_u32(out, 24, slot);
-    let crc = crc32c::crc32c(&out[..28]);
+    let crc = crate::checksum::crc32c(&out[..28]);
     put_u32(out, 28, crc);
 }
 
@@ -54,7 +54,7 @@ pub fn decode_record(b: &[u8], slot: u32) -> Result<RecordState, RecordError> {
         return Ok(RecordState::Free);
     }
     let stored = get_u32(b, 28);
-    let computed = crc32c::crc32c(&b[..28]);
+    let computed = crate::checksum::crc32c(&b[..28]);
     if stored != computed {
         return Err(RecordError::Checksum { stored, computed });
     }

@@ -81,7 +81,7 @@ fn every_field_v2() -> Superblock {
 
 /// Rewrites the checksum after a test changed bytes on purpose.
 fn reseal(b: &mut [u8; SUPERBLOCK_BYTES as usize]) {
-    let crc = crc32c::crc32c(&b[..SUPERBLOCK_CRC_OFFSET_BYTES]);
+    let crc = crate::checksum::crc32c(&b[..SUPERBLOCK_CRC_OFFSET_BYTES]);
     put_u32(b, SUPERBLOCK_CRC_OFFSET_BYTES, crc);
 }
 
@@ -160,7 +160,7 @@ fn v1_bytes_by_hand(layout: Layout, volume: (&str, u64, &str)) -> [u8; 4096] {
     b[128..128 + name.len()].copy_from_slice(name.as_bytes());
     b[192..200].copy_from_slice(&size_bytes.to_le_bytes());
     b[200..200 + identity.len()].copy_from_slice(identity.as_bytes());
-    let crc = crc32c::crc32c(&b[..4092]);
+    let crc = crate::checksum::crc32c(&b[..4092]);
     b[4092..].copy_from_slice(&crc.to_le_bytes());
     b
 }

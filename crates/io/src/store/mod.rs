@@ -1021,7 +1021,7 @@ impl CacheStore {
                             let data = buf.get(page);
                             self.dev
                                 .read_at(data, self.layout.slot_offset_bytes(slot))?;
-                            let computed = crc32c::crc32c(data);
+                            let computed = crate::checksum::crc32c(data);
                             if computed != data_crc32c {
                                 scan.bad.push(BadSlot::Data {
                                     slot,
