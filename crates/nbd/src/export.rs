@@ -98,6 +98,13 @@ pub trait Export: Send + Sync {
     fn writes_alone_inline(&self) -> bool {
         false
     }
+    /// With `writes_async`: WRITEs up to this size are started on the
+    /// connection's reader thread, larger ones on a worker, so that the
+    /// reader receives the next request while a large one's start runs
+    /// (its checksums, say). Default: 64 KiB.
+    fn write_async_on_reader_max_bytes(&self) -> usize {
+        64 * 1024
+    }
     /// Starts a write of `buffer[start..start + len]` at `offset` (the
     /// server aligns `start` in memory to 4 KiB); `done` is called once,
     /// perhaps before this returns, with the outcome (the same promise as

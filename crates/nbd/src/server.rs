@@ -33,9 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::export::Export;
 use job_queue::JobQueue;
-use writes::{
-    more_input, receive_async_write, start_write, start_write_async, ASYNC_ON_READER_MAX_BYTES,
-};
+use writes::{more_input, receive_async_write, start_write, start_write_async};
 
 mod job_queue;
 mod writes;
@@ -702,7 +700,7 @@ fn transmission(
                 // way: a client at QD1): run to completion here, where a
                 // hand-off would only add a wake-up and its latency.
                 start_write(shared, job, false);
-            } else if length as usize <= ASYNC_ON_READER_MAX_BYTES {
+            } else if length as usize <= connection.export.write_async_on_reader_max_bytes() {
                 start_write_async(shared, job);
             } else if let Err(job) = shared.queue.push(job) {
                 job.connection.release(job.charge_bytes);

@@ -575,6 +575,9 @@ struct AsyncMem {
     alone_inline: bool,
     sync_writes: AtomicUsize,
     async_writes: AtomicUsize,
+    /// `write_async_on_reader_max_bytes`, and the writes started on a worker.
+    on_reader_max: AtomicUsize,
+    started_on_worker: AtomicUsize,
 }
 
 type Started = (u64, Vec<u8>, usize, usize, wcache_nbd::WriteDone);
@@ -622,6 +625,8 @@ impl AsyncMem {
             alone_inline,
             sync_writes: AtomicUsize::new(0),
             async_writes: AtomicUsize::new(0),
+            on_reader_max: AtomicUsize::new(64 * 1024),
+            started_on_worker: AtomicUsize::new(0),
         })
     }
 }
@@ -645,6 +650,9 @@ impl Export for AsyncMem {
     fn writes_alone_inline(&self) -> bool {
         self.alone_inline
     }
+    fn write_async_on_reader_max_bytes(&self) -> usize {
+        self.on_reader_max.load(Ordering::SeqCst)
+    }
     fn write_async(
         &self,
         offset: u64,
@@ -655,6 +663,10 @@ impl Export for AsyncMem {
         done: wcache_nbd::WriteDone,
     ) {
         self.async_writes.fetch_add(1, Ordering::SeqCst);
+        let name = std::thread::current().name().unwrap_or("").to_string();
+        if name.starts_with("nbd-worker") {
+            self.started_on_worker.fetch_add(1, Ordering::SeqCst);
+        }
         if !(buffer[start..].as_ptr() as usize).is_multiple_of(4096) {
             self.misaligned.fetch_add(1, Ordering::SeqCst);
         }
@@ -714,6 +726,37 @@ fn a_lone_write_runs_inline_where_the_export_asks_and_pipelined_ones_async() {
     }
     client.disconnect();
     server.stop();
+}
+
+#[test]
+fn large_async_writes_start_on_the_reader_up_to_the_exports_size() {
+    for (max, on_worker) in [(64 * 1024, true), (usize::MAX, false)] {
+        let dir = TempDir::new("reader-max");
+        let export = AsyncMem::new();
+        export.on_reader_max.store(max, Ordering::SeqCst);
+        let server = start_unix(&dir.socket(), vec![("disk", export.clone())]);
+        let mut client = connect(&dir.socket(), "disk");
+        let mut sent = Vec::new();
+        for i in 0..8u64 {
+            let data = pattern(256 * 1024, i as u8);
+            client.send(CMD_WRITE, 0, i, i * MIB, data.len() as u32, &data);
+            sent.push((i * MIB, data));
+        }
+        for _ in 0..8 {
+            assert_eq!(client.reply_header().error, 0);
+        }
+        for (at, data) in &sent {
+            assert_eq!(client.read(*at, data.len() as u32).as_ref(), Ok(data));
+        }
+        let workers = export.started_on_worker.load(Ordering::SeqCst);
+        assert_eq!(
+            workers > 0,
+            on_worker,
+            "256 KiB writes under a {max}-byte limit: {workers} on workers"
+        );
+        client.disconnect();
+        server.stop();
+    }
 }
 
 #[test]

@@ -60,6 +60,9 @@ impl Export for NbdVolume {
     fn writes_alone_inline(&self) -> bool {
         self.0.writes_alone_inline()
     }
+    fn write_async_on_reader_max_bytes(&self) -> usize {
+        self.0.write_async_on_reader_max_bytes()
+    }
     fn write_async(
         &self,
         offset: u64,

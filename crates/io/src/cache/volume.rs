@@ -83,6 +83,12 @@ impl Volume {
         self.driver.writes_alone_inline()
     }
 
+    /// The largest `write_async` worth starting on a connection's reader
+    /// (`Driver::write_async_on_reader_max_bytes`).
+    pub fn write_async_on_reader_max_bytes(&self) -> usize {
+        self.driver.write_async_on_reader_max_bytes()
+    }
+
     /// `write` of `buffer[start..start + len]` that calls `done` when it is
     /// acknowledged, from the thread that finished it (`Driver::write_async`,
     /// `hold` included: then call `submit_held_writes` before waiting).

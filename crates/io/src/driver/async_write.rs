@@ -29,6 +29,19 @@ impl Driver {
         self.shared.log.is_some()
     }
 
+    /// The largest `write_async` worth starting on the caller's thread when
+    /// the caller has other work (an NBD connection's reader): any size in
+    /// format 3, whose start only joins the open batch (the batch's writer
+    /// computes the checksum); 64 KiB over io_uring, whose start computes
+    /// the pages' checksums and records.
+    pub fn write_async_on_reader_max_bytes(&self) -> usize {
+        if self.shared.log.is_some() {
+            usize::MAX
+        } else {
+            64 * 1024
+        }
+    }
+
     /// The data path `write_async` uses, chosen at start.
     pub fn data_path(&self) -> &DataPath {
         &self.shared.data_path

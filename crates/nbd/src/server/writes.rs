@@ -6,11 +6,6 @@
 
 use super::*;
 
-/// WRITEs up to this size are started on the connection's reader thread;
-/// larger ones go to a worker, so that the reader receives the next request
-/// while the checksums and metadata of a large one are computed.
-pub(super) const ASYNC_ON_READER_MAX_BYTES: usize = 64 * 1024;
-
 /// Receives a WRITE's payload into a buffer of its own, at an address
 /// aligned to 4 KiB, for `Export::write_async`. `None` when the client
 /// vanished mid-payload.
