@@ -75,12 +75,21 @@ impl Driver {
         self.page_request(RequestKind::Write, page);
     }
 
+    /// One write of `pages` pages from `first`, run to its response.
+    pub fn write_pages(&mut self, first: u64, pages: u64) {
+        self.request(RequestKind::Write, first, pages);
+    }
+
     /// Trim one 4 KiB page, run to its response (drops a dirty page).
     pub fn trim_page(&mut self, page: u64) {
         self.page_request(RequestKind::Trim, page);
     }
 
     fn page_request(&mut self, kind: RequestKind, page: u64) {
+        self.request(kind, page, 1);
+    }
+
+    fn request(&mut self, kind: RequestKind, page: u64, pages: u64) {
         self.now_ns += 1_000;
         self.next_id += 1;
         let req = Request {
@@ -88,7 +97,7 @@ impl Driver {
             volume: self.volume,
             kind,
             offset_bytes: page * PAGE_BYTES,
-            len_bytes: PAGE_BYTES,
+            len_bytes: pages * PAGE_BYTES,
             flags: RequestFlags::default(),
         };
         self.engine
