@@ -272,6 +272,15 @@ pub fn run() -> MemoryFigures {
         states.push(f);
     }
 
+    print_structures();
+    MemoryFigures {
+        empty_per_slot,
+        states,
+    }
+}
+
+/// Where the bytes go: each structure, policy and mode alone.
+fn print_structures() {
     println!("  where the bytes go (each structure alone, allocator vs its metadata_bytes()):");
     let (lru, lru_md) = lru_alone();
     println!(
@@ -308,9 +317,5 @@ pub fn run() -> MemoryFigures {
             md,
             per_slot
         );
-    }
-    MemoryFigures {
-        empty_per_slot,
-        states,
     }
 }
