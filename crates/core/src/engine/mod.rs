@@ -208,6 +208,36 @@ struct Req {
     log_budget: u32,
 }
 
+impl Req {
+    /// Request `r` as admitted, nothing of it issued yet; `reserved` and
+    /// `finalize` are empty vectors (kept from an earlier request).
+    #[inline]
+    fn admitted(r: Request, reserved: Vec<SlotIndex>, finalize: Vec<SlotIndex>) -> Req {
+        debug_assert!(reserved.is_empty() && finalize.is_empty());
+        Req {
+            id: r.id,
+            kind: r.kind,
+            volume: r.volume,
+            offset_bytes: r.offset_bytes,
+            len_bytes: r.len_bytes,
+            flags: r.flags,
+            pending: 0,
+            failed: None,
+            stalled_at: None,
+            reserved,
+            finalize,
+            bypass: false,
+            bypass_io: None,
+            through_io: None,
+            promoted: false,
+            holds: false,
+            backing_in_flight: false,
+            node: NO_NODE,
+            log_budget: 0,
+        }
+    }
+}
+
 /// `Req::node` of a request that is not an ordered write.
 const NO_NODE: u64 = u64::MAX;
 

@@ -114,27 +114,7 @@ impl Engine {
     }
 
     pub(super) fn alloc_req(&mut self, r: Request) -> u32 {
-        self.reqs.insert(|reserved, finalize| Req {
-            id: r.id,
-            kind: r.kind,
-            volume: r.volume,
-            offset_bytes: r.offset_bytes,
-            len_bytes: r.len_bytes,
-            flags: r.flags,
-            pending: 0,
-            failed: None,
-            stalled_at: None,
-            reserved,
-            finalize,
-            bypass: false,
-            bypass_io: None,
-            through_io: None,
-            promoted: false,
-            holds: false,
-            backing_in_flight: false,
-            node: NO_NODE,
-            log_budget: 0,
-        })
+        self.reqs.insert(r)
     }
 
     pub(super) fn req(&self, ri: u32) -> &Req {

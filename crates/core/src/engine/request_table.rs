@@ -3,7 +3,7 @@
 //! its vectors for the next one (no allocation per request).
 
 use super::Req;
-use crate::types::SlotIndex;
+use crate::command::Request;
 
 /// `pending` of an answered request: its entry is free (a poison that the
 /// checks and the scans recognise).
@@ -24,13 +24,10 @@ impl RequestTable {
         }
     }
 
-    /// Takes an entry for `make(reserved, finalize)`, given the cleared
-    /// vectors of the entry's previous request (or new ones).
+    /// Takes an entry for request `r`, with the cleared vectors of the
+    /// entry's previous request (or new ones).
     #[inline]
-    pub(super) fn insert(
-        &mut self,
-        make: impl FnOnce(Vec<SlotIndex>, Vec<SlotIndex>) -> Req,
-    ) -> u32 {
+    pub(super) fn insert(&mut self, r: Request) -> u32 {
         let ri = match self.free.pop() {
             Some(ri) => ri,
             None => {
@@ -45,7 +42,7 @@ impl RequestTable {
             reserved.clear();
             finalize.clear();
         }
-        self.entries[ri as usize] = Some(make(reserved, finalize));
+        self.entries[ri as usize] = Some(Req::admitted(r, reserved, finalize));
         self.live += 1;
         ri
     }
@@ -129,51 +126,36 @@ impl RequestTable {
 mod tests {
     use super::*;
     use crate::command::{RequestFlags, RequestKind};
-    use crate::engine::NO_NODE;
     use crate::types::{RequestId, VolumeId};
 
-    fn req(id: u64, reserved: Vec<SlotIndex>, finalize: Vec<SlotIndex>) -> Req {
-        Req {
+    fn req(id: u64) -> Request {
+        Request {
             id: RequestId(id),
-            kind: RequestKind::Write,
             volume: VolumeId(0),
+            kind: RequestKind::Write,
             offset_bytes: 0,
             len_bytes: 4096,
             flags: RequestFlags::default(),
-            pending: 0,
-            failed: None,
-            stalled_at: None,
-            reserved,
-            finalize,
-            bypass: false,
-            bypass_io: None,
-            through_io: None,
-            promoted: false,
-            holds: false,
-            backing_in_flight: false,
-            node: NO_NODE,
-            log_budget: 0,
         }
     }
 
     #[test]
     fn an_answered_entry_is_reused_with_its_vectors_cleared() {
         let mut t = RequestTable::with_capacity(4);
-        let a = t.insert(|r, f| req(1, r, f));
-        let b = t.insert(|r, f| req(2, r, f));
-        t.get_mut(a).reserved.push(SlotIndex(7));
+        let a = t.insert(req(1));
+        let b = t.insert(req(2));
+        t.get_mut(a).reserved.push(crate::types::SlotIndex(7));
         t.check(2);
         assert_eq!(t.live_count(), 2);
         t.release(a);
         assert!(!t.is_live(a) && t.is_live(b));
         t.check(2);
-        let c = t.insert(|r, f| {
-            assert!(
-                r.is_empty() && r.capacity() > 0,
-                "the vector comes back cleared"
-            );
-            req(3, r, f)
-        });
+        let c = t.insert(req(3));
+        let kept = &t.get(c).reserved;
+        assert!(
+            kept.is_empty() && kept.capacity() > 0,
+            "the vector comes back cleared"
+        );
         assert_eq!(c, a, "the free entry is taken again");
         let live: Vec<u64> = t.iter_live().map(|(_, r)| r.id.0).collect();
         assert_eq!(live, vec![3, 2]);
