@@ -422,8 +422,8 @@ fn format_3_refuses_what_it_cannot_take_touching_no_file() {
     }
 }
 
-/// `--help` lists each policy family from its registry, with the same names
-/// that parsing accepts.
+/// `--help` lists each policy family (and the workloads) from its registry,
+/// with the same names that parsing accepts.
 #[test]
 fn help_lists_the_policies_of_each_family() {
     let sim = succeeds(&["sim", "--help"]);
@@ -433,6 +433,7 @@ fn help_lists_the_policies_of_each_family() {
         "write-through (wt): acknowledged once cache and backing hold the write",
         "arc: ARC: adaptive between recency and frequency",
         "all: admit every write",
+        "redislike: Redis-like: AOF, snapshots",
     ] {
         assert!(sim.contains(line), "sim --help lacks {line:?}: {sim}");
     }
