@@ -21,7 +21,7 @@ mod top;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use sim_config::{issuer_mix, journal_config};
+use sim_config::{issuer_mix, journal_config, workload_options};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use wcache_core::config::StalenessConfig;
@@ -34,10 +34,7 @@ use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_models::{build_device, build_device_with, HddParams};
 use wcache_sim::experiment::{self, rdc, wow};
 use wcache_sim::faults::FaultPlan;
-use wcache_sim::workload::{
-    FileServerConfig, HrrwModel, Loop, PgLikeConfig, RandomConfig, RedisLikeConfig, Replay,
-    Spc1Config, TraceConfig, TraceFormat, WorkloadSpec, OUTSTANDING_MAX_DEFAULT, WORKLOAD_NAMES,
-};
+use wcache_sim::workload::{HrrwModel, WorkloadRun, OUTSTANDING_MAX_DEFAULT, WORKLOADS};
 use wcache_sim::{RunLimits, Simulation};
 
 #[derive(Parser)]
@@ -205,10 +202,8 @@ struct OneRun {
     /// Keep destaged pages and read misses as clean cached pages.
     #[arg(long)]
     read_cache: bool,
-    /// Workload: random, spc1, trace, fileserver (PostMark-like: small
-    /// files, appends, creates, deletes, journal commits), pglike
-    /// (PostgreSQL-like: backends, WAL lock, checkpointer; use --backend
-    /// hdd-per-volume), redislike (Redis-like: AOF, snapshots); docs/workloads.md.
+    /// Workload: random, spc1, trace, fileserver, pglike, redislike
+    /// (docs/workloads.md).
     #[arg(long, default_value = "random")]
     workload: String,
     /// Files at the start of the fileserver workload (its table holds twice
@@ -289,7 +284,7 @@ struct OneRun {
 }
 
 /// The policy options' long help (`--help`) lists each family's policies
-/// from its registry, the same table that parses the names.
+/// (and the workloads) from its registry, the same table that parses the names.
 fn with_policy_help(cmd: clap::Command) -> clap::Command {
     fn listed(c: clap::Command, ids: &[&'static str]) -> clap::Command {
         ids.iter().fold(c, |c, &id| {
@@ -298,6 +293,7 @@ fn with_policy_help(cmd: clap::Command) -> clap::Command {
                 "rate" => DESTAGE_RATES.help(),
                 "write_policy" => WRITE_POLICIES.help(),
                 "replacement" => REPLACEMENTS.help(),
+                "workload" => WORKLOADS.help(),
                 _ => ADMISSIONS.help(),
             };
             c.mut_arg(id, |a| {
@@ -309,7 +305,14 @@ fn with_policy_help(cmd: clap::Command) -> clap::Command {
     cmd.mut_subcommand("sim", |c| {
         listed(
             c,
-            &["order", "rate", "write_policy", "replacement", "admission"],
+            &[
+                "order",
+                "rate",
+                "write_policy",
+                "replacement",
+                "admission",
+                "workload",
+            ],
         )
     })
     .mut_subcommand("serve", |c| {
@@ -573,116 +576,16 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
         Some(spec) => FaultPlan::parse(spec).map_err(|e| format!("--faults: {e}"))?,
         None => FaultPlan::default(),
     };
-    let footprint = o
-        .footprint
-        .unwrap_or(backing.as_ref().map_or(0, |b| b.capacity_bytes()))
-        / 4096
-        * 4096;
-    let outstanding = o.outstanding.unwrap_or(16);
-    let arrivals = match o.target_iops {
-        Some(rate_iops) => Loop::Open {
-            rate_iops,
-            outstanding_max: OUTSTANDING_MAX_DEFAULT,
-        },
-        None => Loop::Closed { outstanding },
-    };
-    sim_checks::options_apply(o, backing.as_ref().map(|b| b.capacity_bytes()))?;
-    let mut workload_label = o.workload.clone();
-    let spec = match o.workload.as_str() {
-        "random" => {
-            let mut c = RandomConfig::writes_closed(footprint, outstanding);
-            c.arrivals = arrivals;
-            c.read_fraction = o.read_fraction;
-            c.issuers = issuer_mix(o);
-            WorkloadSpec::Random(c)
-        }
-        "spc1" => {
-            let mut c = match o.target_iops {
-                Some(rate_iops) => Spc1Config::open(footprint, rate_iops),
-                None => Spc1Config::closed(footprint, outstanding),
-            };
-            c.arrivals = arrivals;
-            c.hrrw = hrrw;
-            if let Some(bsus) = o.bsus {
-                c.bsus = bsus;
-            }
-            if hrrw != HrrwModel::Reference {
-                workload_label = format!("spc1 (hrrw {}, {} BSUs)", hrrw.name(), c.bsus);
-            }
-            WorkloadSpec::Spc1(c)
-        }
-        "trace" => {
-            let path = o
-                .trace
-                .clone()
-                .ok_or("--workload trace needs --trace FILE")?;
-            let mut c = TraceConfig::new(path, TraceFormat::from_name(&o.trace_format)?);
-            c.replay = match o.trace_speed {
-                Some(speed) => Replay::AsRecorded {
-                    speed,
-                    outstanding_max: OUTSTANDING_MAX_DEFAULT,
-                },
-                None => Replay::Closed { outstanding },
-            };
-            WorkloadSpec::Trace(c)
-        }
-        "pglike" | "redislike" => {
-            if o.target_iops.is_some() {
-                return Err(format!(
-                    "--workload {} is a closed loop of clients (--outstanding); --target-iops does not apply",
-                    o.workload
-                )
-                .into());
-            }
-            if o.workload == "pglike" {
-                let n = o.outstanding.unwrap_or(rdc::PG_BACKENDS as u64);
-                workload_label = format!("pglike ({n} backends)");
-                let mut c = PgLikeConfig::tpcc_like(u32::try_from(n).unwrap_or(u32::MAX));
-                if let Some(us) = o.cpu_us {
-                    c.cpu_us_mean = us;
-                }
-                WorkloadSpec::PgLike(c)
-            } else {
-                let n = o.outstanding.unwrap_or(rdc::REDIS_CLIENTS as u64);
-                workload_label = format!("redislike ({n} clients)");
-                let mut c = RedisLikeConfig::ycsb_a(u32::try_from(n).unwrap_or(u32::MAX));
-                if let Some(us) = o.cpu_us {
-                    c.cpu_us_mean = us;
-                }
-                WorkloadSpec::RedisLike(c)
-            }
-        }
-        "fileserver" => {
-            if o.target_iops.is_some() {
-                return Err("--workload fileserver is a closed loop (one request per \
-                            stream, --outstanding streams); --target-iops does not apply"
-                    .into());
-            }
-            let c = FileServerConfig::postmark_like(o.files, outstanding);
-            workload_label = format!("fileserver ({} files, {outstanding} streams)", o.files);
-            WorkloadSpec::FileServer(c)
-        }
-        other => {
-            return Err(format!(
-                "unknown workload {other:?}; valid: {}",
-                WORKLOAD_NAMES.join(", ")
-            )
-            .into())
-        }
-    };
-    let workload = spec.build(o.seed)?;
+    let capacity_bytes = backing.as_ref().map(|b| b.capacity_bytes());
+    let run = WorkloadRun::new(&o.workload, &workload_options(o, hrrw, capacity_bytes))?;
+    sim_checks::footprint_fits(o, capacity_bytes)?;
+    let workload = run.spec.build(o.seed)?;
     sim_checks::critical_volumes(o, workload.volume_sizes_bytes().len())?;
     let backing = match backing {
         Some(b) => b,
         None => experiment::backing_per_volume(&disk, &workload.volume_sizes_bytes()),
     };
-    // The fileserver and the applications lay out their own volumes.
-    let footprint = match spec {
-        WorkloadSpec::FileServer(_) | WorkloadSpec::PgLike(_) | WorkloadSpec::RedisLike(_) => {
-            workload.volume_sizes_bytes().iter().sum()
-        }
-        _ => footprint,
-    };
+    let footprint = run.footprint_bytes(&workload.volume_sizes_bytes());
     let mut sim = Simulation::new(engine, cache, backing, workload, args.check)?;
     for issuer in issuer_mix(o).critical() {
         sim.set_critical_issuer(issuer)?;
@@ -714,7 +617,7 @@ fn sim_one(args: &SimArgs) -> Result<(), AnyError> {
     }
     println!(
         "workload            {} on {} ({} KiB footprint)",
-        workload_label,
+        run.label,
         o.backend,
         footprint / 1024
     );

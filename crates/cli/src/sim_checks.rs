@@ -1,38 +1,18 @@
 //! Checks of `wcache sim`'s options against the run they describe, each
-//! naming the option: what applies to which workload, a cache of at least
-//! one write group, a footprint the backing holds, critical volumes the
-//! workload has. The range of each option alone is `crate::limits`' (at
-//! parse time); the engine's and the workloads' own settings are theirs to
-//! check. It must never run anything.
+//! naming the option: a cache of at least one write group, a footprint the
+//! backing holds, critical volumes the workload has. The range of each
+//! option alone is `crate::limits`' (at parse time); which options apply to
+//! which workload is the workload registry's
+//! (`wcache_sim::workload::WORKLOADS`); the engine's and the workloads' own
+//! settings are theirs to check. It must never run anything.
 
 use wcache_core::geometry::Geometry;
-use wcache_sim::workload::IssuerMix;
 
-use crate::sim_config::issuer_mix;
 use crate::OneRun;
 
-/// The options of one run that its workload uses, and a footprint within
-/// the backing (of `capacity_bytes`, when it is built before the workload).
-pub fn options_apply(o: &OneRun, capacity_bytes: Option<u64>) -> Result<(), String> {
-    let app = matches!(o.workload.as_str(), "pglike" | "redislike");
-    if o.cpu_us.is_some() && !app {
-        return Err(format!(
-            "--cpu-us applies to --workload pglike and redislike only, not {}",
-            o.workload
-        ));
-    }
-    if o.footprint.is_some() && app {
-        return Err(format!(
-            "--footprint does not apply to --workload {}: the application's data and logs have their sizes (docs/workloads.md)",
-            o.workload
-        ));
-    }
-    if o.workload != "random" && issuer_mix(o) != IssuerMix::default() {
-        return Err(format!(
-            "--issuers, --critical-issuers, --sync-fraction apply to --workload random only, not {}",
-            o.workload
-        ));
-    }
+/// `--footprint`: within the backing (of `capacity_bytes`, when one device
+/// holds every volume).
+pub fn footprint_fits(o: &OneRun, capacity_bytes: Option<u64>) -> Result<(), String> {
     if let (Some(bytes), Some(capacity)) = (o.footprint, capacity_bytes) {
         if bytes > capacity {
             return Err(format!(

@@ -1,8 +1,9 @@
-//! `wcache sim`'s engine settings from its command line: journaled
-//! write-back's and the issuers' (the rest is wiring in `main.rs`).
+//! `wcache sim`'s settings from its command line: journaled write-back's,
+//! the issuers' and the workload's options (the rest is wiring in `main.rs`;
+//! what each workload makes of its options is the workload registry's).
 
 use wcache_core::config::{CheckpointMode, ConsistencyPoints, JournalConfig};
-use wcache_sim::workload::IssuerMix;
+use wcache_sim::workload::{HrrwModel, IssuerMix, WorkloadOptions};
 
 use crate::OneRun;
 
@@ -38,5 +39,29 @@ pub fn issuer_mix(o: &OneRun) -> IssuerMix {
         issuers: o.issuers,
         critical_issuers: o.critical_issuers,
         sync_fraction: o.sync_fraction,
+    }
+}
+
+/// The workload's options, a field per option; `hrrw` parsed, and the
+/// backing's bytes when one device holds every volume.
+pub fn workload_options(
+    o: &OneRun,
+    hrrw: HrrwModel,
+    backing_bytes: Option<u64>,
+) -> WorkloadOptions {
+    WorkloadOptions {
+        footprint_bytes: o.footprint,
+        backing_bytes,
+        outstanding: o.outstanding,
+        target_iops: o.target_iops,
+        read_fraction: o.read_fraction,
+        issuers: issuer_mix(o),
+        hrrw,
+        bsus: o.bsus,
+        trace: o.trace.clone(),
+        trace_format: o.trace_format.clone(),
+        trace_speed: o.trace_speed,
+        files: o.files,
+        cpu_us: o.cpu_us,
     }
 }

@@ -422,8 +422,8 @@ fn format_3_refuses_what_it_cannot_take_touching_no_file() {
     }
 }
 
-/// `--help` lists each policy family from its registry, with the same names
-/// that parsing accepts.
+/// `--help` lists each policy family (and the workloads) from its registry,
+/// with the same names that parsing accepts.
 #[test]
 fn help_lists_the_policies_of_each_family() {
     let sim = succeeds(&["sim", "--help"]);
@@ -433,6 +433,7 @@ fn help_lists_the_policies_of_each_family() {
         "write-through (wt): acknowledged once cache and backing hold the write",
         "arc: ARC: adaptive between recency and frequency",
         "all: admit every write",
+        "redislike: Redis-like: AOF, snapshots",
     ] {
         assert!(sim.contains(line), "sim --help lacks {line:?}: {sim}");
     }
@@ -719,4 +720,125 @@ fn admission_options_name_what_is_wrong() {
     // The volume policy admits the writes of volumes named critical.
     let out = succeeds(&with(&["--admission", "volume", "--critical-volumes", "0"]));
     assert!(out.contains("bypasses            0"), "{out}");
+}
+
+/// The arguments `lead` then `rest`.
+fn joined<'a>(lead: &[&'a str], rest: &[&'a str]) -> Vec<&'a str> {
+    lead.iter().chain(rest).copied().collect()
+}
+
+/// Options a workload cannot take, a workload without its trace and an
+/// unknown workload are refused, each by a message naming what is wrong.
+#[test]
+fn workload_options_that_do_not_apply_are_refused() {
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &["pglike", "--target-iops", "100"],
+            "--workload pglike is a closed loop of clients (--outstanding); --target-iops does not apply",
+        ),
+        (
+            &["redislike", "--target-iops", "100"],
+            "--workload redislike is a closed loop of clients (--outstanding); --target-iops does not apply",
+        ),
+        (
+            &["fileserver", "--target-iops", "100"],
+            "--workload fileserver is a closed loop (one request per stream, --outstanding streams); --target-iops does not apply",
+        ),
+        (&["trace"], "--workload trace needs --trace FILE"),
+        (
+            &["trace", "--trace", "t.csv", "--trace-format", "bad"],
+            "unknown trace format `bad`; valid formats: msr, blkparse, libcachesim, tencent",
+        ),
+        (
+            &["foo"],
+            "unknown workload \"foo\"; valid: random, spc1, trace, fileserver, pglike, redislike",
+        ),
+        (
+            &["fileserver", "--cpu-us", "5"],
+            "--cpu-us applies to --workload pglike and redislike only, not fileserver",
+        ),
+        (
+            &["redislike", "--footprint", "1M"],
+            "--footprint does not apply to --workload redislike: the application's data and logs have their sizes (docs/workloads.md)",
+        ),
+        (
+            &["pglike", "--issuers", "4"],
+            "--issuers, --critical-issuers, --sync-fraction apply to --workload random only, not pglike",
+        ),
+    ];
+    for (args, needle) in cases {
+        fails_naming(
+            &joined(&["sim", "--requests", "100", "--workload"], args),
+            needle,
+        );
+    }
+}
+
+/// The report's first line names the workload with its own parameters and
+/// the footprint it touches: `--footprint` (or the whole backing), or the
+/// volumes a workload lays out itself.
+#[test]
+fn the_report_names_each_workload_and_its_footprint() {
+    let (dir, trace) = temp_file("label.csv", "1,h,0,Write,0,4096,10\n2,h,0,Read,0,4096,10\n");
+    let trace = trace.to_str().expect("utf-8 path");
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--workload", "random", "--footprint", "64M"],
+            "random on raid5 (65536 KiB footprint)",
+        ),
+        (
+            &["--workload", "spc1", "--footprint", "64M"],
+            "spc1 (hrrw generator, 60 BSUs) on raid5 (65536 KiB footprint)",
+        ),
+        (
+            &[
+                "--workload",
+                "spc1",
+                "--hrrw",
+                "reference",
+                "--footprint",
+                "64M",
+            ],
+            "workload            spc1 on raid5 (65536 KiB footprint)",
+        ),
+        (
+            &[
+                "--workload",
+                "trace",
+                "--trace",
+                trace,
+                "--footprint",
+                "64M",
+            ],
+            "trace on raid5 (65536 KiB footprint)",
+        ),
+        (
+            &[
+                "--workload",
+                "fileserver",
+                "--files",
+                "200",
+                "--outstanding",
+                "4",
+            ],
+            "fileserver (200 files, 4 streams) on raid5 (93688 KiB footprint)",
+        ),
+        (
+            &["--workload", "pglike", "--backend", "hdd-per-volume"],
+            "pglike (24 backends) on hdd-per-volume (1343488 KiB footprint)",
+        ),
+        (
+            &["--workload", "redislike", "--outstanding", "10"],
+            "redislike (10 clients) on raid5",
+        ),
+    ];
+    for (args, expected) in cases {
+        let stdout = succeeds(&joined(
+            &["sim", "--warmup", "0", "--requests", "200"],
+            args,
+        ));
+        let first = stdout.lines().next().unwrap_or_default();
+        assert!(first.contains(expected), "{args:?}: {first:?}");
+    }
+    std::fs::remove_dir_all(dir).expect("remove the trace");
 }

@@ -61,6 +61,18 @@ struct Harness {
     crashes: u64,
     /// (reissued writes, discarded completions) of engines lost in crashes.
     promoted_before: (u64, u64),
+    /// Requests answered, successfully or not.
+    answered: u64,
+    /// `Harness::counted` of engines lost in crashes.
+    counted_before: Counted,
+}
+
+/// Counters of the engine's policies at work, summed over crashes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counted {
+    write_bypasses: u64,
+    destages: u64,
+    evictions: u64,
 }
 
 /// A failed write over unspecified bytes leaves them unspecified.
@@ -112,6 +124,8 @@ impl Harness {
             vol_sizes: vol_sizes.to_vec(),
             crashes: 0,
             promoted_before: (0, 0),
+            answered: 0,
+            counted_before: Counted::default(),
         }
     }
 
@@ -227,6 +241,7 @@ impl Harness {
 
     fn respond(&mut self, r: Response) {
         let id = r.id.0;
+        self.answered += 1;
         if let Some((vol, off, len, seq)) = self.writes.remove(&id) {
             // A promoted bypass may be answered before its backing write
             // lands (`buffers_outlive_answers`): its buffer stays until then.
@@ -309,6 +324,17 @@ impl Harness {
         (r + s.reissued_writes, d + s.discarded_completions)
     }
 
+    /// The policies' counters over the whole run.
+    fn counted(&self) -> Counted {
+        let s = self.engine.stats();
+        let b = self.counted_before;
+        Counted {
+            write_bypasses: b.write_bypasses + s.write_bypasses,
+            destages: b.destages + s.destages,
+            evictions: b.evictions + s.evictions,
+        }
+    }
+
     /// Drop the buffer of answered request `id` once no command in flight names it.
     fn release_buffer(&mut self, id: u64) {
         let named = |c: &IoCommand| names(c) == Some(id);
@@ -381,6 +407,7 @@ impl Harness {
         // Whoever opens the backing replays its committed journal transaction.
         self.devices.replay_journals();
         self.promoted_before = self.promotions();
+        self.counted_before = self.counted();
         let sizes: Vec<u64> = self.vol_sizes.iter().map(|&s| s as u64).collect();
         // Log mode: the log read back from the tail, as the real store
         // reads it (a batch after a torn one is not found).
@@ -580,10 +607,7 @@ fn config_strategy() -> impl Strategy<Value = EngineConfig> {
             )| {
                 // Ordered and journaled write-back admit every write (their
                 // config says why).
-                let ordered = matches!(
-                    wp,
-                    WritePolicyKind::OrderedWriteBack | WritePolicyKind::JournaledWriteBack
-                );
+                let ordered = wp.keeps_backing_consistent();
                 let cutoff_pages = if ordered { 0 } else { cutoff_pages };
                 let admission = if ordered { "all" } else { admission };
                 let cache_slots = (slots_groups * group_pages).max(24);
@@ -639,6 +663,13 @@ fn run_counting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u6
 
 /// Run `ops`; returns (bytes checked, crashes, `Harness::promotions`).
 fn run_promoting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u64, (u64, u64)) {
+    let h = run_harness(config, ops, fail_every);
+    (h.checked_bytes, h.crashes, h.promotions())
+}
+
+/// Run `ops` over two volumes, then drain and check the backing (with no
+/// device errors) or settle; returns the harness as the run left it.
+fn run_harness(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> Harness {
     let vol_size = 40_000;
     let mut h = Harness::new(config.clone(), &[vol_size, vol_size - 333], fail_every);
     let sizes = [vol_size, vol_size - 333];
@@ -683,7 +714,7 @@ fn run_promoting(config: EngineConfig, ops: Vec<Op>, fail_every: u64) -> (u64, u
     } else {
         h.settle();
     }
-    (h.checked_bytes, h.crashes, h.promotions())
+    h
 }
 
 /// Cases per property: 300, or `ENGINE_MODEL_CASES` for a longer soak (a
@@ -720,10 +751,7 @@ proptest! {
 /// write-back, write-through or write-around, at least 64 slots.
 fn log_config_strategy() -> impl Strategy<Value = EngineConfig> {
     config_strategy().prop_map(|mut c| {
-        if matches!(
-            c.write_policy,
-            WritePolicyKind::OrderedWriteBack | WritePolicyKind::JournaledWriteBack
-        ) {
+        if c.write_policy.keeps_backing_consistent() {
             c.write_policy = WritePolicyKind::WriteBack;
         }
         c.persistent = true;
@@ -970,4 +998,184 @@ fn a_through_write_failing_in_the_cache_does_not_race_the_older_destage() {
         Read(1, 4677, 7613),
     ];
     run(config, ops, 10);
+}
+
+/// Every entry of every policy family's registry through the model, so a
+/// policy is tested the day it is registered: each admission policy,
+/// destage order, destage rate and replacement (the other families at their
+/// defaults) under each write policy, on a fixed script of tagged writes,
+/// reads, trims, FLUSHes, criticality changes and crashes, persistent, with
+/// clean pages kept in a cache smaller than the volumes. Every read must
+/// return acknowledged data, every request must be answered, and after a
+/// drain the backing must equal the acknowledged writes; each policy must
+/// have been at work (`Family::at_work`). The one combination refused by
+/// design, a write policy that keeps the writes' order (ordered or
+/// journaled write-back) with an admission that lets writes go around the
+/// cache, must be refused at `Engine::new`, by that rule, and nothing else
+/// may be.
+#[test]
+fn every_registered_policy_keeps_acknowledged_data() {
+    use wcache_core::policy::admission::ADMISSIONS;
+    use wcache_core::policy::destage_order::DESTAGE_ORDERS;
+    use wcache_core::policy::destage_rate::DESTAGE_RATES;
+    use wcache_core::policy::replacement::REPLACEMENTS;
+    use wcache_core::policy::write_policy::WRITE_POLICIES;
+
+    let ops = scripted_ops(0x0e7e_21e5, 800, 40, |r, (v, o, l), next| match r {
+        0..=13 => Op::Write(v, o, l, next() as u8),
+        14..=21 => Op::Read(v, o, l),
+        22 => Op::Trim(v, o, l),
+        23 => Op::Crash,
+        24..=25 => Op::Flush(v, next() as u8),
+        26..=27 => Op::Critical(
+            1 + (next() % 3) as u32,
+            [Some(true), Some(false), None][(next() % 3) as usize],
+        ),
+        28 => Op::Tick,
+        _ => Op::CompleteMany(1 + (next() % 8) as usize),
+    });
+    // 512-byte pages: the two volumes hold about 156 pages, three times the cache.
+    let base = EngineConfig {
+        page_size_bytes: 512,
+        group_size_bytes: 2048,
+        cache_slots: 48,
+        persistent: true,
+        keep_clean: true,
+        read_insert: true,
+        critical_volumes: vec![1],
+        journal: JournalConfig {
+            commit_pages: 4,
+            checkpoint: CheckpointMode::BackingJournal { pages: 512 },
+            ..JournalConfig::default()
+        },
+        ..EngineConfig::default()
+    };
+    // (what, its entry, the family it varies, the configuration)
+    let mut cases: Vec<(String, String, Family, EngineConfig)> = Vec::new();
+    for wp in WRITE_POLICIES.entries {
+        let with_policy = EngineConfig {
+            write_policy: WritePolicyKind::from_name(wp.name).expect("a kind per write policy"),
+            ..base.clone()
+        };
+        let mut case = |family: Family, name: &str, set: fn(&mut EngineConfig, &str)| {
+            let mut c = with_policy.clone();
+            set(&mut c, name);
+            let entry = format!("{family:?} {name}");
+            cases.push((format!("{} with {entry}", wp.name), entry, family, c));
+        };
+        for e in ADMISSIONS.entries {
+            case(Family::Admission, e.name, |c, n| c.admission = n.into());
+        }
+        for e in DESTAGE_ORDERS.entries {
+            case(Family::Order, e.name, |c, n| c.destage_order = n.into());
+        }
+        for e in DESTAGE_RATES.entries {
+            case(Family::Rate, e.name, |c, n| c.destage_rate = n.into());
+        }
+        for e in REPLACEMENTS.entries {
+            case(Family::Replacement, e.name, |c, n| c.replacement = n.into());
+        }
+    }
+    // A configuration named by several families (all defaults) runs once.
+    let mut ran: Vec<(EngineConfig, Ran)> = Vec::new();
+    let mut entries_run = Vec::new();
+    for (what, entry, family, config) in &cases {
+        if refused_by_design(what, config) {
+            continue;
+        }
+        let done = ran.iter().find(|(c, _)| c == config).map(|r| r.1);
+        let r = done.unwrap_or_else(|| {
+            let h = run_harness(config.clone(), ops.clone(), 0);
+            let unanswered = h.writes.len() + h.reads.len() + h.trims.len();
+            assert_eq!(unanswered, 0, "{what}: requests left unanswered");
+            let r = Ran {
+                answered: h.answered,
+                checked_bytes: h.checked_bytes,
+                crashes: h.crashes,
+                counted: h.counted(),
+            };
+            ran.push((config.clone(), r));
+            r
+        });
+        assert!(r.crashes >= 10, "{what}: {r:?}");
+        assert!(r.answered > 100, "{what}: {r:?}");
+        assert!(r.checked_bytes > 100_000, "{what}: {r:?}");
+        family.at_work(what, config, &r.counted);
+        entries_run.push(entry);
+    }
+    // Every entry ran under some write policy (each write policy under all).
+    let families = ADMISSIONS.entries.len()
+        + DESTAGE_ORDERS.entries.len()
+        + DESTAGE_RATES.entries.len()
+        + REPLACEMENTS.entries.len();
+    entries_run.sort();
+    entries_run.dedup();
+    assert_eq!(entries_run.len(), families, "{entries_run:?}");
+}
+
+/// What one configuration's run showed.
+#[derive(Clone, Copy, Debug)]
+struct Ran {
+    answered: u64,
+    checked_bytes: u64,
+    crashes: u64,
+    counted: Counted,
+}
+
+/// The policy family a case varies.
+#[derive(Clone, Copy, Debug)]
+enum Family {
+    Admission,
+    Order,
+    Rate,
+    Replacement,
+}
+
+impl Family {
+    /// The varied policy was at work: an admission other than the default
+    /// (`all`) turned writes away, and the default turned none away unless
+    /// the write policy sends writes around the cache; a destage order and
+    /// rate destaged what a write policy that keeps dirty data left; a
+    /// replacement chose clean pages to evict.
+    fn at_work(self, what: &str, config: &EngineConfig, counted: &Counted) {
+        let default = EngineConfig::default();
+        match self {
+            Family::Admission if config.admission != default.admission => {
+                assert!(counted.write_bypasses > 0, "{what}: {counted:?}")
+            }
+            Family::Admission if !config.write_policy.goes_around() => {
+                assert_eq!(counted.write_bypasses, 0, "{what}: {counted:?}")
+            }
+            Family::Admission => {}
+            Family::Order | Family::Rate if config.write_policy.keeps_dirty() => {
+                assert!(counted.destages > 0, "{what}: {counted:?}")
+            }
+            Family::Order | Family::Rate => {}
+            Family::Replacement => assert!(counted.evictions > 0, "{what}: {counted:?}"),
+        }
+    }
+}
+
+/// Whether `config` is a combination refused by design, which `Engine::new`
+/// must then refuse with its rule: a write policy that keeps the writes'
+/// order (`keeps_backing_consistent`: ordered, journaled) admits every
+/// write, and only the admission `all` (the default) does.
+fn refused_by_design(what: &str, config: &EngineConfig) -> bool {
+    let admits_every_write = config.admission == EngineConfig::default().admission;
+    let refused = config.write_policy.keeps_backing_consistent() && !admits_every_write;
+    match Engine::new(config.clone()) {
+        Ok(_) => assert!(!refused, "{what}: accepted"),
+        Err(e @ (ConfigError::Ordered(_) | ConfigError::Journaled(_))) => {
+            assert!(refused, "{what}: refused: {e}");
+            let journaled = matches!(e, ConfigError::Journaled(_));
+            assert_eq!(journaled, config.write_policy.journaled(), "{what}: {e}");
+            let why = e.to_string();
+            assert!(
+                why.contains("every write must enter the cache"),
+                "{what}: {why}"
+            );
+        }
+        Err(other) => panic!("{what}: refused: {other}"),
+    }
+    refused
 }

@@ -14,6 +14,7 @@ pub mod issuers;
 pub mod pglike;
 pub mod random;
 pub mod redislike;
+pub mod registry;
 pub mod spc1;
 pub mod spec;
 pub mod trace;
@@ -27,8 +28,11 @@ pub use issuers::IssuerMix;
 pub use pglike::{PgLikeConfig, PgLikeCounts, PgLikeWorkload, PgWriteMix};
 pub use random::{RandomConfig, RandomWorkload};
 pub use redislike::{RedisLikeConfig, RedisLikeCounts, RedisLikeWorkload};
+pub use registry::{
+    WorkloadKind, WorkloadOptionError, WorkloadOptions, WorkloadRun, OUTSTANDING_DEFAULT, WORKLOADS,
+};
 pub use spc1::{HrrwModel, Spc1Config, Spc1Layout, Spc1Stream, Spc1Workload};
-pub use spec::{WorkloadSpec, WORKLOAD_NAMES};
+pub use spec::WorkloadSpec;
 pub use trace::{
     BlkparseAction, MalformedPolicy, Replay, TraceConfig, TraceError, TraceFormat, TraceWorkload,
 };

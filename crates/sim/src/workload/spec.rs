@@ -1,22 +1,14 @@
-//! The workload registry: one value that names a workload and its parameters,
-//! built into a `Box<dyn Workload>` from a seed. The CLI and the experiments
-//! construct workloads only through here, so a name means the same thing everywhere.
+//! A workload as a value: which one and its parameters, built into a
+//! `Box<dyn Workload>` from a seed. The CLI (through the registry,
+//! `registry.rs`) and the experiments construct workloads only through here,
+//! so a name means the same thing everywhere.
 
+use super::registry;
 use super::{
     FileServerConfig, FileServerWorkload, PgLikeConfig, PgLikeWorkload, RandomConfig,
     RandomWorkload, RedisLikeConfig, RedisLikeWorkload, Spc1Config, Spc1Workload, TraceConfig,
     TraceWorkload, Workload, WorkloadError,
 };
-
-/// The workload kinds, as [`WorkloadSpec::kind_name`] spells them (for CLI help).
-pub const WORKLOAD_NAMES: [&str; 6] = [
-    "random",
-    "spc1",
-    "trace",
-    "fileserver",
-    "pglike",
-    "redislike",
-];
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum WorkloadSpec {
@@ -32,14 +24,15 @@ pub enum WorkloadSpec {
 }
 
 impl WorkloadSpec {
+    /// The name of its entry in the registry (`WORKLOADS`).
     pub fn kind_name(&self) -> &'static str {
         match self {
-            WorkloadSpec::Random(_) => WORKLOAD_NAMES[0],
-            WorkloadSpec::Spc1(_) => WORKLOAD_NAMES[1],
-            WorkloadSpec::Trace(_) => WORKLOAD_NAMES[2],
-            WorkloadSpec::FileServer(_) => WORKLOAD_NAMES[3],
-            WorkloadSpec::PgLike(_) => WORKLOAD_NAMES[4],
-            WorkloadSpec::RedisLike(_) => WORKLOAD_NAMES[5],
+            WorkloadSpec::Random(_) => registry::RANDOM,
+            WorkloadSpec::Spc1(_) => registry::SPC1,
+            WorkloadSpec::Trace(_) => registry::TRACE,
+            WorkloadSpec::FileServer(_) => registry::FILESERVER,
+            WorkloadSpec::PgLike(_) => registry::PGLIKE,
+            WorkloadSpec::RedisLike(_) => registry::REDISLIKE,
         }
     }
 
