@@ -8,7 +8,9 @@
 #
 # Usage: scripts/flush-eta.sh      (WRITES=20000 pages over FOOTPRINT=1G by default)
 #        LOAD_IOPS=N: a steady load of N random 4 KiB writes a second over the
-#        same footprint goes on during the drain (default 0: none)
+#        same footprint goes on during the drain (default 0: none); its
+#        offsets are drawn afresh (fio's randrepeat=0: by default fio would
+#        replay the fill's offsets in the fill's order)
 set -euo pipefail
 WRITES=${WRITES:-20000}
 FOOTPRINT=${FOOTPRINT:-1G}
@@ -34,7 +36,7 @@ fio --name=fill --ioengine=nbd --uri="nbd+unix:///disk?socket=$WORK/wcache.sock"
 if [ "$LOAD_IOPS" -gt 0 ]; then
     echo "a steady load of $LOAD_IOPS random 4 KiB writes/s goes on during the drain"
     fio --name=load --ioengine=nbd --uri="nbd+unix:///disk?socket=$WORK/wcache.sock" --rw=randwrite \
-        --bs=4k --size="$FOOTPRINT" --iodepth=1 --norandommap --rate_iops="$LOAD_IOPS" \
+        --bs=4k --size="$FOOTPRINT" --iodepth=1 --norandommap --rate_iops="$LOAD_IOPS" --randrepeat=0 \
         --time_based --runtime=3600 --output-format=terse >/dev/null 2>&1 &
     LOAD=$!
     sleep 2

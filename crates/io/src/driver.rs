@@ -705,10 +705,10 @@ impl Driver {
         self.shared.lock_core().engine.dirty_pages()
     }
 
-    /// (dirty pages, write groups holding them), of one moment.
-    pub fn dirty_pages_and_groups(&self) -> (u64, u64) {
-        let core = self.shared.lock_core();
-        (core.engine.dirty_pages(), core.engine.dirty_groups() as u64)
+    /// Reads the engine under its lock, so what `read` gathers is of one
+    /// moment (an online drain's progress).
+    pub fn inspect_engine<R>(&self, read: impl FnOnce(&Engine) -> R) -> R {
+        read(&self.shared.lock_core().engine)
     }
 
     /// Runs `change` on the engine under its lock (an online policy change,

@@ -263,6 +263,7 @@ impl Engine {
             }
         });
         assert_eq!(in_set, self.dirty.pages(), "the dirty set's page count");
+        self.check_runs();
         let sum =
             |f: fn(&VolumeCounts) -> u64| self.volumes.iter().map(|v| f(&v.counts)).sum::<u64>();
         let s = &self.stats;
@@ -310,6 +311,20 @@ impl Engine {
             candidates, self.candidates,
             "candidates against the groups flagged candidate"
         );
+    }
+
+    /// The dirty set's runs (the destages a drain would issue) against a
+    /// count of its pages in key order.
+    fn check_runs(&self) {
+        let (mut runs, mut last) = (0usize, None::<PageKey>);
+        self.dirty.for_each_slot(|s| {
+            let key = self.slots.key(SlotIndex(s));
+            let group = |k: PageKey| self.dirty.group_of(k.0);
+            let joins = last.is_some_and(|p| p.0 + 1 == key.0 && group(p) == group(key));
+            runs += usize::from(!joins);
+            last = Some(key);
+        });
+        assert_eq!(runs, self.dirty.runs(), "the dirty set's runs");
     }
 
     /// What waits for something: a deferred piece waits for a slot being

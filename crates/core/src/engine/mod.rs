@@ -532,6 +532,11 @@ impl Engine {
     pub fn dirty_groups(&self) -> usize {
         self.dirty.groups()
     }
+    /// Runs of consecutive dirty pages within a group: the destages a
+    /// drain would issue.
+    pub fn dirty_runs(&self) -> u64 {
+        self.dirty.runs() as u64
+    }
     pub fn dirty_pages(&self) -> u64 {
         self.dirty.pages() as u64
     }

@@ -7,6 +7,16 @@ impl Engine {
     /// Report every counter and gauge of the engine and its policies, as of `now`.
     pub fn visit_metrics(&self, now: Nanos, v: &mut dyn MetricsVisitor) {
         self.stats.visit(v);
+        self.visit_occupancy(v);
+        self.visit_activity(now, v);
+        self.admission.report(v);
+        if let Some(j) = &self.journal {
+            j.report(v);
+        }
+    }
+
+    /// The gauges of what the cache holds: dirty, clean, free, thresholds.
+    fn visit_occupancy(&self, v: &mut dyn MetricsVisitor) {
         let (low, high) = self.thresholds_pages();
         let gauges = [
         (
@@ -18,6 +28,11 @@ impl Engine {
             "dirty_groups",
             "Write groups holding dirty pages.",
             self.dirty_groups() as u64,
+        ),
+        (
+            "dirty_runs",
+            "Runs of consecutive dirty pages within a write group: the destages a drain would issue.",
+            self.dirty_runs(),
         ),
         (
             "clean_pages",
@@ -44,6 +59,15 @@ impl Engine {
             "Dirty pages from which destaging runs at full rate.",
             high,
         ),
+        ];
+        for (name, help, value) in gauges {
+            v.metric(MetricKind::Gauge, name, help, value);
+        }
+    }
+
+    /// The gauges of what is going on: requests, stalls, destages, age.
+    fn visit_activity(&self, now: Nanos, v: &mut dyn MetricsVisitor) {
+        let gauges = [
         (
             "requests_in_flight",
             "Requests admitted or stalled, not yet answered.",
@@ -74,13 +98,9 @@ impl Engine {
             "Heap bytes of engine metadata.",
             self.metadata_bytes() as u64,
         ),
-    ];
+        ];
         for (name, help, value) in gauges {
             v.metric(MetricKind::Gauge, name, help, value);
-        }
-        self.admission.report(v);
-        if let Some(j) = &self.journal {
-            j.report(v);
         }
     }
 

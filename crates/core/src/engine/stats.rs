@@ -53,6 +53,10 @@ counters! {
     /// Of those, pages whose dirty version was being destaged: the new
     /// version needs a destage of its own, so the hit saves none.
     write_page_hits_destaging: u64,
+    /// (request, group) pairs of random (not sequential) writes that found
+    /// a page of theirs dirty: they join a destage already due instead of
+    /// adding one (an online drain's ETA counts them).
+    random_write_page_hits: u64,
     /// (request, group) pairs that found the group already a destage candidate.
     write_group_hits: u64,
     /// Of those, pairs whose write was sequential (WOW lines 2-4 leave the bit alone).

@@ -154,6 +154,7 @@ impl Engine {
             }
             self.dirty
                 .set_group_flags(self.slots.keys(), gkey, E_SEQUENTIAL, sequential);
+            self.stats.random_write_page_hits += (page_hit && !sequential) as u64;
             if was_candidate {
                 self.stats.write_group_hits += 1;
                 self.stats.write_group_hits_sequential += sequential as u64;

@@ -20,7 +20,7 @@ use wcache_core::{ChangeError, CriticalityError, WritePolicyKind};
 
 use crate::cache::{drain_driver, CacheError};
 use crate::driver::Driver;
-use crate::ops::eta::DrainMeter;
+use crate::ops::eta::{DrainMeter, DrainSample};
 use crate::ops::latency::{RequestClass, VolumeLatency};
 use crate::ops::snapshot::{Collect, ExportCounts, RequestStats, Snapshot};
 
@@ -156,8 +156,9 @@ pub struct FlushProgress {
     /// Net decrease of dirty pages per second over the last few seconds
     /// (writes arriving meanwhile slow it down).
     pub rate_pages_per_s: f64,
-    /// Seconds to go: dirty groups left over the groups drained per
-    /// second over the last few seconds (`ops::eta`); none while nothing drains.
+    /// Seconds to go: the dirty groups left, at the destages a second and
+    /// the new dirty groups the writes make meanwhile, over the last 30 s
+    /// (`ops::eta`); none while nothing drains or the writes outrun it.
     pub eta_s: Option<f64>,
     pub elapsed_s: f64,
 }
@@ -445,13 +446,17 @@ impl Operator {
         progress: &mut dyn FnMut(&FlushProgress) -> bool,
     ) -> Result<FlushProgress, OpError> {
         let driver = &self.inner.driver;
-        let destaged = || driver.engine_stats().destaged_pages;
-        let dirty = || driver.dirty_pages_and_groups();
-        let mut meter = DrainMeter::new(Instant::now(), dirty(), destaged());
+        let sample = || driver.inspect_engine(DrainSample::of);
+        let mut meter = DrainMeter::new(Instant::now(), sample());
         drain_driver(driver, stall_timeout, |_| {
-            progress(&meter.sample(Instant::now(), dirty(), destaged()))
+            progress(&meter.sample(Instant::now(), sample()))
         })?;
-        Ok(meter.sample(Instant::now(), (0, 0), destaged()))
+        let end = DrainSample {
+            dirty_pages: 0,
+            dirty_groups: 0,
+            ..sample()
+        };
+        Ok(meter.sample(Instant::now(), end))
     }
 
     /// Changes one policy online: `write-policy`, `admission`,

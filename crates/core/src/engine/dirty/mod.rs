@@ -116,6 +116,9 @@ pub struct DirtySet {
     group_pages: u64,
     pages: usize,
     groups: usize,
+    /// Runs of consecutive dirty pages within a group: the destages a
+    /// drain of the set would issue (`issue_group_destages`).
+    runs: usize,
 }
 
 impl DirtySet {
@@ -135,6 +138,7 @@ impl DirtySet {
             group_pages: group_pages as u64,
             pages: 0,
             groups: 0,
+            runs: 0,
         }
     }
 
@@ -145,6 +149,10 @@ impl DirtySet {
     /// Write groups with dirty pages.
     pub fn groups(&self) -> usize {
         self.groups
+    }
+    /// Runs of consecutive dirty pages within a group: a destage each.
+    pub fn runs(&self) -> usize {
+        self.runs
     }
 
     /// The group key (volume, group number) of a page key.
@@ -169,6 +177,44 @@ impl DirtySet {
     fn entry_mut(&mut self, (l, i): Pos) -> &mut u32 {
         &mut self.leaves[l as usize].e[i]
     }
+    /// The place before `pos`, if any.
+    fn step_back(&self, (l, i): Pos) -> Option<Pos> {
+        if i > 0 {
+            return Some((l, i - 1));
+        }
+        let prev = self.leaves[l as usize].prev;
+        (prev != NIL).then(|| (prev, self.leaves[prev as usize].len as usize - 1))
+    }
+
+    /// How many of the pages beside `key` (one below, one above, in its
+    /// group) are dirty, given the entries before and after its place.
+    fn dirty_beside(
+        &self,
+        keys: &[u64],
+        key: u64,
+        before: Option<Pos>,
+        after: Option<Pos>,
+    ) -> usize {
+        let gkey = self.group_of(key);
+        let is = |p: Option<Pos>, want: u64| {
+            p.is_some_and(|p| {
+                let k = keys[slot_of(self.entry(p))];
+                k == want && self.group_of(k) == gkey
+            })
+        };
+        usize::from(is(before, key.wrapping_sub(1))) + usize::from(is(after, key.wrapping_add(1)))
+    }
+
+    /// `key`, at `pos` in a group of `len` entries, is about to leave: its
+    /// run ends, shrinks, or splits in two.
+    fn leave_run(&mut self, keys: &[u64], key: u64, pos: Pos, len: usize) {
+        let beside = match len {
+            1 => 0,
+            _ => self.dirty_beside(keys, key, self.step_back(pos), self.step(pos)),
+        };
+        self.runs = self.runs + beside - 1;
+    }
+
     /// The place after `pos`, if any.
     fn step(&self, (l, i): Pos) -> Option<Pos> {
         let leaf = &self.leaves[l as usize];
@@ -455,6 +501,13 @@ impl DirtySet {
         self.pages += 1;
         self.version += 1;
         let (pos, in_place) = self.insert_entry(keys, key, entry, routed);
+        // A page joins the runs beside it: one run more, less one per
+        // dirty neighbour in its group.
+        let beside = match extent {
+            None => 0,
+            Some(_) => self.dirty_beside(keys, key, self.step_back(pos), self.step(pos)),
+        };
+        self.runs = self.runs + 1 - beside;
         let finger = match extent {
             // A new group starts at its only entry.
             None => {
@@ -648,6 +701,7 @@ impl DirtySet {
         let (l, at) = self
             .find(keys, key)
             .expect("removing a page that is not dirty");
+        self.leave_run(keys, key, (l, at), len);
         let old_first = keys[slot_of(self.leaves[l as usize].e[0])];
         let entry = self.leaves[l as usize].remove_at(at);
         self.pages -= 1;

@@ -24,6 +24,7 @@ impl DirtySet {
             (prev, l) = (l, leaf.next);
         }
         assert_eq!(seen, self.pages);
+        assert_eq!(self.runs, self.count_runs(keys), "runs");
         assert_eq!(leaves, self.index.len());
         // A live finger agrees with a fresh lookup.
         let f = self.finger.get();
@@ -54,6 +55,21 @@ impl DirtySet {
     }
 }
 
+impl DirtySet {
+    /// The runs of consecutive dirty pages within a group, counted afresh.
+    fn count_runs(&self, keys: &[u64]) -> usize {
+        let mut runs = 0;
+        let mut last: Option<u64> = None;
+        self.for_each_slot(|s| {
+            let k = keys[s as usize];
+            let joins = last.is_some_and(|p| p + 1 == k && self.group_of(p) == self.group_of(k));
+            runs += usize::from(!joins);
+            last = Some(k);
+        });
+        runs
+    }
+}
+
 use proptest::prelude::*;
 use std::collections::BTreeMap as Model;
 
@@ -81,6 +97,16 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
         ],
         1..600,
     )
+}
+
+/// The runs of the model's keys: consecutive keys of one group join.
+fn model_runs(set: &DirtySet, model: &Model<u64, u32>) -> usize {
+    let keys = || model.keys();
+    let breaks = keys()
+        .zip(keys().skip(1))
+        .filter(|&(&a, &b)| a + 1 != b || set.group_of(a) != set.group_of(b))
+        .count();
+    breaks + usize::from(!model.is_empty())
 }
 
 proptest! {
@@ -126,8 +152,8 @@ proptest! {
                 if live.contains(&g) { recent.insert(g, on); }
             }
             set.check(&keys);
-            prop_assert_eq!(set.pages(), model.len());
-            prop_assert_eq!(set.groups(), live.len());
+            let want = (model.len(), model_runs(&set, &model), live.len());
+            prop_assert_eq!((set.pages(), set.runs(), set.groups()), want);
             // Every group: its slots in order, and its flag.
             let mut out = Vec::new();
             for &g in &live {
