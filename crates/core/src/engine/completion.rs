@@ -162,7 +162,7 @@ impl Engine {
             Err(e) => {
                 self.fail(req, e);
                 self.req_mut(req).finalize.retain(|&s| s != slot);
-                if through && self.req(req).backing_in_flight {
+                if through && self.req(req).path.in_flight().is_some() {
                     // The backing may still take the new bytes after the
                     // older version comes back: that version's destage
                     // waits for it (found by the engine model's soak).
@@ -207,13 +207,10 @@ impl Engine {
     /// A write to the backing (write-through, bypass or promoted bypass) is done.
     fn complete_backing_write(&mut self, req: u32, around: bool, result: Result<(), IoError>) {
         let r = self.req_mut(req);
-        r.bypass_io = None;
-        r.backing_in_flight = false;
-        let through = r.through_io.take().is_some();
-        self.through_writes_live -= through as u32;
-        let r = self.req_mut(req);
-        let holds = std::mem::take(&mut r.holds);
-        let (vol, off, len, promoted) = (r.volume, r.offset_bytes, r.len_bytes, r.promoted);
+        let landed = r.path.land();
+        let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
+        let (holds, promoted) = (landed.holds, landed.promoted);
+        self.through_writes_live -= (landed.kind == BackingKind::BypassThrough && !promoted) as u32;
         self.backing_write_landed(vol, off, len, around && !promoted);
         if holds {
             self.release_pages(vol, off, len);

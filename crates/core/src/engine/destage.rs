@@ -226,7 +226,7 @@ impl Engine {
     /// lands (once per request).
     pub(super) fn hold_pages(&mut self, ri: u32) {
         let r = self.req_mut(ri);
-        if std::mem::replace(&mut r.holds, true) {
+        if r.path.hold() {
             return;
         }
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);

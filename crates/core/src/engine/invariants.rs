@@ -121,7 +121,7 @@ impl Engine {
                     let r = self.req(*req);
                     let n = pages(r.offset_bytes, r.len_bytes);
                     c.backing_write_pages += n;
-                    if *around && !r.promoted {
+                    if *around && !r.path.promoted() {
                         c.bypasses += 1;
                         c.bypass_pages += n;
                     }
@@ -197,7 +197,9 @@ impl Engine {
                 assert_eq!(r.pending, 0, "stalled request {ri} has work pending");
                 assert!(r.reserved.is_empty(), "stalled request {ri} holds slots");
             }
-            through += u32::from(r.through_io.is_some() && !r.promoted);
+            r.path.check();
+            let through_io = r.path.io_of(BackingKind::BypassThrough);
+            through += u32::from(through_io.is_some() && !r.path.promoted());
         }
         for &ri in &self.stalled {
             assert!(self.live(ri), "stalled request {ri} is not live");

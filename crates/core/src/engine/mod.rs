@@ -26,6 +26,7 @@ mod slots;
 mod stats;
 mod timers;
 mod write_filter;
+mod write_path;
 
 pub use change::{ChangeError, Retuned};
 pub use criticality::{CriticalityError, ISSUERS_MAX, ISSUER_UNTAGGED};
@@ -54,6 +55,7 @@ use staleness::Ages;
 use std::collections::VecDeque;
 use thiserror::Error;
 use timers::{Timer, Timers};
+use write_path::{BackingKind, WritePath};
 
 /// The destage order's view of the candidates, borrowed field by field.
 macro_rules! view {
@@ -185,23 +187,9 @@ struct Req {
     reserved: Vec<SlotIndex>,
     /// Write-through: slots that become final when the whole request is done.
     finalize: Vec<SlotIndex>,
-    /// Admission sent this write around the cache.
-    bypass: bool,
-    /// Its backing write while in flight, if it is a bypass (nothing of it
-    /// in the cache): the one I/O criticality inheritance may promote.
-    bypass_io: Option<IoId>,
-    /// Its backing write while in flight, if admission bypassed it but it
-    /// went through the cache (a cached version of its pages could not be
-    /// bypassed): an outstanding non-critical backing write too, which I/O
-    /// criticality inheritance may promote (its cache copy is there or on
-    /// its way; only its answer waits for the backing).
-    through_io: Option<IoId>,
-    /// Promoted: reissued to the cache while its bypass was in flight.
-    promoted: bool,
-    /// Its pages are in `held_pages` until its backing write lands.
-    holds: bool,
-    /// Its backing write (write-through or bypass) is in flight.
-    backing_in_flight: bool,
+    /// Which way a write goes (admission's bypass or the cache) and where
+    /// its backing write stands (`write_path.rs`).
+    path: WritePath,
     /// Ordered write-back: the write's issue number (`NO_NODE`: none).
     node: u64,
     /// Log mode: slots it holds in the pool and has not taken yet.
@@ -226,12 +214,7 @@ impl Req {
             stalled_at: None,
             reserved,
             finalize,
-            bypass: false,
-            bypass_io: None,
-            through_io: None,
-            promoted: false,
-            holds: false,
-            backing_in_flight: false,
+            path: WritePath::Cached,
             node: NO_NODE,
             log_budget: 0,
         }

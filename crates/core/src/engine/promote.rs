@@ -125,11 +125,14 @@ impl Engine {
     /// gain nothing: its answer would still wait for the backing).
     fn promotable(&self, r: &Req) -> bool {
         r.pending != u32::MAX
-            && !r.promoted
-            && (r.bypass_io.is_some()
-                || (r.through_io.is_some()
-                    && r.failed.is_none()
-                    && self.config.buffers_outlive_answers))
+            && r.path.in_flight().is_some_and(|b| match b.kind {
+                _ if b.promoted => false,
+                BackingKind::Around => true,
+                BackingKind::BypassThrough => {
+                    r.failed.is_none() && self.config.buffers_outlive_answers
+                }
+                BackingKind::Through => false,
+            })
     }
 
     /// Promote the bypasses `pick` selects, with every other bypass in
@@ -175,7 +178,7 @@ impl Engine {
         let need: u64 = chosen
             .iter()
             .map(|&(_, b)| self.req(b))
-            .filter(|r| r.bypass_io.is_some())
+            .filter(|r| r.path.io_of(BackingKind::Around).is_some())
             .map(|r| self.pages_of(r.offset_bytes, r.len_bytes))
             .sum();
         if !self.has_room(need) {
@@ -198,7 +201,7 @@ impl Engine {
     fn promote(&mut self, b: u32) {
         let r = self.req(b);
         debug_assert!(self.promotable(r));
-        if r.bypass_io.is_none() {
+        if r.path.io_of(BackingKind::Around).is_none() {
             return self.promote_through(b);
         }
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
@@ -220,8 +223,12 @@ impl Engine {
             self.issue_write_piece(b, piece, false);
         }
         if self.config.buffers_outlive_answers {
-            // `bypass_io` stays: the answer says whether it is still in flight.
-            let io = self.req(b).bypass_io.expect("a bypass in flight");
+            // The path keeps the I/O: the answer says whether it is still in flight.
+            let io = self
+                .req(b)
+                .path
+                .io_of(BackingKind::Around)
+                .expect("a bypass in flight");
             self.discard_original(b, io, true);
         }
     }
@@ -233,7 +240,7 @@ impl Engine {
         let pages = self.pages_of(r.offset_bytes, r.len_bytes);
         self.stats.reissued_writes += 1;
         self.stats.reissued_pages += pages;
-        self.req_mut(b).promoted = true;
+        self.req_mut(b).path.promote();
         self.hold_pages(b);
     }
 
@@ -270,7 +277,9 @@ impl Engine {
             .values()
             .flatten()
             .any(|d| matches!(d, Deferred::Write { req, .. } if *req == b)));
-        let io = self.req(b).through_io.expect("a write through in flight");
+        let io = (self.req(b).path)
+            .io_of(BackingKind::BypassThrough)
+            .expect("a write through in flight");
         self.through_writes_live -= 1;
         self.mark_promoted(b);
         let finalize = std::mem::take(&mut self.req_mut(b).finalize);

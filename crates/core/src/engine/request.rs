@@ -37,7 +37,7 @@ impl Engine {
             RequestKind::Write | RequestKind::WriteZeroes => {
                 let write = self.write_info(&req);
                 let bypass = self.admission_of_mut(req.volume).admit_write(&write) == Admit::Bypass;
-                self.req_mut(ri).bypass = bypass;
+                self.req_mut(ri).path = WritePath::admitted(bypass);
                 if !bypass {
                     let pages = || self.pages_of(req.offset_bytes, req.len_bytes);
                     if write.issuer_hinted || write.flags.critical {
@@ -142,8 +142,10 @@ impl Engine {
         let response = Response {
             id: r.id,
             result: failed.map_or(Ok(()), Err),
-            buffer_in_use: r.promoted
-                && (r.bypass_io.or(r.through_io)).is_some_and(|io| self.io_live(io)),
+            buffer_in_use: r
+                .path
+                .in_flight()
+                .is_some_and(|b| b.promoted && self.io_live(b.io)),
         };
         let node = self.req(ri).node;
         self.responses.push_back(response);
@@ -237,7 +239,7 @@ impl Engine {
     pub(super) fn drain_stalls(&mut self, now: Nanos) {
         while let Some(&ri) = self.stalled.front() {
             let route = self.route_if_room(ri).or_else(|| {
-                (!self.req(ri).bypass && self.promote_for_write(ri))
+                (!self.req(ri).path.bypass() && self.promote_for_write(ri))
                     .then(|| self.route_if_room(ri))?
             });
             let Some(route) = route else {

@@ -9,7 +9,7 @@ impl Engine {
     /// write policy sends it.
     pub(super) fn route_of(&self, ri: u32) -> WriteRoute {
         let mut bypass_would_lose = || self.around_busy(ri);
-        if self.req(ri).bypass {
+        if self.req(ri).path.bypass() {
             WriteAround.route(&mut bypass_would_lose)
         } else {
             self.write_policy.route(&mut bypass_would_lose)
@@ -261,11 +261,13 @@ impl Engine {
         self.bypass_writes_live += around as u32;
         self.req_mut(ri).pending += 1;
         let io = self.new_io(IoCtx::WriteBacking { req: ri, around });
-        self.req_mut(ri).backing_in_flight = true;
-        if around {
-            self.req_mut(ri).bypass_io = Some(io);
-        } else if self.req(ri).bypass {
-            self.req_mut(ri).through_io = Some(io);
+        self.req_mut(ri).path.issue(io, around);
+        if self
+            .req(ri)
+            .path
+            .io_of(BackingKind::BypassThrough)
+            .is_some()
+        {
             self.through_writes_live += 1;
         }
         self.commands.push_back(IoCommand::WriteBacking {
