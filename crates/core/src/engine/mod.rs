@@ -16,6 +16,7 @@
 //! `dirty` for the sorted set of dirty pages that write groups, their state
 //! and the CSCAN/WOW sweep live in.
 
+mod destager;
 mod dirty;
 mod free;
 mod free_queue;
@@ -43,6 +44,7 @@ use crate::policy::replacement::{Replacement, REPLACEMENTS};
 use crate::policy::write_policy::{FlushAction, WriteAround, WritePolicy, WriteRoute};
 use crate::time::Nanos;
 use crate::types::*;
+use destager::Destager;
 use dirty::{DirtySet, E_CANDIDATE, E_RECENT, E_SEQUENTIAL};
 use journal::Journal;
 use ordered::Ordered;
@@ -92,9 +94,6 @@ pub const VOLUMES_MAX: usize = 1 << 16;
 const FREE_BATCH_SLOTS: usize = 32;
 /// ...or at most this late.
 const FREE_DELAY_NS: u64 = 1_000_000;
-/// Destage pause after a backing error, doubling up to the max.
-const DESTAGE_RETRY_NS_MIN: u64 = 10_000_000;
-const DESTAGE_RETRY_NS_MAX: u64 = 5_000_000_000;
 
 /// A page version the driver found on the cache device after a restart
 /// (its record and data checksums are good).
@@ -374,10 +373,8 @@ pub struct Engine {
     commands: VecDeque<IoCommand>,
     responses: VecDeque<Response>,
 
-    destages_in_flight: u32,
-    last_destage_sequential: bool,
-    last_destage_sector: Option<u64>,
-    destage_retry_ns: u64,
+    /// Destages in flight, the last one's place, the pause after an error.
+    destager: Destager,
     draining: bool,
     /// The recent writes a read miss's copy must not go behind.
     writes: write_filter::WriteFilter,
@@ -460,10 +457,7 @@ impl Engine {
             ios: io_table::IoTable::default(),
             commands: VecDeque::new(),
             responses: VecDeque::new(),
-            destages_in_flight: 0,
-            last_destage_sequential: false,
-            last_destage_sector: None,
-            destage_retry_ns: DESTAGE_RETRY_NS_MIN,
+            destager: Destager::default(),
             draining: false,
             writes: write_filter::WriteFilter::default(),
             bypass_pages: page_counts::PageCounts::default(),
@@ -559,7 +553,7 @@ impl Engine {
         self.reqs.live_count()
     }
     pub fn destages_in_flight(&self) -> u32 {
-        self.destages_in_flight
+        self.destager.in_flight()
     }
     /// How long slot frees are gathered before a `FreeSlots` goes out
     /// (default 1 ms, or `FREE_BATCH_SLOTS` of them). A driver that
@@ -576,7 +570,7 @@ impl Engine {
     /// Nothing in flight and nothing to hand out.
     pub fn is_idle(&self) -> bool {
         self.reqs.live_count() == 0
-            && self.destages_in_flight == 0
+            && self.destager.in_flight() == 0
             && self.commands.is_empty()
             && self.responses.is_empty()
     }
