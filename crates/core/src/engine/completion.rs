@@ -209,8 +209,9 @@ impl Engine {
         let r = self.req_mut(req);
         r.bypass_io = None;
         r.backing_in_flight = false;
-        let through = r.through_io.take().is_some();
-        self.through_writes_live -= through as u32;
+        if r.through_io.take().is_some() {
+            self.bypassed.through_ended();
+        }
         let r = self.req_mut(req);
         let holds = std::mem::take(&mut r.holds);
         let (vol, off, len, promoted) = (r.volume, r.offset_bytes, r.len_bytes, r.promoted);
@@ -239,8 +240,9 @@ impl Engine {
                 self.bypass_page_landed(key);
             }
         }
-        debug_assert!(self.bypass_writes_live >= bypass as u32);
-        self.bypass_writes_live -= bypass as u32;
+        if bypass {
+            self.bypassed.around_ended();
+        }
     }
 
     /// One bypass write of `key`'s page is no longer a bypass in flight.

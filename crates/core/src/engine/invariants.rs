@@ -26,7 +26,7 @@ struct IoCounts {
     /// Per request index: its commands in flight (then, in
     /// `check_requests`, plus its waits).
     per_req: Vec<u32>,
-    /// Bypass writes not promoted (`bypass_writes_live`), and their pages.
+    /// Bypass writes not promoted (`BypassedWrites::around`), and their pages.
     bypasses: u32,
     bypass_pages: u64,
     /// Pages of every backing write in flight, originals included.
@@ -187,7 +187,7 @@ impl Engine {
             }
         }
         let mut stalled_count = 0;
-        let mut through = 0;
+        let (mut around, mut through) = (0, 0);
         for ri in (0..self.reqs.len() as u32).filter(|&ri| self.live(ri)) {
             let r = self.req(ri);
             assert_eq!(
@@ -199,6 +199,7 @@ impl Engine {
                 assert_eq!(r.pending, 0, "stalled request {ri} has work pending");
                 assert!(r.reserved.is_empty(), "stalled request {ri} holds slots");
             }
+            around += u32::from(r.bypass_io.is_some() && !r.promoted);
             through += u32::from(r.through_io.is_some() && !r.promoted);
         }
         for &ri in &self.stalled {
@@ -209,10 +210,7 @@ impl Engine {
             );
         }
         assert_eq!(stalled_count, self.stalled.len(), "the stall queue");
-        assert_eq!(
-            through, self.through_writes_live,
-            "through_writes_live against the requests"
-        );
+        self.bypassed.check(around, through);
     }
 
     /// The I/O table, its free list and generations, and the counts kept
@@ -221,8 +219,9 @@ impl Engine {
         self.ios.check(ios.live);
         self.destager.check(ios.destages, ios.checkpoints);
         assert_eq!(
-            ios.bypasses, self.bypass_writes_live,
-            "bypass_writes_live against the bypass writes in flight"
+            ios.bypasses,
+            self.bypassed.around(),
+            "bypass writes in flight against the I/O table's bypass writes, not promoted"
         );
         let bypass_pages = self.bypass_pages.total();
         assert_eq!(

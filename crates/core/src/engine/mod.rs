@@ -16,6 +16,7 @@
 //! `dirty` for the sorted set of dirty pages that write groups, their state
 //! and the CSCAN/WOW sweep live in.
 
+mod bypassed;
 mod destager;
 mod dirty;
 mod free;
@@ -392,11 +393,10 @@ pub struct Engine {
     /// a critical write stall behind a bypass of other pages, and every
     /// write queued after it too (the rdc experiments, 2026-11-26).
     bypass_pages: page_counts::PageCounts,
-    /// Bypass write requests in flight (no page lookup while there are none).
-    bypass_writes_live: u32,
-    /// Requests admission bypassed that went through the cache, with their
-    /// backing write in flight and not promoted (`Req::through_io`).
-    through_writes_live: u32,
+    /// Writes admission bypassed with their backing write in flight, not
+    /// promoted: bypasses and writes through the cache (no page lookup
+    /// while there are none).
+    bypassed: bypassed::BypassedWrites,
     positions: Vec<u32>,
     /// Deadlines: destage retry, batched frees.
     timers: Timers,
@@ -461,8 +461,7 @@ impl Engine {
             draining: false,
             writes: write_filter::WriteFilter::default(),
             bypass_pages: page_counts::PageCounts::default(),
-            bypass_writes_live: 0,
-            through_writes_live: 0,
+            bypassed: bypassed::BypassedWrites::default(),
             held_pages: page_counts::PageCounts::default(),
             positions: Vec::with_capacity(geometry.group_pages() as usize),
             timers: Timers::default(),
