@@ -177,13 +177,13 @@ impl Engine {
         }
         let ordered_changes = new.ordered() != self.write_policy.ordered();
         let leaves_dirty = self.write_policy.keeps_dirty() && kind != old;
-        let drained = self.dirty_pages() == 0 && self.destages_in_flight == 0;
+        let drained = self.dirty_pages() == 0 && self.destager.in_flight() == 0;
         if (leaves_dirty || ordered_changes) && !drained {
             return Err(ChangeError::NotDrained {
                 from: old.name(),
                 to: kind.name(),
                 dirty_pages: self.dirty_pages(),
-                destages_in_flight: self.destages_in_flight,
+                destages_in_flight: self.destager.in_flight(),
             });
         }
         if ordered_changes && self.reqs.live_count() > 0 {

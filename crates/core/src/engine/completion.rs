@@ -210,7 +210,9 @@ impl Engine {
         let landed = r.path.land();
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
         let (holds, promoted) = (landed.holds, landed.promoted);
-        self.through_writes_live -= (landed.kind == BackingKind::BypassThrough && !promoted) as u32;
+        if landed.kind == BackingKind::BypassThrough && !promoted {
+            self.bypassed.through_ended();
+        }
         self.backing_write_landed(vol, off, len, around && !promoted);
         if holds {
             self.release_pages(vol, off, len);
@@ -236,8 +238,9 @@ impl Engine {
                 self.bypass_page_landed(key);
             }
         }
-        debug_assert!(self.bypass_writes_live >= bypass as u32);
-        self.bypass_writes_live -= bypass as u32;
+        if bypass {
+            self.bypassed.around_ended();
+        }
     }
 
     /// One bypass write of `key`'s page is no longer a bypass in flight.

@@ -59,18 +59,18 @@ impl Engine {
         loop {
             // The trickle needs both the last and the next destage sequential:
             // look under the pointer only when the first holds.
-            let next_sequential = self.last_destage_sequential && {
+            let next_sequential = self.destager.last_sequential() && {
                 let under = self.order.peek(&*view!(self));
                 under.is_some_and(|g| self.dirty.group_has(self.slots.keys(), g.0, E_SEQUENTIAL))
             };
             let input = RateInput {
                 occupancy_pages: self.dirty_versions(),
                 capacity_pages: self.capacity_pages(),
-                last_destage_sequential: self.last_destage_sequential,
+                last_destage_sequential: self.destager.last_sequential(),
                 next_candidate_sequential: next_sequential,
             };
             let target = self.destage_target(&input);
-            if self.destages_in_flight >= target || fruitless > self.candidates {
+            if self.destager.in_flight() >= target || fruitless > self.candidates {
                 return;
             }
             let Some(GroupKey(gkey)) = self.order.pick(view!(self)) else {
@@ -80,7 +80,8 @@ impl Engine {
             self.dirty.set_group_flags(keys, gkey, E_CANDIDATE, false);
             self.candidates -= 1;
             self.stats.destage_picks += 1;
-            self.last_destage_sequential = self.dirty.group_has(keys, gkey, E_SEQUENTIAL);
+            self.destager
+                .picked(self.dirty.group_has(keys, gkey, E_SEQUENTIAL));
             if self.issue_group_destages(gkey) == 0 {
                 fruitless += 1;
             }
@@ -252,12 +253,10 @@ impl Engine {
         self.stats.destaged_pages += slots.len() as u64;
         self.volumes[volume.0 as usize].counts.destaged_pages += slots.len() as u64;
         let sector = self.geometry.page_offset_bytes(first_page) / 512;
-        if let Some(last) = self.last_destage_sector {
-            self.stats.destage_distance_sectors_sum += last.abs_diff(sector) as u128;
+        if let Some(seek) = self.destager.run_issued(sector) {
+            self.stats.destage_distance_sectors_sum += seek as u128;
             self.stats.destage_distance_pairs += 1;
         }
-        self.last_destage_sector = Some(sector);
-        self.destages_in_flight += 1;
         let io = self.new_io(IoCtx::Destage {
             slots: slots.clone(),
         });
@@ -275,7 +274,7 @@ impl Engine {
         slots: Vec<SlotIndex>,
         result: Result<(), IoError>,
     ) {
-        self.destages_in_flight -= 1;
+        self.destager.done();
         // A destage request is a run within one group: its candidacy is
         // settled once, after every page of the run.
         let gkey = self.dirty.group_of(self.slots.key(slots[0]).0);
@@ -326,14 +325,12 @@ impl Engine {
         self.rate
             .destage_done(self.dirty_versions(), self.capacity_pages());
         match result {
-            Ok(()) => self.destage_retry_ns = DESTAGE_RETRY_NS_MIN,
+            Ok(()) => self.destager.succeeded(),
             Err(_) => {
                 self.stats.destage_errors += 1;
-                self.timers.set(
-                    Timer::DestageRetry,
-                    Some(Nanos(now.0 + self.destage_retry_ns)),
-                );
-                self.destage_retry_ns = (self.destage_retry_ns * 2).min(DESTAGE_RETRY_NS_MAX);
+                let pause = self.destager.failed();
+                self.timers
+                    .set(Timer::DestageRetry, Some(Nanos(now.0 + pause)));
             }
         }
     }

@@ -20,11 +20,13 @@ const CHECK_ENTRIES_PER_STEP: usize = 256;
 #[derive(Default)]
 struct IoCounts {
     live: usize,
+    /// Destage runs, and journaled write-back's checkpoint commands.
     destages: u32,
+    checkpoints: u32,
     /// Per request index: its commands in flight (then, in
     /// `check_requests`, plus its waits).
     per_req: Vec<u32>,
-    /// Bypass writes not promoted (`bypass_writes_live`), and their pages.
+    /// Bypass writes not promoted (`BypassedWrites::around`), and their pages.
     bypasses: u32,
     bypass_pages: u64,
     /// Pages of every backing write in flight, originals included.
@@ -147,7 +149,7 @@ impl Engine {
                     None
                 }
                 IoCtx::Checkpoint { .. } => {
-                    c.destages += 1;
+                    c.checkpoints += 1;
                     None
                 }
                 IoCtx::FreeSlots { .. } | IoCtx::Batch { .. } | IoCtx::AdvanceLog { .. } => None,
@@ -185,7 +187,7 @@ impl Engine {
             }
         }
         let mut stalled_count = 0;
-        let mut through = 0;
+        let (mut around, mut through) = (0, 0);
         for ri in (0..self.reqs.len() as u32).filter(|&ri| self.live(ri)) {
             let r = self.req(ri);
             assert_eq!(
@@ -198,8 +200,9 @@ impl Engine {
                 assert!(r.reserved.is_empty(), "stalled request {ri} holds slots");
             }
             r.path.check();
-            let through_io = r.path.io_of(BackingKind::BypassThrough);
-            through += u32::from(through_io.is_some() && !r.path.promoted());
+            let unpromoted = |kind| r.path.io_of(kind).is_some() && !r.path.promoted();
+            around += u32::from(unpromoted(BackingKind::Around));
+            through += u32::from(unpromoted(BackingKind::BypassThrough));
         }
         for &ri in &self.stalled {
             assert!(self.live(ri), "stalled request {ri} is not live");
@@ -209,23 +212,18 @@ impl Engine {
             );
         }
         assert_eq!(stalled_count, self.stalled.len(), "the stall queue");
-        assert_eq!(
-            through, self.through_writes_live,
-            "through_writes_live against the requests"
-        );
+        self.bypassed.check(around, through);
     }
 
     /// The I/O table, its free list and generations, and the counts kept
     /// beside it (destages, bypasses, backing writes per page).
     fn check_ios(&self, ios: &IoCounts, filter: bool) {
         self.ios.check(ios.live);
+        self.destager.check(ios.destages, ios.checkpoints);
         assert_eq!(
-            ios.destages, self.destages_in_flight,
-            "destages_in_flight against the destages and checkpoint commands in flight"
-        );
-        assert_eq!(
-            ios.bypasses, self.bypass_writes_live,
-            "bypass_writes_live against the bypass writes in flight"
+            ios.bypasses,
+            self.bypassed.around(),
+            "bypass writes in flight against the I/O table's bypass writes, not promoted"
         );
         let bypass_pages = self.bypass_pages.total();
         assert_eq!(

@@ -625,7 +625,7 @@ impl Engine {
                 return;
             };
             cp.outstanding += 1;
-            self.destages_in_flight += 1;
+            self.destager.checkpoint_issued();
             let writes_pages = matches!(cmd, IoCommand::Stage { .. } | IoCommand::Destage { .. });
             self.stats.destages += u64::from(writes_pages);
             let id = self.new_io(IoCtx::Checkpoint { cmd: cmd.clone() });
@@ -649,7 +649,7 @@ impl Engine {
         cmd: IoCommand,
         result: Result<(), IoError>,
     ) {
-        self.destages_in_flight -= 1;
+        self.destager.done();
         let mut cp = self.jrn().active.take().expect("a checkpoint in flight");
         cp.outstanding -= 1;
         if result.is_err() {
@@ -664,15 +664,13 @@ impl Engine {
         if cp.failed {
             // The failed commands again, after a pause.
             cp.failed = false;
-            self.timers.set(
-                Timer::DestageRetry,
-                Some(Nanos(now.0 + self.destage_retry_ns)),
-            );
-            self.destage_retry_ns = (self.destage_retry_ns * 2).min(DESTAGE_RETRY_NS_MAX);
+            let pause = self.destager.failed();
+            self.timers
+                .set(Timer::DestageRetry, Some(Nanos(now.0 + pause)));
             self.jrn().active = Some(cp);
             return;
         }
-        self.destage_retry_ns = DESTAGE_RETRY_NS_MIN;
+        self.destager.succeeded();
         self.settle(cp);
     }
 

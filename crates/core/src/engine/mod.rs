@@ -16,6 +16,8 @@
 //! `dirty` for the sorted set of dirty pages that write groups, their state
 //! and the CSCAN/WOW sweep live in.
 
+mod bypassed;
+mod destager;
 mod dirty;
 mod free;
 mod free_queue;
@@ -44,6 +46,7 @@ use crate::policy::replacement::{Replacement, REPLACEMENTS};
 use crate::policy::write_policy::{FlushAction, WriteAround, WritePolicy, WriteRoute};
 use crate::time::Nanos;
 use crate::types::*;
+use destager::Destager;
 use dirty::{DirtySet, E_CANDIDATE, E_RECENT, E_SEQUENTIAL};
 use journal::Journal;
 use ordered::Ordered;
@@ -94,9 +97,6 @@ pub const VOLUMES_MAX: usize = 1 << 16;
 const FREE_BATCH_SLOTS: usize = 32;
 /// ...or at most this late.
 const FREE_DELAY_NS: u64 = 1_000_000;
-/// Destage pause after a backing error, doubling up to the max.
-const DESTAGE_RETRY_NS_MIN: u64 = 10_000_000;
-const DESTAGE_RETRY_NS_MAX: u64 = 5_000_000_000;
 
 /// A page version the driver found on the cache device after a restart
 /// (its record and data checksums are good).
@@ -357,10 +357,8 @@ pub struct Engine {
     commands: VecDeque<IoCommand>,
     responses: VecDeque<Response>,
 
-    destages_in_flight: u32,
-    last_destage_sequential: bool,
-    last_destage_sector: Option<u64>,
-    destage_retry_ns: u64,
+    /// Destages in flight, the last one's place, the pause after an error.
+    destager: Destager,
     draining: bool,
     /// The recent writes a read miss's copy must not go behind.
     writes: write_filter::WriteFilter,
@@ -378,11 +376,10 @@ pub struct Engine {
     /// a critical write stall behind a bypass of other pages, and every
     /// write queued after it too (the rdc experiments, 2026-11-26).
     bypass_pages: page_counts::PageCounts,
-    /// Bypass write requests in flight (no page lookup while there are none).
-    bypass_writes_live: u32,
-    /// Requests admission bypassed that went through the cache, with their
-    /// backing write in flight and not promoted (`Req::through_io`).
-    through_writes_live: u32,
+    /// Writes admission bypassed with their backing write in flight, not
+    /// promoted: bypasses and writes through the cache (no page lookup
+    /// while there are none).
+    bypassed: bypassed::BypassedWrites,
     positions: Vec<u32>,
     /// Deadlines: destage retry, batched frees.
     timers: Timers,
@@ -443,15 +440,11 @@ impl Engine {
             ios: io_table::IoTable::default(),
             commands: VecDeque::new(),
             responses: VecDeque::new(),
-            destages_in_flight: 0,
-            last_destage_sequential: false,
-            last_destage_sector: None,
-            destage_retry_ns: DESTAGE_RETRY_NS_MIN,
+            destager: Destager::default(),
             draining: false,
             writes: write_filter::WriteFilter::default(),
             bypass_pages: page_counts::PageCounts::default(),
-            bypass_writes_live: 0,
-            through_writes_live: 0,
+            bypassed: bypassed::BypassedWrites::default(),
             held_pages: page_counts::PageCounts::default(),
             positions: Vec::with_capacity(geometry.group_pages() as usize),
             timers: Timers::default(),
@@ -542,7 +535,7 @@ impl Engine {
         self.reqs.live_count()
     }
     pub fn destages_in_flight(&self) -> u32 {
-        self.destages_in_flight
+        self.destager.in_flight()
     }
     /// How long slot frees are gathered before a `FreeSlots` goes out
     /// (default 1 ms, or `FREE_BATCH_SLOTS` of them). A driver that
@@ -559,7 +552,7 @@ impl Engine {
     /// Nothing in flight and nothing to hand out.
     pub fn is_idle(&self) -> bool {
         self.reqs.live_count() == 0
-            && self.destages_in_flight == 0
+            && self.destager.in_flight() == 0
             && self.commands.is_empty()
             && self.responses.is_empty()
     }

@@ -310,7 +310,7 @@ impl Engine {
     pub(super) fn start_ordered_destages(&mut self, target: u32) {
         let group_pages = u64::from(self.geometry.group_pages());
         let starts_group = |key: u64| PageKey(key).page().0.is_multiple_of(group_pages);
-        while self.destages_in_flight < target {
+        while self.destager.in_flight() < target {
             if self.ord().fifo.is_some() {
                 if !self.start_oldest_ready() {
                     return;

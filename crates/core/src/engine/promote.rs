@@ -27,7 +27,7 @@ impl Engine {
     /// A bypass in flight could be promoted now (cheap: the common case is
     /// no bypass at all).
     fn promotion_possible(&self) -> bool {
-        (self.bypass_writes_live > 0 || self.through_writes_live > 0)
+        self.bypassed.any()
             && self.ordered.is_none()
             && self.journal.is_none()
             && self.write_policy.keeps_dirty()
@@ -68,7 +68,7 @@ impl Engine {
     /// one of `ri`'s pages (cheap: a page lookup each, and none while no
     /// such write is in flight).
     fn overlaps_through(&self, ri: u32) -> bool {
-        if self.through_writes_live == 0 {
+        if self.bypassed.through() == 0 {
             return false;
         }
         let r = self.req(ri);
@@ -216,7 +216,7 @@ impl Engine {
             // Still a backing write in flight: its pages' destages wait.
             self.bypass_page_landed(key);
         }
-        self.bypass_writes_live -= 1;
+        self.bypassed.around_ended();
         self.mark_promoted(b);
         self.reserve_slots(b);
         for piece in self.geometry.pieces(off, len) {
@@ -280,7 +280,7 @@ impl Engine {
         let io = (self.req(b).path)
             .io_of(BackingKind::BypassThrough)
             .expect("a write through in flight");
-        self.through_writes_live -= 1;
+        self.bypassed.through_ended();
         self.mark_promoted(b);
         let finalize = std::mem::take(&mut self.req_mut(b).finalize);
         for &slot in &finalize {

@@ -81,7 +81,7 @@ impl Engine {
         (
             "destages_in_flight",
             "Destage requests outstanding.",
-            self.destages_in_flight as u64,
+            self.destager.in_flight() as u64,
         ),
         (
             "dirty_age_ms",

@@ -195,7 +195,7 @@ impl Engine {
     /// Destage expired groups, oldest period first, as far as the most
     /// outstanding destages allow.
     pub(super) fn destage_expired(&mut self) {
-        while self.destages_in_flight < self.config.rate.destages_max {
+        while self.destager.in_flight() < self.config.rate.destages_max {
             let Some(gkey) = self.ages.expired.pop_front() else {
                 return;
             };

@@ -64,7 +64,7 @@ impl Engine {
 
     /// A bypass write to one of `ri`'s pages is in flight.
     pub(super) fn overlaps_bypass(&self, ri: u32) -> bool {
-        if self.bypass_writes_live == 0 {
+        if self.bypassed.around() == 0 {
             return false;
         }
         let r = self.req(ri);
@@ -258,7 +258,9 @@ impl Engine {
                 self.bypass_pages.add(key);
             }
         }
-        self.bypass_writes_live += around as u32;
+        if around {
+            self.bypassed.around_issued();
+        }
         self.req_mut(ri).pending += 1;
         let io = self.new_io(IoCtx::WriteBacking { req: ri, around });
         self.req_mut(ri).path.issue(io, around);
@@ -268,7 +270,7 @@ impl Engine {
             .io_of(BackingKind::BypassThrough)
             .is_some()
         {
-            self.through_writes_live += 1;
+            self.bypassed.through_issued();
         }
         self.commands.push_back(IoCommand::WriteBacking {
             io,

@@ -696,7 +696,7 @@ impl Engine {
                 };
                 let log = self.log.as_mut().expect("log mode");
                 log.sealed.push_front(again);
-                let at = Nanos(now.0.saturating_add(DESTAGE_RETRY_NS_MIN));
+                let at = Nanos(now.0.saturating_add(destager::DESTAGE_RETRY_NS_MIN));
                 self.timers.set(Timer::LogRetry, Some(at));
             }
         }
