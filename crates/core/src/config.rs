@@ -2,7 +2,7 @@
 //! validation that names the field that is wrong.
 
 use crate::geometry::{Geometry, GeometryError};
-use crate::policy::admission::ADMISSIONS;
+use crate::policy::admission::{admits_every_write, ADMISSIONS};
 use crate::policy::destage_order::DESTAGE_ORDERS;
 use crate::policy::destage_rate::{RateConfig, RateConfigError, DESTAGE_RATES};
 use crate::policy::registry::UnknownPolicy;
@@ -383,8 +383,8 @@ impl EngineConfig {
     }
 
     /// Every write of every volume enters the cache.
-    fn admits_all(&self) -> bool {
-        let all = |name: &str| ADMISSIONS.find(name).is_ok_and(|e| e.name == "all");
+    pub(crate) fn admits_all(&self) -> bool {
+        let all = |name: &str| admits_every_write(name).unwrap_or(false);
         self.sequential_cutoff_bytes == 0
             && all(&self.admission)
             && self.volume_admissions.iter().all(|(_, n)| all(n))

@@ -10,7 +10,7 @@ use super::{Engine, GroupView, Ordered};
 
 use crate::config::ORDERED_ADMITS_ALL;
 use crate::config::{EngineConfig, WritePolicyKind};
-use crate::policy::admission::{build_admission, ADMISSIONS};
+use crate::policy::admission::{admits_every_write, build_admission};
 use crate::policy::destage_order::{Candidates, DESTAGE_ORDERS};
 use crate::policy::destage_rate::DESTAGE_RATES;
 use crate::policy::registry::UnknownPolicy;
@@ -149,7 +149,7 @@ impl Engine {
     /// Admit writes by `name` from now on (the sequential cutoff stays).
     pub fn set_admission(&mut self, name: &str) -> Result<&'static str, ChangeError> {
         let keeps_order = self.ordered.is_some() || self.journal.is_some();
-        if keeps_order && ADMISSIONS.find(name)?.name != "all" {
+        if keeps_order && !admits_every_write(name)? {
             return Err(ChangeError::Ordered(ORDERED_ADMITS_ALL));
         }
         let admission = build_admission(name, self.config.sequential_cutoff_bytes)?;
@@ -193,9 +193,7 @@ impl Engine {
                 requests_in_flight: self.reqs.live_count(),
             });
         }
-        if new.ordered()
-            && (self.config.admission != "all" || self.config.sequential_cutoff_bytes > 0)
-        {
+        if new.ordered() && !self.config.admits_all() {
             return Err(ChangeError::Ordered(ORDERED_ADMITS_ALL));
         }
         if ordered_changes {

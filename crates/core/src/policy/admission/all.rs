@@ -12,4 +12,7 @@ impl Admission for All {
     fn admit_write(&mut self, _: &WriteInfo) -> Admit {
         Admit::Cache
     }
+    fn admits_every_write(&self) -> bool {
+        true
+    }
 }

@@ -75,6 +75,11 @@ pub trait Admission: Send {
     fn inherits_io(&self, _waiter: &WriteInfo) -> bool {
         false
     }
+    /// Whatever the write, it is admitted (ordered and journaled write-back
+    /// need every write in the cache).
+    fn admits_every_write(&self) -> bool {
+        false
+    }
     /// Heap bytes of the policy's own state.
     fn metadata_bytes(&self) -> usize {
         0
@@ -125,6 +130,11 @@ pub static ADMISSIONS: Registry<dyn Admission, ()> = Registry {
         },
     ],
 };
+
+/// Whether the admission policy called `name` admits every write.
+pub fn admits_every_write(name: &str) -> Result<bool, UnknownPolicy> {
+    Ok((ADMISSIONS.find(name)?.build)(()).admits_every_write())
+}
 
 /// The admission policy called `name`, behind a sequential cutoff of
 /// `sequential_cutoff_bytes` when that is not 0.
@@ -201,6 +211,23 @@ mod tests {
             Cache,
             "FUA of a write marked critical"
         );
+    }
+
+    #[test]
+    fn only_all_admits_every_write_of_the_registry() {
+        for e in ADMISSIONS.entries {
+            let every = admits_every_write(e.name).expect("registered");
+            assert_eq!(every, e.name == "all", "{}", e.name);
+            let mut p = (e.build)(());
+            // A bypassed write of any kind says it does not.
+            let bypasses = [false, true].into_iter().any(|sync| {
+                [false, true].into_iter().any(|critical| {
+                    p.admit_write(&write(sync, false, critical)) == Admit::Bypass
+                })
+            });
+            assert_eq!(every, !bypasses, "{}", e.name);
+        }
+        assert!(admits_every_write("nope").is_err());
     }
 
     #[test]
