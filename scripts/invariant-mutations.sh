@@ -11,14 +11,16 @@ cd "$(dirname "$0")/.."
 
 # file | exact line (as in the source, one occurrence) | what replaces it | expected message
 mutations=(
-  "crates/core/src/engine/request.rs|        self.reqs_live -= 1;||reqs_live against the table"
+  "crates/core/src/engine/request_table.rs|        self.live -= 1;||the live count against the table"
   "crates/core/src/engine/destage.rs|            self.candidates += 1;||candidates against the groups"
-  "crates/core/src/engine/destage.rs|        self.destages_in_flight -= 1;||destages_in_flight against"
-  "crates/core/src/engine/completion.rs|        self.bypass_writes_live -= bypass as u32;||bypass_writes_live against"
-  "crates/core/src/engine/write.rs|            self.through_writes_live += 1;||through_writes_live against"
-  "crates/core/src/engine/destage.rs|                self.held_pages.remove(&key);||held_pages at zero"
+  "crates/core/src/engine/destager.rs|        self.in_flight -= 1;||destages in flight against"
+  "crates/core/src/engine/bypassed.rs|        self.around -= 1;||bypass writes in flight against"
+  "crates/core/src/engine/bypassed.rs|        self.through += 1;||bypassed writes through the cache in flight against"
+  "crates/core/src/engine/page_counts.rs|            self.0.remove(&key.0);||at zero"
   "crates/core/src/engine/destage.rs|        self.remove_dirty(key);||in the dirty set is"
   "crates/core/src/engine/request.rs|                    self.req_mut(req).pending -= 1;||pending against"
+  "crates/core/src/engine/dirty/mod.rs|        self.runs = self.runs + beside - 1;||the dirty set's runs"
+  "crates/core/src/engine/write_path.rs|            WritePath::Backing(b) => std::mem::replace(&mut b.holds, true),|            WritePath::Backing(b) => b.holds,|promoted without holding its pages"
 )
 
 backup=$(mktemp)
