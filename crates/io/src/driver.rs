@@ -311,9 +311,6 @@ struct Shared {
     abandoned: std::sync::atomic::AtomicBool,
     /// Record frees waiting for the free thread (`frees.rs`).
     frees: frees::FreeQueue,
-    /// The engine needs frees at once (`Engine::frees_urgent`), as of the
-    /// last `pump`.
-    frees_urgent: std::sync::atomic::AtomicBool,
     /// Stops the persist-on-flush flusher thread (`flusher.rs`).
     flusher: flusher::FlusherStop,
     /// The event-driven data path, when chosen at start.
@@ -435,8 +432,9 @@ impl Driver {
         } else if store.is_some() {
             let mut engine = Engine::recover(engine_config.clone(), &sizes, found)?;
             if gather_frees {
-                // The free thread gathers frees (`frees.rs`): no engine timer for them.
-                engine.set_free_delay_ns(0);
+                // A free costs a flush here: longer rounds, run by the free
+                // thread as they come (`frees.rs`).
+                engine.set_free_gathering(frees::GATHER_DELAY_NS, frees::GATHER_SLOTS);
             }
             engine
         } else {
@@ -487,7 +485,6 @@ impl Driver {
             persist_on_flush: std::sync::atomic::AtomicBool::new(config.persist_on_flush),
             abandoned: std::sync::atomic::AtomicBool::new(false),
             frees: frees::FreeQueue::new(gather_frees),
-            frees_urgent: std::sync::atomic::AtomicBool::new(false),
             flusher: flusher::FlusherStop::default(),
             uring,
             data_path,
@@ -1151,13 +1148,6 @@ impl Shared {
         }
         if answered && core.changed_waiters > 0 {
             self.changed.notify_all();
-        }
-        let urgent = core.engine.frees_urgent();
-        if urgent != self.frees_urgent.load(Ordering::Relaxed) {
-            self.frees_urgent.store(urgent, Ordering::Relaxed);
-            if urgent {
-                self.frees.wake();
-            }
         }
         // Wake the timer only for a deadline earlier than the one it sleeps to.
         if let Some(at) = core.engine.poll_timeout() {

@@ -95,7 +95,8 @@ mod write;
 pub const VOLUMES_MAX: usize = 1 << 16;
 /// Persistent caches free slot records in batches of this many...
 const FREE_BATCH_SLOTS: usize = 32;
-/// ...or at most this late.
+/// ...or at most this late, unless the driver asks otherwise
+/// (`set_free_gathering`).
 const FREE_DELAY_NS: u64 = 1_000_000;
 
 /// A page version the driver found on the cache device after a restart
@@ -346,8 +347,10 @@ pub struct Engine {
     /// Failed write-through requests held until a slot's record is zeroed
     /// (see the `Fill` error path).
     free_waiters: HashMap<u32, Vec<u32>>,
-    /// How long gathered frees may wait (`set_free_delay_ns`).
+    /// How long gathered frees may wait, and how many go out at once at
+    /// the latest (`set_free_gathering`).
     free_delay_ns: u64,
+    free_batch_slots: usize,
     /// Version number for the next page version (`SlotRecord::seq`).
     next_seq: u64,
 
@@ -436,6 +439,7 @@ impl Engine {
             to_free: free_queue::FreeQueue::new(slots),
             free_waiters: HashMap::default(),
             free_delay_ns: FREE_DELAY_NS,
+            free_batch_slots: FREE_BATCH_SLOTS,
             next_seq: 1,
             ios: io_table::IoTable::default(),
             commands: VecDeque::new(),
@@ -537,17 +541,15 @@ impl Engine {
     pub fn destages_in_flight(&self) -> u32 {
         self.destager.in_flight()
     }
-    /// How long slot frees are gathered before a `FreeSlots` goes out
-    /// (default 1 ms, or `FREE_BATCH_SLOTS` of them). A driver that
-    /// gathers frees itself sets 0: each completion's frees go out at once,
-    /// and no timer is armed for them.
-    pub fn set_free_delay_ns(&mut self, delay_ns: u64) {
+    /// How slot frees are gathered into one `FreeSlots`: until the oldest
+    /// has waited `delay_ns` or `batch_slots` of them wait, and at the next
+    /// step while writes wait for room or a drain runs (default 1 ms or 32, or
+    /// 0: each completion's frees go out at once). The one mechanism that
+    /// batches record frees: a driver whose frees cost a flush asks for
+    /// longer rounds, and its free thread runs each as it comes.
+    pub fn set_free_gathering(&mut self, delay_ns: u64, batch_slots: usize) {
         self.free_delay_ns = delay_ns;
-    }
-    /// Writes wait for room, or a drain runs: slot frees in flight hold
-    /// them up (a driver that delays frees to batch them stops delaying).
-    pub fn frees_urgent(&self) -> bool {
-        !self.stalled.is_empty() || self.draining || self.log_wants_room()
+        self.free_batch_slots = batch_slots.max(1);
     }
     /// Nothing in flight and nothing to hand out.
     pub fn is_idle(&self) -> bool {

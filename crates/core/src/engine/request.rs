@@ -34,34 +34,7 @@ impl Engine {
         }
         match req.kind {
             RequestKind::Read => self.admit_read(ri),
-            RequestKind::Write | RequestKind::WriteZeroes => {
-                let write = self.write_info(&req);
-                let bypass = self.admission_of_mut(req.volume).admit_write(&write) == Admit::Bypass;
-                self.req_mut(ri).path = WritePath::admitted(bypass);
-                if !bypass {
-                    let pages = || self.pages_of(req.offset_bytes, req.len_bytes);
-                    if write.issuer_hinted || write.flags.critical {
-                        self.stats.admitted_pages_hinted += pages();
-                    } else if write.issuer_inherited {
-                        self.stats.admitted_pages_inherited += pages();
-                    }
-                }
-                if !bypass {
-                    self.promote_for_write(ri);
-                }
-                let route = if self.stalled.is_empty() {
-                    self.route_if_room(ri)
-                } else {
-                    None
-                };
-                if let Some(route) = route {
-                    self.admit_write(ri, route);
-                } else {
-                    self.stats.stalls += 1;
-                    self.req_mut(ri).stalled_at = Some(now);
-                    self.stalled.push_back(ri);
-                }
-            }
+            RequestKind::Write | RequestKind::WriteZeroes => self.handle_write(ri, &req, now),
             RequestKind::Trim => self.admit_trim(ri),
             RequestKind::Flush => {
                 // Every acknowledged write is durable already (see IoCommand's
@@ -77,6 +50,37 @@ impl Engine {
         self.maybe_finish(ri);
         self.end_step(now);
         Ok(())
+    }
+
+    /// A write arrives: admission decides its path, a critical one may
+    /// promote bypasses it would wait for, and it is admitted or stalls.
+    fn handle_write(&mut self, ri: u32, req: &Request, now: Nanos) {
+        let write = self.write_info(req);
+        let bypass = self.admission_of_mut(req.volume).admit_write(&write) == Admit::Bypass;
+        self.req_mut(ri).path = WritePath::admitted(bypass);
+        if !bypass {
+            let pages = || self.pages_of(req.offset_bytes, req.len_bytes);
+            if write.issuer_hinted || write.flags.critical {
+                self.stats.admitted_pages_hinted += pages();
+            } else if write.issuer_inherited {
+                self.stats.admitted_pages_inherited += pages();
+            }
+        }
+        if !bypass {
+            self.promote_for_write(ri);
+        }
+        let route = if self.stalled.is_empty() {
+            self.route_if_room(ri)
+        } else {
+            None
+        };
+        if let Some(route) = route {
+            self.admit_write(ri, route);
+        } else {
+            self.stats.stalls += 1;
+            self.req_mut(ri).stalled_at = Some(now);
+            self.stalled.push_back(ri);
+        }
     }
 
     /// A write the cache could never take at once is refused.

@@ -108,7 +108,7 @@ impl Engine {
             .get(Timer::Frees)
             .unwrap_or(Nanos(now.0.saturating_add(delay_ns)));
         self.timers.set(Timer::Frees, Some(due));
-        let urgent = self.to_free.len() >= FREE_BATCH_SLOTS
+        let urgent = self.to_free.len() >= self.free_batch_slots
             || delay_ns == 0
             || now >= due
             || !self.stalled.is_empty()

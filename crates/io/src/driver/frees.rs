@@ -1,9 +1,11 @@
-//! Record frees delayed and gathered by one thread of the `Driver`, so that
-//! freeing the old versions of overwritten pages costs a few large record
-//! writes and one barrier per round instead of a small write per record
-//! block (and, in `fdatasync` mode, a flush) per request. Used where a
-//! free costs a flush or a write that waits for the medium (`fdatasync`,
-//! `dsync`), not on memory-like devices (`nvram`).
+//! Record frees run by one thread of the `Driver`, off the request path,
+//! in rounds the engine gathers (`Engine::set_free_gathering`: the one
+//! place frees are batched; here it is asked for rounds of up to 100 ms or
+//! 8,192 slots), so that freeing the old versions of overwritten pages
+//! costs a few large record writes and one barrier per round instead of a
+//! small write per record block (and, in `fdatasync` mode, a flush) per
+//! request. Used where a free costs a flush or a write that waits for the
+//! medium (`fdatasync`, `dsync`), not on memory-like devices (`nvram`).
 //!
 //! Delaying a free is always safe: the engine reuses a slot only after its
 //! `FreeSlots` completed, and frees a page's old versions oldest first, one
@@ -15,18 +17,16 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use wcache_core::{IoCommand, IoError};
 
 use super::{Job, Shared};
 
-/// How long a free may wait for others to join it, unless the engine needs
-/// it sooner (`Engine::frees_urgent`: writes waiting for room, a drain).
-const FREE_DELAY: Duration = Duration::from_millis(100);
-
-/// A round starts at once when this many slots wait to be freed.
-const FREE_SLOTS_MAX: usize = 8192;
+/// How long the engine lets a free wait for others to join it, unless it
+/// needs it sooner (writes waiting for room, a drain)...
+pub(super) const GATHER_DELAY_NS: u64 = 100_000_000;
+/// ...or how many slots it gathers into one round at most.
+pub(super) const GATHER_SLOTS: usize = 8192;
 
 /// Frees completed under one hold of the engine lock.
 const COMPLETIONS_PER_LOCK: usize = 64;
@@ -45,10 +45,6 @@ pub(super) struct FreeQueue {
 
 struct FreeState {
     jobs: Vec<Job>,
-    /// Slots named by `jobs`.
-    slots: usize,
-    /// When the oldest waiting free arrived.
-    first_at: Option<Instant>,
     stopping: bool,
     /// No free thread (none started, or it has exited): frees run where
     /// they are found.
@@ -61,8 +57,6 @@ impl FreeQueue {
         FreeQueue {
             state: Mutex::new(FreeState {
                 jobs: Vec::new(),
-                slots: 0,
-                first_at: None,
                 stopping: false,
                 stopped: !running,
             }),
@@ -72,12 +66,6 @@ impl FreeQueue {
 
     fn lock(&self) -> MutexGuard<'_, FreeState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The engine started or stopped needing frees at once.
-    pub(super) fn wake(&self) {
-        let _st = self.lock();
-        self.ready.notify_one();
     }
 
     /// The free thread runs what is waiting now and exits.
@@ -101,51 +89,23 @@ impl Shared {
         if st.stopped {
             return batch;
         }
-        let before = st.jobs.len();
         let (frees, rest): (Vec<Job>, Vec<Job>) = batch
             .into_iter()
             .partition(|j| matches!(j.cmd, IoCommand::FreeSlots { .. }));
-        for job in &frees {
-            if let IoCommand::FreeSlots { slots, .. } = &job.cmd {
-                st.slots += slots.len();
-            }
-        }
         st.jobs.extend(frees);
-        if before == 0 && !st.jobs.is_empty() {
-            st.first_at = Some(Instant::now());
-            self.frees.ready.notify_one();
-        } else if st.slots >= FREE_SLOTS_MAX {
-            self.frees.ready.notify_one();
-        }
+        self.frees.ready.notify_one();
         rest
     }
 
-    /// The free thread: waits until a round is due, runs it, repeats; on
+    /// The free thread: runs what is waiting as one round, repeats; on
     /// `FreeQueue::stop` runs what is left and exits.
     pub(super) fn free_thread(&self) {
         loop {
             let jobs = {
                 let mut st = self.frees.lock();
                 loop {
-                    if let Some(first) = st.first_at {
-                        let due = first + FREE_DELAY;
-                        let now = Instant::now();
-                        if st.stopping
-                            || now >= due
-                            || st.slots >= FREE_SLOTS_MAX
-                            || self.frees_urgent.load(Ordering::Relaxed)
-                        {
-                            st.first_at = None;
-                            st.slots = 0;
-                            break std::mem::take(&mut st.jobs);
-                        }
-                        st = self
-                            .frees
-                            .ready
-                            .wait_timeout(st, due - now)
-                            .unwrap_or_else(|p| p.into_inner())
-                            .0;
-                        continue;
+                    if !st.jobs.is_empty() {
+                        break std::mem::take(&mut st.jobs);
                     }
                     if st.stopping {
                         st.stopped = true;

@@ -221,9 +221,9 @@ mod tests {
             let mut p = (e.build)(());
             // A bypassed write of any kind says it does not.
             let bypasses = [false, true].into_iter().any(|sync| {
-                [false, true].into_iter().any(|critical| {
-                    p.admit_write(&write(sync, false, critical)) == Admit::Bypass
-                })
+                [false, true]
+                    .into_iter()
+                    .any(|critical| p.admit_write(&write(sync, false, critical)) == Admit::Bypass)
             });
             assert_eq!(every, !bypasses, "{}", e.name);
         }
