@@ -5,8 +5,9 @@
 # the log's tail meets live dirty pages) for RT seconds (default 20), with
 # IOPS per second. WARM=256M first writes that much sequentially in 1 MiB.
 # FMT: serve options for the format (default "--cache-format 3"; " " for
-# format 2). Prints IOPS, p50/p99, IOPS per second and the server's exit
-# summary (stalls for room, destages, flushes).
+# format 2). Prints IOPS, p50/p99, IOPS per second, the live and dirty
+# shares of the batches the log's tail met, and the server's exit summary
+# (stalls for room, destages, flushes).
 # Usage: scripts/reclaim-bench.sh WCACHE_BIN [serve options]   (BENCH_DIR=/var/tmp)
 set -euo pipefail
 BIN=$(realpath "${1:?usage: reclaim-bench.sh WCACHE_BIN [serve options]}"); shift
@@ -24,6 +25,18 @@ for _ in $(seq 100); do [ -S wc.sock ] && break; sleep 0.1; done
 fio --name=w --ioengine=nbd --uri="nbd+unix:///disk?socket=$DIR/wc.sock" --rw=randwrite --bs=4k --iodepth=32 --size="${SIZE:-256M}" \
     --time_based --runtime="${RT:-20}" --output-format=json --write_iops_log="$DIR/iops" \
     --log_avg_msec=1000 >fio.json 2>/dev/null
+# The live and dirty shares of the batches the log's tail met (format 3),
+# beside docs/format-v3.md's model of them.
+python3 - "$DIR/wc.ctl" <<'PY' || true
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+s.sendall(b'{"v":1,"cmd":"stats"}\n')
+e = {m["name"]: m["value"] for m in json.loads(s.makefile().readline())["result"]["engine"]}
+met = e.get("log_tail_pages", 0)
+if met:
+    print("tail met %d pages: live %.3f, dirty %.3f" % (
+        met, e["log_tail_live_pages"] / met, e["log_tail_dirty_pages"] / met))
+PY
 kill "$SP"
 wait "$SP"
 python3 - <<'PY'

@@ -169,6 +169,16 @@ fn the_log_wraps_around_a_small_cache_many_times() {
     }
     let engine = cache.close().expect("close").engine;
     assert!(engine.log_advances > 0, "the tail moved: {engine:?}");
+    // Each batch the tail met is counted once, its live pages among its
+    // pages and its dirty ones among those; with 256 pages written over a
+    // ring of about 509, some are live when met, not all.
+    let (met, live, dirty) = (
+        engine.log_tail_pages,
+        engine.log_tail_live_pages,
+        engine.log_tail_dirty_pages,
+    );
+    assert!(met > 0 && live <= met && dirty <= live, "{engine:?}");
+    assert!(live < met, "overwritten pages are met stale: {engine:?}");
     let cache = Cache::open(&cfg).expect("reopen");
     for round in 20..30u8 {
         let first = (round as u64 * 37) % 256;

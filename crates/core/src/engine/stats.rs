@@ -113,6 +113,14 @@ counters! {
     log_advances: u64,
     /// Log mode: groups destaged because a dirty page was in the tail's way.
     log_forced_destages: u64,
+    /// Log mode: pages of the batches reclaim met (each batch once, at the
+    /// tail or when destaging ahead of it, whichever came first).
+    log_tail_pages: u64,
+    /// Of those, pages still their page's current version when met (live:
+    /// reclaim destages, copies or drops them).
+    log_tail_live_pages: u64,
+    /// Of those, dirty when met.
+    log_tail_dirty_pages: u64,
     /// Log mode: old versions freed without a free in the log (a written
     /// newer version supersedes them).
     log_frees_superseded: u64,

@@ -100,6 +100,9 @@ pub(super) struct Log {
     /// Spans before this sequence number were looked at ahead of the tail
     /// (`log_destage_ahead`): their dirty pages' destages are out.
     ahead_seq: u64,
+    /// Spans before this sequence number were counted when the tail first
+    /// met them (`log_count_met`).
+    met_seq: u64,
     open: Option<Open>,
     next_seq: u64,
     /// Sealed batches not issued yet, oldest first.
@@ -136,6 +139,7 @@ impl Log {
             spans: VecDeque::new(),
             scanned: 0,
             ahead_seq: 0,
+            met_seq: 0,
             open: None,
             next_seq: 1,
             sealed: VecDeque::new(),
@@ -480,11 +484,15 @@ impl Engine {
             if span.seq > log.durable_seq {
                 return; // not written yet
             }
+            if span.seq >= log.met_seq {
+                self.log_count_met(span);
+            }
             let slot_at = |log: &Log, i: u32| SlotIndex(log.add(span.header, 1 + i));
             // `scanned` moves over the free slots at the start only: they
             // stay free (a slot out of the pool is never taken).
             let (mut blocked, mut prefix) = (false, true);
-            for i in log.scanned..span.pages {
+            let from = self.log.as_ref().expect("log mode").scanned;
+            for i in from..span.pages {
                 let log = self.log.as_ref().expect("log mode");
                 let slot = slot_at(log, i);
                 match self.log_slot_leaves(slot) {
@@ -514,6 +522,27 @@ impl Engine {
         }
     }
 
+    /// Reclaim meets `span` for the first time (at the tail, or among the
+    /// batches it destages ahead of the tail, before it does): count its
+    /// pages, those still their page's current version (live: reclaim must
+    /// destage, copy or drop them) and of those the dirty ones, so the live
+    /// share the tail meets can be set beside `docs/format-v3.md`'s model.
+    fn log_count_met(&mut self, span: Span) {
+        let (mut live, mut dirty) = (0, 0);
+        for i in 0..span.pages {
+            let slot = SlotIndex(self.log.as_ref().expect("log mode").add(span.header, 1 + i));
+            let state = self.slots.state(slot);
+            if state != SlotState::Free && self.slots.lookup(self.slots.key(slot)) == Some(slot) {
+                live += 1;
+                dirty += u64::from(state == SlotState::Dirty);
+            }
+        }
+        self.stats.log_tail_pages += u64::from(span.pages);
+        self.stats.log_tail_live_pages += live;
+        self.stats.log_tail_dirty_pages += dirty;
+        self.log.as_mut().expect("log mode").met_seq = span.seq + 1;
+    }
+
     /// While the tail waits for the destages of its batch, those of the
     /// next `RECLAIM_AHEAD_SPANS` batches go out too, so that their backing
     /// writes overlap (and share the backing's flushes) instead of
@@ -539,6 +568,9 @@ impl Engine {
             .copied()
             .collect();
         for span in spans {
+            if span.seq >= self.log.as_ref().expect("log mode").met_seq {
+                self.log_count_met(span);
+            }
             for i in 0..span.pages {
                 let log = self.log.as_ref().expect("log mode");
                 let slot = SlotIndex(log.add(span.header, 1 + i));
