@@ -336,3 +336,55 @@ fn large_read_misses_return_the_backing_files_bytes() {
     let (ok, log) = served.stop();
     assert!(ok, "{log}");
 }
+
+/// `--cache-sync auto` measures the cache device at start, prints what it
+/// chose, and serves acknowledged writes that survive a restart; under
+/// persist-on-flush it measures nothing (fdatasync, as documented).
+#[test]
+fn cache_sync_auto_measures_prints_its_choice_and_keeps_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_str().expect("utf-8 path");
+    let socket = dir.path().join("wc.sock");
+    let args = [
+        "--data-dir",
+        d,
+        "--cache-size",
+        "64M",
+        "--cache-sync",
+        "auto",
+    ];
+    let served = Served::start(&args, &socket);
+    let log = served.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("durability (--cache-sync auto):"))
+        .unwrap_or_else(|| panic!("no durability line: {log}"));
+    assert!(
+        line.contains("dsync + O_DIRECT") || line.contains("fdatasync"),
+        "{line}"
+    );
+    assert!(line.contains("64 KiB"), "{line}");
+    let page = vec![0x5au8; 4096];
+    let mut nbd = Nbd::connect_retry(&socket, "disk").expect("connect");
+    nbd.write(8192, &page, true).expect("write");
+    drop(nbd);
+    let (ok, out) = served.stop();
+    assert!(ok, "{out}");
+    let served = Served::start(&args, &socket);
+    let mut nbd = Nbd::connect_retry(&socket, "disk").expect("reconnect");
+    let mut back = vec![0u8; 4096];
+    nbd.read(8192, &mut back).expect("read");
+    assert_eq!(back, page, "the acknowledged write after a restart");
+    drop(nbd);
+    assert!(served.stop().0);
+    let flush = [
+        "--data-dir",
+        d,
+        "--cache-sync",
+        "auto",
+        "--persist-on-flush",
+    ];
+    let served = Served::start(&flush, &socket);
+    assert!(!served.log_text().contains("durability (--cache-sync auto)"));
+    assert!(served.stop().0);
+}

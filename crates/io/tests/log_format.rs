@@ -28,6 +28,7 @@ fn config(cache: &Path, backing: &Path, log: bool) -> CacheConfig {
             size_given: true,
             sync: SyncMode::Fdatasync,
             direct: false,
+            measure_sync: false,
         },
         volumes: vec![VolumeSpec {
             name: "disk".into(),

@@ -146,6 +146,13 @@ fn sync(option: &'static str) -> impl Fn(&String) -> Result<(), String> {
             .map_err(|e| e.to_string())
     }
 }
+/// `cache-sync`: a sync mode or `auto`.
+fn cache_sync(option: &'static str) -> impl Fn(&String) -> Result<(), String> {
+    move |text| match text.eq_ignore_ascii_case("auto") {
+        true => Ok(()),
+        false => sync(option)(text),
+    }
+}
 /// A name of `registry`'s family (a write policy, destage order, ...).
 fn registered<P: ?Sized, A>(
     registry: &'static Registry<P, A>,
@@ -231,7 +238,7 @@ pub fn apply(
         data_dir: val, no_check as Check<PathBuf>;
         cache: opt, no_check as Check<String>;
         cache_size: opt, size("cache-size");
-        cache_sync: val, sync("cache-sync");
+        cache_sync: val, cache_sync("cache-sync");
         direct: val, no_check as Check<bool>;
         cache_format: val, cache_format;
         persist_on_flush: val, no_check as Check<bool>;

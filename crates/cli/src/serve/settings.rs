@@ -10,6 +10,7 @@ use wcache_core::config::{
 use wcache_core::geometry::Geometry;
 use wcache_core::policy::destage_rate::RateConfig;
 use wcache_core::{EngineConfig, WritePolicyKind};
+use wcache_io::device::file::SyncMode;
 use wcache_io::format::Layout;
 use wcache_io::{CacheConfig, CacheDeviceSpec, DriverConfig, VolumeSpec};
 
@@ -71,6 +72,19 @@ fn export_policies(args: &ServeArgs, volumes: &[VolumeSpec]) -> Result<ExportPol
     Ok((critical, admissions))
 }
 
+/// `--cache-sync`: a sync mode, or `auto` (measured at open; whether to
+/// measure is the second value). Under persist-on-flush a write need not
+/// be durable until a flush, so `auto` is fdatasync there.
+pub(crate) fn cache_sync_arg(
+    text: &str,
+    persist_on_flush: bool,
+) -> Result<(SyncMode, bool), AnyError> {
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok((SyncMode::Fdatasync, !persist_on_flush));
+    }
+    Ok((sync_arg("cache-sync", text)?, false))
+}
+
 /// The lifecycle's configuration from the arguments (parsing only: no file
 /// is touched here).
 pub(super) fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
@@ -80,16 +94,21 @@ pub(super) fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
         .unwrap_or_else(|| args.data_dir.join("cache.img").display().to_string());
     let write_policy = write_policy_arg(args, cache_spec == "mem")?;
     let (cache_size_bytes, backing_size_bytes) = size_args(args)?;
-    let cache_sync = sync_arg("cache-sync", &args.cache_sync)?;
+    let (cache_sync, measure) = cache_sync_arg(&args.cache_sync, args.persist_on_flush)?;
     let volumes = volume_specs(args)?;
     let engine = engine_config(args, write_policy, &volumes)?;
+    let cache = CacheDeviceSpec::parse(
+        &cache_spec,
+        (cache_size_bytes, CACHE_BYTES_DEFAULT),
+        cache_sync,
+        args.direct,
+    );
     Ok(CacheConfig {
-        cache: CacheDeviceSpec::parse(
-            &cache_spec,
-            (cache_size_bytes, CACHE_BYTES_DEFAULT),
-            cache_sync,
-            args.direct,
-        ),
+        cache: if measure {
+            cache.measuring_sync()
+        } else {
+            cache
+        },
         volumes,
         backing_sync: sync_arg("backing-sync", &args.backing_sync)?,
         backing_create_size_bytes: Some(backing_size_bytes),

@@ -3,6 +3,7 @@
 //! alignment before anything is formatted; the volume table they make.
 
 use super::*;
+use crate::device::file::durability;
 use crate::driver::StartError;
 
 /// The opened devices of a cache for service.
@@ -34,7 +35,7 @@ pub(super) fn open_devices(config: &CacheConfig) -> Result<Devices, CacheError> 
     let mut opened = None;
     if let Some(path) = cache_path.filter(|p| p.exists()) {
         locks.push(lock_cache(path)?);
-        let (cache, device) = open_cache_device(&config.cache)?;
+        let (cache, device) = open_measured(&config.cache)?;
         check_asked_size(&config.cache, device.size_bytes)?;
         opened = Some((cache, device));
     }
@@ -53,7 +54,15 @@ pub(super) fn open_devices(config: &CacheConfig) -> Result<Devices, CacheError> 
             if let Some(path) = cache_path {
                 locks.push(lock_cache(path)?);
             }
-            created
+            match &config.cache {
+                CacheDeviceSpec::File {
+                    measure_sync: true, ..
+                } => {
+                    drop(created);
+                    open_measured(&config.cache)?
+                }
+                _ => created,
+            }
         }
     };
     Ok((backings, journals, cache, locks))
@@ -124,6 +133,36 @@ pub(super) fn check_alignment(
     Ok(())
 }
 
+/// `open_cache_device`, with `--cache-sync auto` resolved first: the
+/// device (locked by the caller) is measured both ways and opened the
+/// faster; a measurement that fails leaves fdatasync, and says why.
+fn open_measured(
+    spec: &CacheDeviceSpec,
+) -> Result<(Arc<dyn BlockDevice>, CacheDeviceInfo), CacheError> {
+    let CacheDeviceSpec::File {
+        path,
+        measure_sync: true,
+        ..
+    } = spec
+    else {
+        return open_cache_device(spec);
+    };
+    let (chosen, said) = match durability::measure(path) {
+        Ok(c) => ((c.sync, c.direct), c.describe()),
+        Err(e) => (
+            (SyncMode::Fdatasync, false),
+            format!("fdatasync (the measurement failed: {e})"),
+        ),
+    };
+    let mut spec = spec.clone();
+    if let CacheDeviceSpec::File { sync, direct, .. } = &mut spec {
+        (*sync, *direct) = chosen;
+    }
+    let (dev, mut info) = open_cache_device(&spec)?;
+    info.durability = Some(said);
+    Ok((dev, info))
+}
+
 pub(super) fn open_cache_device(
     spec: &CacheDeviceSpec,
 ) -> Result<(Arc<dyn BlockDevice>, CacheDeviceInfo), CacheError> {
@@ -135,6 +174,7 @@ pub(super) fn open_cache_device(
                 size_bytes: dev.len_bytes(),
                 mapped: false,
                 on_volatile_memory: false,
+                durability: None,
             };
             Ok((dev, info))
         }
@@ -158,6 +198,7 @@ pub(super) fn open_cache_device(
                 size_bytes: device.len_bytes(),
                 mapped: device.is_mapped(),
                 on_volatile_memory: is_on_volatile_memory(path),
+                durability: None,
             };
             Ok((Arc::new(device), info))
         }

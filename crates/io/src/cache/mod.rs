@@ -69,6 +69,10 @@ pub enum CacheDeviceSpec {
         size_given: bool,
         sync: SyncMode,
         direct: bool,
+        /// `--cache-sync auto`: `sync` and `direct` give way, once the
+        /// device is locked, to what `durability::measure` finds faster on
+        /// it (RWF_DSYNC on O_DIRECT, or fdatasync).
+        measure_sync: bool,
     },
 }
 
@@ -91,7 +95,17 @@ impl CacheDeviceSpec {
             size_given: size_bytes.is_some(),
             sync,
             direct,
+            measure_sync: false,
         }
+    }
+
+    /// The same device, its way to durable writes measured when it is
+    /// opened (`--cache-sync auto`); memory has nothing to measure.
+    pub fn measuring_sync(mut self) -> CacheDeviceSpec {
+        if let CacheDeviceSpec::File { measure_sync, .. } = &mut self {
+            *measure_sync = true;
+        }
+        self
     }
 
     pub fn is_memory(&self) -> bool {
@@ -258,6 +272,8 @@ pub struct CacheDeviceInfo {
     /// A file on tmpfs or ramfs: it survives a crash of the process, not a
     /// reboot or a power loss.
     pub on_volatile_memory: bool,
+    /// What `--cache-sync auto` measured and chose (`DurabilityChoice::describe`).
+    pub durability: Option<String>,
 }
 
 /// What `Cache::close` did.
@@ -419,6 +435,7 @@ impl Cache {
             size_bytes: dev.len_bytes(),
             mapped: false,
             on_volatile_memory: is_on_volatile_memory(&config.cache_path),
+            durability: None,
         };
         let (driver, report) = start_persistent(
             &mut engine,

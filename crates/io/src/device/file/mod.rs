@@ -692,5 +692,6 @@ pub fn is_on_volatile_memory(path: &Path) -> bool {
     kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
 }
 
+pub mod durability;
 #[cfg(test)]
 mod tests;
