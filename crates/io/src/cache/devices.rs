@@ -156,7 +156,8 @@ fn open_measured(
     };
     let mut spec = spec.clone();
     if let CacheDeviceSpec::File { sync, direct, .. } = &mut spec {
-        (*sync, *direct) = chosen;
+        // An O_DIRECT the operator asked for (`--direct`) stays.
+        (*sync, *direct) = (chosen.0, *direct || chosen.1);
     }
     let (dev, mut info) = open_cache_device(&spec)?;
     info.durability = Some(said);
