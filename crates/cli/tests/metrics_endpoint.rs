@@ -132,6 +132,10 @@ fn metrics_parse_with_the_reference_parser_and_move_with_the_load() {
         cache.to_str().expect("utf8"),
         "--cache-size",
         "16M",
+        // The cache's flushes are counted below: fdatasync, not whatever
+        // `auto` finds faster on this machine.
+        "--cache-sync",
+        "fdatasync",
         "--backing",
         backing.to_str().expect("utf8"),
         "--backing-size",
