@@ -48,10 +48,11 @@ pub struct ServeArgs {
     pub(crate) cache_size: Option<String>,
     /// How cache writes become durable: fdatasync, dsync (RWF_DSYNC per
     /// write), nvram (no syncs; for pmem or tmpfs standing in for NV-DRAM),
-    /// or auto (the default: measured at start on the device, RWF_DSYNC on
-    /// O_DIRECT or fdatasync, whichever makes a 64 KiB write durable
-    /// sooner; printed; fdatasync under --persist-on-flush).
-    #[arg(long, default_value = "auto")]
+    /// or auto (measured at start on the device: RWF_DSYNC on O_DIRECT or
+    /// fdatasync, whichever makes one 64 KiB write durable sooner; printed;
+    /// fdatasync under --persist-on-flush. Not the default: one write's
+    /// latency does not foresee format 2's group commit, docs/io.md).
+    #[arg(long, default_value = "fdatasync")]
     pub(crate) cache_sync: String,
     /// Open the cache device with O_DIRECT.
     #[arg(long)]
