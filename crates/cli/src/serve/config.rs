@@ -19,6 +19,7 @@ use wcache_core::policy::write_policy::WRITE_POLICIES;
 
 use crate::args::{duration_ns_arg, export_args, size_arg, sync_arg};
 use crate::limits;
+use crate::serve::settings::cache_sync_arg;
 use crate::serve::ServeArgs;
 
 #[derive(Debug, thiserror::Error)]
@@ -146,11 +147,12 @@ fn sync(option: &'static str) -> impl Fn(&String) -> Result<(), String> {
             .map_err(|e| e.to_string())
     }
 }
-/// `cache-sync`: a sync mode or `auto`.
-fn cache_sync(option: &'static str) -> impl Fn(&String) -> Result<(), String> {
-    move |text| match text.eq_ignore_ascii_case("auto") {
-        true => Ok(()),
-        false => sync(option)(text),
+/// `cache-sync`: a sync mode or `auto`, as `--cache-sync` takes it.
+fn cache_sync() -> impl Fn(&String) -> Result<(), String> {
+    |text| {
+        cache_sync_arg(text, false)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 }
 /// A name of `registry`'s family (a write policy, destage order, ...).
@@ -238,7 +240,7 @@ pub fn apply(
         data_dir: val, no_check as Check<PathBuf>;
         cache: opt, no_check as Check<String>;
         cache_size: opt, size("cache-size");
-        cache_sync: val, cache_sync("cache-sync");
+        cache_sync: val, cache_sync();
         direct: val, no_check as Check<bool>;
         cache_format: val, cache_format;
         persist_on_flush: val, no_check as Check<bool>;

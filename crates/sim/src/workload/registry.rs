@@ -103,17 +103,19 @@ pub trait WorkloadKind {
     fn spec(&self, o: &WorkloadOptions) -> SpecResult;
     /// Lays out its own volumes (a file system, an application's data and
     /// logs): the footprint is theirs, whatever `footprint_bytes` says.
+    /// Every application does.
     fn lays_out_own_volumes(&self) -> bool {
-        false
+        self.application()
     }
     /// An application: sizes its data and logs itself (refuses a
     /// footprint) and takes a CPU time per unit of work (`cpu_us`).
     fn application(&self) -> bool {
         false
     }
-    /// Closed loop only (refuses `target_iops`): what its loop is, for the message.
+    /// Closed loop only (refuses `target_iops`): what its loop is, for the
+    /// message. An application is a closed loop of clients.
     fn closed_loop_only(&self) -> Option<&'static str> {
-        None
+        self.application().then_some(CLIENTS_LOOP)
     }
     /// Tags requests with issuers and sync from an `IssuerMix`.
     fn takes_issuers(&self) -> bool {
@@ -295,14 +297,8 @@ impl WorkloadKind for PgLike {
         }
         Ok((WorkloadSpec::PgLike(c), Some(format!("{n} backends"))))
     }
-    fn lays_out_own_volumes(&self) -> bool {
-        true
-    }
     fn application(&self) -> bool {
         true
-    }
-    fn closed_loop_only(&self) -> Option<&'static str> {
-        Some(CLIENTS_LOOP)
     }
 }
 
@@ -317,14 +313,8 @@ impl WorkloadKind for RedisLike {
         }
         Ok((WorkloadSpec::RedisLike(c), Some(format!("{n} clients"))))
     }
-    fn lays_out_own_volumes(&self) -> bool {
-        true
-    }
     fn application(&self) -> bool {
         true
-    }
-    fn closed_loop_only(&self) -> Option<&'static str> {
-        Some(CLIENTS_LOOP)
     }
 }
 
