@@ -6,7 +6,8 @@
 # IOPS per second. WARM=256M first writes that much sequentially in 1 MiB.
 # FMT: serve options for the format (default "--cache-format 3"; " " for
 # format 2). Prints IOPS, p50/p99, IOPS per second, the live and dirty
-# shares of the batches the log's tail met, and the server's exit summary
+# shares of the batches the log's tail met, the pages reclaim copied forward
+# and the groups it destaged, and the server's exit summary
 # (stalls for room, destages, flushes).
 # Usage: scripts/reclaim-bench.sh WCACHE_BIN [serve options]   (BENCH_DIR=/var/tmp)
 set -euo pipefail
@@ -36,6 +37,8 @@ met = e.get("log_tail_pages", 0)
 if met:
     print("tail met %d pages: live %.3f, dirty %.3f" % (
         met, e["log_tail_live_pages"] / met, e["log_tail_dirty_pages"] / met))
+    print("reclaim copied %d pages forward, destaged %d groups; WOW picked %d groups" % (
+        e.get("log_copies", 0), e["log_forced_destages"], e["destage_picks"]))
 PY
 kill "$SP"
 wait "$SP"

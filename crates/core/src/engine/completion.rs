@@ -71,6 +71,10 @@ impl Engine {
                 self.complete_advance(slots, result);
                 None
             }
+            IoCtx::CopyForward { slot, old } => {
+                self.complete_copy_forward(slot, old, result);
+                None
+            }
             ctx => Some(self.complete_for_request(ctx, result)),
         };
         if let Some(ri) = done_req {

@@ -65,7 +65,7 @@ impl Engine {
             };
             let input = RateInput {
                 occupancy_pages: self.dirty_versions(),
-                capacity_pages: self.capacity_pages(),
+                capacity_pages: self.log_or_cache_pages(),
                 last_destage_sequential: self.destager.last_sequential(),
                 next_candidate_sequential: next_sequential,
             };
@@ -102,7 +102,13 @@ impl Engine {
     /// dirty data, and to the idle rate once the cache is idle.
     pub(super) fn destage_target(&mut self, input: &RateInput) -> u32 {
         let target = self.rate.target_outstanding(input);
-        if self.draining || !self.stalled.is_empty() || self.must_drain_dirty() {
+        // In log mode room comes from the log's tail, which copies the
+        // dirty pages in its way forward: destaging makes room only when
+        // the dirty pages leave too little of the ring for the write that
+        // waits (then the tail would copy them round for ever).
+        let stalls_want_room =
+            !self.stalled.is_empty() && (self.log.is_none() || self.log_dirty_leaves_no_room());
+        if self.draining || stalls_want_room || self.must_drain_dirty() {
             self.config.rate.destages_max
         } else if self.idle_draining {
             target.max(self.config.staleness.idle_destages)
@@ -121,13 +127,26 @@ impl Engine {
         }
     }
 
+    /// The pages a destage of the cache's own measures occupancy against:
+    /// the share of the ring dirty pages may hold in log mode, else the
+    /// cache (journaled write-back's checkpoints use `rate_capacity_pages`).
+    fn log_or_cache_pages(&self) -> u64 {
+        self.log
+            .as_ref()
+            .map_or(self.capacity_pages(), |log| log.dirty_capacity())
+    }
+
     /// The pages the destage rate measures occupancy against: the host
     /// journal under journaled write-back (its checkpoints are the
-    /// destages), else the cache.
+    /// destages); in log mode the share of the ring dirty pages may hold
+    /// (`Log::dirty_capacity`: the rest is room for stale versions, so the
+    /// tail meets few live dirty pages to copy); else the cache.
     pub(super) fn rate_capacity_pages(&self) -> u64 {
-        self.journal
-            .as_ref()
-            .map_or(self.capacity_pages(), Journal::limit)
+        match (&self.journal, &self.log) {
+            (Some(j), _) => j.limit(),
+            (None, Some(log)) => log.dirty_capacity(),
+            (None, None) => self.capacity_pages(),
+        }
     }
 
     /// Ordered write-back: as many ready versions as the rate allows (a
@@ -323,7 +342,7 @@ impl Engine {
             self.group_changed(gkey);
         }
         self.rate
-            .destage_done(self.dirty_versions(), self.capacity_pages());
+            .destage_done(self.dirty_versions(), self.log_or_cache_pages());
         match result {
             Ok(()) => self.destager.succeeded(),
             Err(_) => {

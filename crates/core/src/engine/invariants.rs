@@ -152,7 +152,10 @@ impl Engine {
                     c.checkpoints += 1;
                     None
                 }
-                IoCtx::FreeSlots { .. } | IoCtx::Batch { .. } | IoCtx::AdvanceLog { .. } => None,
+                IoCtx::FreeSlots { .. }
+                | IoCtx::Batch { .. }
+                | IoCtx::AdvanceLog { .. }
+                | IoCtx::CopyForward { .. } => None,
             };
             if let Some(ri) = req {
                 c.per_req[ri as usize] += 1;

@@ -264,6 +264,11 @@ enum IoCtx {
         req: u32,
         slot: SlotIndex,
     },
+    /// Log mode: a live dirty page copied from the log's tail to its head.
+    CopyForward {
+        slot: SlotIndex,
+        old: Option<(SlotIndex, SlotState)>,
+    },
     ReadSlot {
         req: u32,
         slot: SlotIndex,

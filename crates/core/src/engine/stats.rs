@@ -113,6 +113,9 @@ counters! {
     log_advances: u64,
     /// Log mode: groups destaged because a dirty page was in the tail's way.
     log_forced_destages: u64,
+    /// Log mode: live dirty pages reclaim copied from the tail to the head
+    /// (instead of destaging their groups).
+    log_copies: u64,
     /// Log mode: pages of the batches reclaim met (each batch once, at the
     /// tail or when destaging ahead of it, whichever came first).
     log_tail_pages: u64,

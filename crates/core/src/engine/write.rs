@@ -408,7 +408,7 @@ impl Engine {
     /// `cur` (pinned until the fill is done, since the new version may be
     /// built on it), and put it in the dirty set unless it is meant clean.
     /// Returns the superseded version and its state before.
-    fn install_version(
+    pub(super) fn install_version(
         &mut self,
         key: PageKey,
         slot: SlotIndex,

@@ -8,6 +8,8 @@
 use super::*;
 
 mod check;
+mod copy;
+mod reclaim;
 mod recovery;
 
 /// Bytes of a batch header before its entries, and per entry (format 3).
@@ -20,6 +22,12 @@ const SPARE_SLOTS: u64 = 2;
 /// Pages a batch takes at most (4 MiB of 4 KiB pages), and at most a
 /// quarter of the ring.
 const BATCH_PAGES_MAX: u32 = 1024;
+/// The share of the ring the destage rate lets dirty pages fill (its
+/// thresholds are shares of this): the rest holds stale versions until the
+/// tail passes them. With a dirty share u of the ring overwritten at
+/// random, the tail meets a live share x = exp(-(1 - x)/u) that reclaim
+/// must copy forward (`docs/format-v3.md`).
+const LOG_DIRTY_SHARE: (u64, u64) = (3, 4);
 /// Batches after the tail's whose dirty pages reclaim destages while it
 /// waits for the tail's own (`log_destage_ahead`).
 const RECLAIM_AHEAD_SPANS: u64 = 8;
@@ -53,17 +61,6 @@ pub struct LogPosition {
     /// engine's next version number is at least this: a version found
     /// later must never lose to an older one by number).
     pub next_page_seq: u64,
-}
-
-/// How a slot of the batch at the tail can leave the log.
-enum Leaves {
-    Free,
-    /// A clean copy: dropped.
-    Dropped,
-    /// A stale version whose free waits: the tail's durable move frees it.
-    FreedByMove,
-    /// In use (dirty, filling, pinned, being destaged or freed): the tail waits.
-    Waits,
 }
 
 /// The batch being filled.
@@ -182,6 +179,21 @@ impl Log {
         (self.ring / 8).max(SPARE_SLOTS as u32 + 2) as u64
     }
 
+    /// The pages the destage rate counts dirty occupancy against: a share
+    /// of the ring (`LOG_DIRTY_SHARE`).
+    pub(super) fn dirty_capacity(&self) -> u64 {
+        let (num, den) = LOG_DIRTY_SHARE;
+        self.ring as u64 * num / den
+    }
+
+    /// Slots kept out of every write's reach for reclaim's copies: a whole
+    /// batch's pages and its header, so the tail can always pass the batch
+    /// in its way by copying (without them, a spell of writes took the pool
+    /// and the tail waited on the backing for room to copy).
+    fn copy_reserve(&self) -> u64 {
+        self.batch_pages_max as u64 + 1
+    }
+
     fn tail(&self, pool: u64) -> u32 {
         self.add(self.head, (pool + self.passed as u64) as u32 % self.ring)
     }
@@ -194,7 +206,8 @@ impl Engine {
         match &self.log {
             None => self.slots.free_count() + self.slots.evictable() >= pages,
             Some(log) => {
-                self.slots.free_count() >= log.budget + Log::slots_for(pages) + SPARE_SLOTS
+                let reserved = log.budget + SPARE_SLOTS + log.copy_reserve();
+                self.slots.free_count() >= reserved + Log::slots_for(pages)
             }
         }
     }
@@ -389,7 +402,8 @@ impl Engine {
             let coming = self.slots.free_count() + log.passed as u64;
             let stalled = self.stalled.front().map_or(0, |&ri| {
                 let r = self.req(ri);
-                Log::slots_for(self.pages_of(r.offset_bytes, r.len_bytes)) + SPARE_SLOTS
+                let pages = self.pages_of(r.offset_bytes, r.len_bytes);
+                Log::slots_for(pages) + SPARE_SLOTS + log.copy_reserve()
             });
             coming < log.budget + log.low().max(stalled)
         })
@@ -469,183 +483,6 @@ impl Engine {
     pub(super) fn log_version_written(&mut self, key: PageKey) {
         if let Some(log) = &mut self.log {
             log.written.push(key.0);
-        }
-    }
-
-    /// Pass the oldest durable batches whose slots can all be let go (free,
-    /// a clean copy, a stale version whose free has not gone out), while
-    /// room is wanted; a dirty page in the way is destaged first.
-    fn log_reclaim(&mut self) {
-        loop {
-            let log = self.log.as_ref().expect("log mode");
-            let Some(&span) = log.spans.front() else {
-                return;
-            };
-            if span.seq > log.durable_seq {
-                return; // not written yet
-            }
-            if span.seq >= log.met_seq {
-                self.log_count_met(span);
-            }
-            let slot_at = |log: &Log, i: u32| SlotIndex(log.add(span.header, 1 + i));
-            // `scanned` moves over the free slots at the start only: they
-            // stay free (a slot out of the pool is never taken).
-            let (mut blocked, mut prefix) = (false, true);
-            let from = self.log.as_ref().expect("log mode").scanned;
-            for i in from..span.pages {
-                let log = self.log.as_ref().expect("log mode");
-                let slot = slot_at(log, i);
-                match self.log_slot_leaves(slot) {
-                    Leaves::Free if prefix => self.log.as_mut().expect("log mode").scanned = i + 1,
-                    Leaves::Free => {}
-                    Leaves::Dropped | Leaves::FreedByMove => prefix = false,
-                    Leaves::Waits => (blocked, prefix) = (true, false),
-                }
-            }
-            if blocked {
-                return self.log_destage_ahead();
-            }
-            let log = self.log.as_ref().expect("log mode");
-            let from = log.scanned;
-            for i in from..span.pages {
-                let slot = slot_at(self.log.as_ref().expect("log mode"), i);
-                self.log_let_go(slot);
-            }
-            let log = self.log.as_mut().expect("log mode");
-            log.spans.pop_front();
-            log.scanned = 0;
-            log.passed += 1 + span.pages;
-            log.passed_batches.push_back(1 + span.pages);
-            if !self.log_wants_reclaim() {
-                return;
-            }
-        }
-    }
-
-    /// Reclaim meets `span` for the first time (at the tail, or among the
-    /// batches it destages ahead of the tail, before it does): count its
-    /// pages, those still their page's current version (live: reclaim must
-    /// destage, copy or drop them) and of those the dirty ones, so the live
-    /// share the tail meets can be set beside `docs/format-v3.md`'s model.
-    fn log_count_met(&mut self, span: Span) {
-        let (mut live, mut dirty) = (0, 0);
-        for i in 0..span.pages {
-            let slot = SlotIndex(self.log.as_ref().expect("log mode").add(span.header, 1 + i));
-            let state = self.slots.state(slot);
-            if state != SlotState::Free && self.slots.lookup(self.slots.key(slot)) == Some(slot) {
-                live += 1;
-                dirty += u64::from(state == SlotState::Dirty);
-            }
-        }
-        self.stats.log_tail_pages += u64::from(span.pages);
-        self.stats.log_tail_live_pages += live;
-        self.stats.log_tail_dirty_pages += dirty;
-        self.log.as_mut().expect("log mode").met_seq = span.seq + 1;
-    }
-
-    /// While the tail waits for the destages of its batch, those of the
-    /// next `RECLAIM_AHEAD_SPANS` batches go out too, so that their backing
-    /// writes overlap (and share the backing's flushes) instead of
-    /// following one batch at a time: the tail then passes a run of
-    /// batches per round trip to the backing. Destaging early is only
-    /// destaging: a page written again meanwhile has a newer version.
-    fn log_destage_ahead(&mut self) {
-        if self.timers.get(Timer::DestageRetry).is_some() {
-            return;
-        }
-        let log = self.log.as_ref().expect("log mode");
-        let Some(front) = log.spans.front() else {
-            return;
-        };
-        let end = front.seq + RECLAIM_AHEAD_SPANS;
-        let durable = log.durable_seq;
-        let spans: Vec<Span> = log
-            .spans
-            .iter()
-            .skip(1)
-            .take_while(|s| s.seq < end && s.seq <= durable)
-            .filter(|s| s.seq >= log.ahead_seq)
-            .copied()
-            .collect();
-        for span in spans {
-            if span.seq >= self.log.as_ref().expect("log mode").met_seq {
-                self.log_count_met(span);
-            }
-            for i in 0..span.pages {
-                let log = self.log.as_ref().expect("log mode");
-                let slot = SlotIndex(log.add(span.header, 1 + i));
-                if self.slots.state(slot) == SlotState::Dirty
-                    && !self.slots.has(slot, FLAG_DESTAGING)
-                {
-                    let gkey = self.dirty.group_of(self.slots.key(slot).0);
-                    if self.issue_group_destages(gkey) > 0 {
-                        self.stats.log_forced_destages += 1;
-                    }
-                    self.group_changed(gkey);
-                }
-            }
-            self.log.as_mut().expect("log mode").ahead_seq = span.seq + 1;
-        }
-    }
-
-    /// How `slot`, in the batch at the tail, can leave the log; a dirty
-    /// page's group is destaged on the way (it waits).
-    fn log_slot_leaves(&mut self, slot: SlotIndex) -> Leaves {
-        match self.slots.state(slot) {
-            SlotState::Free => Leaves::Free,
-            SlotState::Clean
-                if self.slots.pins(slot) == 0 && !self.slots.has(slot, FLAG_DESTAGING) =>
-            {
-                Leaves::Dropped
-            }
-            // A version nothing uses whose free has not gone out: the tail's
-            // durable move frees it (the batch naming it is then never read
-            // again). Its page's older versions are passed already (the log
-            // is in version order), though their free may still wait for a
-            // move: then it waits its turn (`send_oldest_free`).
-            SlotState::Stale
-                if self.slots.freeable(slot)
-                    && self.slots.has(slot, FLAG_FREE_SENT)
-                    && self.to_free.contains(slot) =>
-            {
-                Leaves::FreedByMove
-            }
-            SlotState::Dirty
-                if !self.slots.has(slot, FLAG_DESTAGING)
-                    && self.timers.get(Timer::DestageRetry).is_none() =>
-            {
-                let gkey = self.dirty.group_of(self.slots.key(slot).0);
-                if self.issue_group_destages(gkey) > 0 {
-                    self.stats.log_forced_destages += 1;
-                }
-                self.group_changed(gkey);
-                Leaves::Waits
-            }
-            _ => Leaves::Waits,
-        }
-    }
-
-    /// `slot` leaves with the batch the tail passes: a clean copy is
-    /// dropped (its record says clean: recovery ignores it, so it needs no
-    /// free), a stale version's free moves to the tail's move.
-    fn log_let_go(&mut self, slot: SlotIndex) {
-        match self.slots.state(slot) {
-            SlotState::Free => {}
-            SlotState::Clean => {
-                self.replacement.remove(slot);
-                self.slots.unmap(slot);
-                self.slots.set_state(slot, SlotState::Free);
-                self.stats.evictions += 1;
-            }
-            SlotState::Stale => {
-                self.to_free.remove(slot);
-                self.log
-                    .as_mut()
-                    .expect("log mode")
-                    .advance_frees
-                    .push(slot);
-            }
-            state => unreachable!("slot {} in a passed batch is {state:?}", slot.0),
         }
     }
 
