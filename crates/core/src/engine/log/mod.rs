@@ -384,14 +384,6 @@ impl Engine {
         open.pages.push(cmd);
     }
 
-    /// Log mode: room is wanted at the tail (writes wait for it, or the
-    /// pool beyond the reservations is low): the tail's move goes out.
-    pub(super) fn log_wants_room(&self) -> bool {
-        self.log.as_ref().is_some_and(|log| {
-            !self.stalled.is_empty() || self.slots.free_count() < log.budget + log.low()
-        })
-    }
-
     /// Log mode: more room is wanted than the slots the tail passed will
     /// give once its move is durable: pass more batches. (Counting only the
     /// pool, reclaim went on passing batches while a move was in flight,
@@ -490,15 +482,20 @@ impl Engine {
     /// in flight and room is wanted, enough have gathered, or frees wait
     /// for it.
     fn log_advance(&mut self) {
-        let wants = self.log_wants_room();
         let pool = self.slots.free_count();
+        let log = self.log.as_ref().expect("log mode");
+        // Room is short: writes wait, or the pool beyond the reservations
+        // is down to half the room reclaim keeps ahead of the head. (Moving
+        // whenever the pool was under that room moved the tail at every
+        // pass, hundreds of times a second, each move two cache flushes.)
+        let short = !self.stalled.is_empty() || pool < log.budget + log.low() / 2;
         let log = self.log.as_mut().expect("log mode");
         if log.advancing > 0 || log.passed == 0 {
             return;
         }
         // Frees waiting for the move hold up their pages' next destage
         // and any write around them: they go at once.
-        if !wants && log.passed < log.ring / 16 && log.advance_frees.is_empty() {
+        if !short && log.passed < log.ring / 16 && log.advance_frees.is_empty() {
             return;
         }
         let n = log.passed;
