@@ -30,14 +30,14 @@ impl Engine {
         2 * live <= pages as u64 + 1
     }
 
-    /// The dirty (current, written) pages in `range` of the batch whose
-    /// header is `span_header`.
+    /// The dirty (current, written) pages not being destaged in `range`
+    /// of the batch whose header is `span_header`: those reclaim would copy.
     pub(super) fn log_live_dirty(&self, span_header: u32, range: std::ops::Range<u32>) -> u64 {
         let log = self.log.as_ref().expect("log mode");
         range
             .filter(|&i| {
                 let slot = SlotIndex(log.add(span_header, 1 + i));
-                self.slots.state(slot) == SlotState::Dirty
+                self.slots.state(slot) == SlotState::Dirty && !self.slots.has(slot, FLAG_DESTAGING)
             })
             .count() as u64
     }

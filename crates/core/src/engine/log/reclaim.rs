@@ -168,7 +168,10 @@ impl Engine {
             {
                 Leaves::FreedByMove
             }
-            SlotState::Dirty if copy => {
+            // A page being destaged is not copied: the copy would be dirty
+            // again, and the destage done for nothing (the tail waits for
+            // it, then drops the clean copy).
+            SlotState::Dirty if copy && !self.slots.has(slot, FLAG_DESTAGING) => {
                 self.log_copy_forward(slot);
                 Leaves::Waits
             }
