@@ -164,5 +164,41 @@ impl Engine {
             log.writing || log.sealed.is_empty() || retrying,
             "log: a sealed batch waits with none being written"
         );
+        self.check_log_copies();
+    }
+
+    /// Each copy forward in flight: its slot is filling, dirty-meant, and
+    /// its page's current version; the version it copies is pinned (the
+    /// driver reads it) and no longer current.
+    fn check_log_copies(&self) {
+        for ctx in self.ios.iter() {
+            let IoCtx::CopyForward { slot, old } = ctx else {
+                continue;
+            };
+            let (o, _) = old.expect("a copy names the version it copies");
+            let key = self.slots.key(*slot);
+            assert_eq!(
+                self.slots.state(*slot),
+                SlotState::Filling,
+                "log: copy into slot {} not filling",
+                slot.0
+            );
+            assert!(
+                !self.slots.has(*slot, FLAG_FILL_CLEAN),
+                "log: copy into slot {} meant clean",
+                slot.0
+            );
+            assert_eq!(
+                self.slots.lookup(key),
+                Some(*slot),
+                "log: copy into slot {} is not its page's version",
+                slot.0
+            );
+            assert!(
+                self.slots.pins(o) > 0 && self.slots.lookup(key) != Some(o),
+                "log: slot {} copied forward is not pinned, or still current",
+                o.0
+            );
+        }
     }
 }
