@@ -337,54 +337,6 @@ fn large_read_misses_return_the_backing_files_bytes() {
     assert!(ok, "{log}");
 }
 
-/// Without `--cache-sync`, a format-3 cache is measured as under `auto`
-/// (new, or found so on the device when reopened without
-/// `--cache-format`), and a format-2 cache is not (fdatasync).
-#[test]
-fn cache_sync_default_measures_format_3_only() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path().to_str().expect("utf-8 path");
-    let socket = dir.path().join("wc.sock");
-    let measured = "durability (measured, --cache-sync auto)";
-    let v3 = [
-        "--data-dir",
-        d,
-        "--cache-size",
-        "64M",
-        "--cache-format",
-        "3",
-    ];
-    let served = Served::start(&v3, &socket);
-    assert!(
-        served.log_text().contains(measured),
-        "{}",
-        served.log_text()
-    );
-    assert!(served.stop().0);
-    let reopened = ["--data-dir", d];
-    let served = Served::start(&reopened, &socket);
-    assert!(
-        served.log_text().contains(measured),
-        "{}",
-        served.log_text()
-    );
-    assert!(served.stop().0);
-    let other = tempfile::tempdir().expect("tempdir");
-    let v2 = [
-        "--data-dir",
-        other.path().to_str().expect("utf-8 path"),
-        "--cache-size",
-        "64M",
-    ];
-    let served = Served::start(&v2, &socket);
-    assert!(
-        !served.log_text().contains(measured),
-        "{}",
-        served.log_text()
-    );
-    assert!(served.stop().0);
-}
-
 /// `--cache-sync auto` measures the cache device at start, prints what it
 /// chose, and serves acknowledged writes that survive a restart; under
 /// persist-on-flush it measures nothing (fdatasync, as documented).
@@ -405,7 +357,7 @@ fn cache_sync_auto_measures_prints_its_choice_and_keeps_writes() {
     let log = served.log_text();
     let line = log
         .lines()
-        .find(|l| l.contains("durability (measured, --cache-sync auto):"))
+        .find(|l| l.contains("durability (--cache-sync auto):"))
         .unwrap_or_else(|| panic!("no durability line: {log}"));
     assert!(
         line.contains("dsync + O_DIRECT") || line.contains("fdatasync"),
@@ -433,8 +385,6 @@ fn cache_sync_auto_measures_prints_its_choice_and_keeps_writes() {
         "--persist-on-flush",
     ];
     let served = Served::start(&flush, &socket);
-    assert!(!served
-        .log_text()
-        .contains("durability (measured, --cache-sync auto)"));
+    assert!(!served.log_text().contains("durability (--cache-sync auto)"));
     assert!(served.stop().0);
 }

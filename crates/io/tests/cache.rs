@@ -38,7 +38,7 @@ fn config(cache: &Path, volumes: Vec<VolumeSpec>) -> CacheConfig {
             size_given: true,
             sync: SyncMode::Fdatasync,
             direct: false,
-            measure_sync: wcache_io::cache::MeasureSync::No,
+            measure_sync: false,
         },
         volumes,
         backing_sync: SyncMode::Fdatasync,

@@ -30,7 +30,7 @@ fn open(dir: &Path, backing: &str) -> Cache {
             size_given: true,
             sync: SyncMode::Nvram,
             direct: false,
-            measure_sync: wcache_io::cache::MeasureSync::No,
+            measure_sync: false,
         },
         volumes: vec![VolumeSpec {
             name: "disk".into(),

@@ -28,7 +28,7 @@ fn config(cache: &Path, backing: &Path, log: bool) -> CacheConfig {
             size_given: true,
             sync: SyncMode::Fdatasync,
             direct: false,
-            measure_sync: wcache_io::cache::MeasureSync::No,
+            measure_sync: false,
         },
         volumes: vec![VolumeSpec {
             name: "disk".into(),

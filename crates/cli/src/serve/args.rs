@@ -50,11 +50,10 @@ pub struct ServeArgs {
     /// write), nvram (no syncs; for pmem or tmpfs standing in for NV-DRAM),
     /// or auto (measured at start on the device: RWF_DSYNC on O_DIRECT or
     /// fdatasync, whichever makes one 64 KiB write durable sooner; printed;
-    /// fdatasync under --persist-on-flush). Default: auto on a format-3
-    /// cache, fdatasync on format 2 (one write's latency does not foresee
-    /// format 2's group commit: docs/io.md).
-    #[arg(long)]
-    pub(crate) cache_sync: Option<String>,
+    /// fdatasync under --persist-on-flush. Not the default: one write's
+    /// latency does not foresee format 2's group commit, docs/io.md).
+    #[arg(long, default_value = "fdatasync")]
+    pub(crate) cache_sync: String,
     /// Open the cache device with O_DIRECT.
     #[arg(long)]
     pub(crate) direct: bool,

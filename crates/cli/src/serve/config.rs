@@ -150,7 +150,7 @@ fn sync(option: &'static str) -> impl Fn(&String) -> Result<(), String> {
 /// `cache-sync`: a sync mode or `auto`, as `--cache-sync` takes it.
 fn cache_sync() -> impl Fn(&String) -> Result<(), String> {
     |text| {
-        cache_sync_arg(Some(text), false)
+        cache_sync_arg(text, false)
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
@@ -240,7 +240,7 @@ pub fn apply(
         data_dir: val, no_check as Check<PathBuf>;
         cache: opt, no_check as Check<String>;
         cache_size: opt, size("cache-size");
-        cache_sync: opt, cache_sync();
+        cache_sync: val, cache_sync();
         direct: val, no_check as Check<bool>;
         cache_format: val, cache_format;
         persist_on_flush: val, no_check as Check<bool>;

@@ -81,7 +81,7 @@ fn print_cache_device(cache: &Cache, page: u64) {
         }
     );
     if let Some(choice) = &device.durability {
-        say!("  durability (measured, --cache-sync auto): {choice}");
+        say!("  durability (--cache-sync auto): {choice}");
     }
     say!("  data path: {}", cache.data_path());
     if let Some(log) = cache.open_report().and_then(|r| r.log.as_ref()) {

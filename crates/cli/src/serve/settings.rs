@@ -10,7 +10,6 @@ use wcache_core::config::{
 use wcache_core::geometry::Geometry;
 use wcache_core::policy::destage_rate::RateConfig;
 use wcache_core::{EngineConfig, WritePolicyKind};
-use wcache_io::cache::MeasureSync;
 use wcache_io::device::file::SyncMode;
 use wcache_io::format::Layout;
 use wcache_io::{CacheConfig, CacheDeviceSpec, DriverConfig, VolumeSpec};
@@ -73,23 +72,17 @@ fn export_policies(args: &ServeArgs, volumes: &[VolumeSpec]) -> Result<ExportPol
     Ok((critical, admissions))
 }
 
-/// `--cache-sync`: a sync mode, or `auto` (measured at open; when to
-/// measure is the second value); not given, auto on a format-3 cache and
-/// fdatasync on format 2. Under persist-on-flush a write need not be
-/// durable until a flush, so `auto` is fdatasync there.
+/// `--cache-sync`: a sync mode, or `auto` (measured at open; whether to
+/// measure is the second value). Under persist-on-flush a write need not
+/// be durable until a flush, so `auto` is fdatasync there.
 pub(crate) fn cache_sync_arg(
-    text: Option<&str>,
+    text: &str,
     persist_on_flush: bool,
-) -> Result<(SyncMode, MeasureSync), AnyError> {
-    let measure = match text {
-        Some(t) if !t.eq_ignore_ascii_case("auto") => {
-            return Ok((sync_arg("cache-sync", t)?, MeasureSync::No));
-        }
-        _ if persist_on_flush => MeasureSync::No,
-        None => MeasureSync::IfFormat3,
-        Some(_) => MeasureSync::Yes,
-    };
-    Ok((SyncMode::Fdatasync, measure))
+) -> Result<(SyncMode, bool), AnyError> {
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok((SyncMode::Fdatasync, !persist_on_flush));
+    }
+    Ok((sync_arg("cache-sync", text)?, false))
 }
 
 /// The lifecycle's configuration from the arguments (parsing only: no file
@@ -101,7 +94,7 @@ pub(super) fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
         .unwrap_or_else(|| args.data_dir.join("cache.img").display().to_string());
     let write_policy = write_policy_arg(args, cache_spec == "mem")?;
     let (cache_size_bytes, backing_size_bytes) = size_args(args)?;
-    let (cache_sync, measure) = cache_sync_arg(args.cache_sync.as_deref(), args.persist_on_flush)?;
+    let (cache_sync, measure) = cache_sync_arg(&args.cache_sync, args.persist_on_flush)?;
     let volumes = volume_specs(args)?;
     let engine = engine_config(args, write_policy, &volumes)?;
     let cache = CacheDeviceSpec::parse(
@@ -111,7 +104,11 @@ pub(super) fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
         args.direct,
     );
     Ok(CacheConfig {
-        cache: cache.measuring_sync(measure),
+        cache: if measure {
+            cache.measuring_sync()
+        } else {
+            cache
+        },
         volumes,
         backing_sync: sync_arg("backing-sync", &args.backing_sync)?,
         backing_create_size_bytes: Some(backing_size_bytes),

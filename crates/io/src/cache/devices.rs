@@ -35,7 +35,7 @@ pub(super) fn open_devices(config: &CacheConfig) -> Result<Devices, CacheError> 
     let mut opened = None;
     if let Some(path) = cache_path.filter(|p| p.exists()) {
         locks.push(lock_cache(path)?);
-        let (cache, device) = open_measured(&config.cache, is_format3(path))?;
+        let (cache, device) = open_measured(&config.cache)?;
         check_asked_size(&config.cache, device.size_bytes)?;
         opened = Some((cache, device));
     }
@@ -55,11 +55,11 @@ pub(super) fn open_devices(config: &CacheConfig) -> Result<Devices, CacheError> 
                 locks.push(lock_cache(path)?);
             }
             match &config.cache {
-                CacheDeviceSpec::File { measure_sync, .. }
-                    if measures(*measure_sync, config.engine.log) =>
-                {
+                CacheDeviceSpec::File {
+                    measure_sync: true, ..
+                } => {
                     drop(created);
-                    open_measured(&config.cache, config.engine.log)?
+                    open_measured(&config.cache)?
                 }
                 _ => created,
             }
@@ -133,41 +133,20 @@ pub(super) fn check_alignment(
     Ok(())
 }
 
-/// Whether a cache device is measured, by `when` and its format.
-fn measures(when: MeasureSync, format3: bool) -> bool {
-    match when {
-        MeasureSync::No => false,
-        MeasureSync::Yes => true,
-        MeasureSync::IfFormat3 => format3,
-    }
-}
-
-/// The existing cache device at `path` holds a format-3 superblock (read
-/// once it is locked; a device without a valid one is not format 3).
-fn is_format3(path: &Path) -> bool {
-    let mut b = vec![0u8; crate::format::SUPERBLOCK_BYTES as usize];
-    let read = std::fs::File::open(path)
-        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, 0));
-    read.is_ok() && Superblock::decode(&b).is_ok_and(|sb| sb.layout.log)
-}
-
-/// `open_cache_device`, with the durability mode measured first where the
-/// spec says (`MeasureSync`; `format3`: the cache is or will be format 3):
-/// the device (locked by the caller) is measured both ways and opened the
+/// `open_cache_device`, with `--cache-sync auto` resolved first: the
+/// device (locked by the caller) is measured both ways and opened the
 /// faster; a measurement that fails leaves fdatasync, and says why.
 fn open_measured(
     spec: &CacheDeviceSpec,
-    format3: bool,
 ) -> Result<(Arc<dyn BlockDevice>, CacheDeviceInfo), CacheError> {
     let CacheDeviceSpec::File {
-        path, measure_sync, ..
+        path,
+        measure_sync: true,
+        ..
     } = spec
     else {
         return open_cache_device(spec);
     };
-    if !measures(*measure_sync, format3) {
-        return open_cache_device(spec);
-    }
     let (chosen, said) = match durability::measure(path) {
         Ok(c) => ((c.sync, c.direct), c.describe()),
         Err(e) => (

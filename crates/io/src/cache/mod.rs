@@ -69,24 +69,11 @@ pub enum CacheDeviceSpec {
         size_given: bool,
         sync: SyncMode,
         direct: bool,
-        /// Whether `sync` and `direct` give way, once the device is
-        /// locked, to what `durability::measure` finds faster on it
-        /// (RWF_DSYNC on O_DIRECT, or fdatasync).
-        measure_sync: MeasureSync,
+        /// `--cache-sync auto`: `sync` and `direct` give way, once the
+        /// device is locked, to what `durability::measure` finds faster on
+        /// it (RWF_DSYNC on O_DIRECT, or fdatasync).
+        measure_sync: bool,
     },
-}
-
-/// When a cache file's way to durable writes is measured at open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MeasureSync {
-    /// Never: `sync` and `direct` as given.
-    No,
-    /// Always (`--cache-sync auto`).
-    Yes,
-    /// When the cache is format 3 (found so on the device, or formatted so
-    /// by `EngineConfig::log`): one write per batch, where the measured
-    /// mode gained (`docs/io.md`); format 2's group commit keeps `sync`.
-    IfFormat3,
 }
 
 impl CacheDeviceSpec {
@@ -108,15 +95,15 @@ impl CacheDeviceSpec {
             size_given: size_bytes.is_some(),
             sync,
             direct,
-            measure_sync: MeasureSync::No,
+            measure_sync: false,
         }
     }
 
     /// The same device, its way to durable writes measured when it is
-    /// opened as `when` says; memory has nothing to measure.
-    pub fn measuring_sync(mut self, when: MeasureSync) -> CacheDeviceSpec {
+    /// opened (`--cache-sync auto`); memory has nothing to measure.
+    pub fn measuring_sync(mut self) -> CacheDeviceSpec {
         if let CacheDeviceSpec::File { measure_sync, .. } = &mut self {
-            *measure_sync = when;
+            *measure_sync = true;
         }
         self
     }
