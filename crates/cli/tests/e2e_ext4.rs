@@ -357,10 +357,23 @@ impl<'t> Attached<'t> {
             run_ok(&self.tools.losetup, &["-d", &dev]);
         }
         if self.fuse_mounted {
-            run_ok(
-                &self.tools.fusermount,
-                &["-u", self.fuse_dir.to_str().expect("utf8")],
-            );
+            let fuse_dir = self.fuse_dir.to_str().expect("utf8");
+            // `losetup -d` lets go of the file in the kernel a moment
+            // later: until then the FUSE mount is busy (seen in CI).
+            for tries in 1.. {
+                let out = run(&self.tools.fusermount, &["-u", fuse_dir])
+                    .unwrap_or_else(|e| panic!("{e}"));
+                if out.status.success() {
+                    break;
+                }
+                let err = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    err.contains("busy") && tries < 50,
+                    "fusermount -u {fuse_dir} failed ({}), try {tries}: {err}",
+                    out.status
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
             self.fuse_mounted = false;
         }
         if let Some(mut child) = self.nbdfuse.take() {
