@@ -51,7 +51,8 @@ pub struct ServeArgs {
     /// or auto (measured at start on the device: RWF_DSYNC on O_DIRECT or
     /// fdatasync, whichever makes one 64 KiB write durable sooner; printed;
     /// fdatasync under --persist-on-flush. Not the default: one write's
-    /// latency does not foresee format 2's group commit, docs/io.md).
+    /// latency does not foresee format 2's group commit, and O_DIRECT takes
+    /// cached reads out of the page cache, docs/io.md).
     #[arg(long, default_value = "fdatasync")]
     pub(crate) cache_sync: String,
     /// Open the cache device with O_DIRECT.
