@@ -142,11 +142,9 @@ impl Engine {
     /// (`Log::dirty_capacity`: the rest is room for stale versions, so the
     /// tail meets few live dirty pages to copy); else the cache.
     pub(super) fn rate_capacity_pages(&self) -> u64 {
-        match (&self.journal, &self.log) {
-            (Some(j), _) => j.limit(),
-            (None, Some(log)) => log.dirty_capacity(),
-            (None, None) => self.capacity_pages(),
-        }
+        self.journal
+            .as_ref()
+            .map_or(self.log_or_cache_pages(), Journal::limit)
     }
 
     /// Ordered write-back: as many ready versions as the rate allows (a
