@@ -84,11 +84,14 @@ pub fn check(args: CheckArgs) -> Result<(), AnyError> {
     Ok(())
 }
 
-/// Format 3: the log read back as recovery reads it (every batch's header
-/// and payload checked); the batch after it begun but not whole is a
-/// write in flight at a crash, or damage after a clean shutdown.
+/// Format 3: the whole log read back from the durable tail (every batch's
+/// header and payload checked, whatever checkpoint is in force); the batch
+/// after it begun but not whole is a write in flight at a crash, or damage
+/// after a clean shutdown. The checkpoint in force is read as recovery
+/// reads it, and reported.
 fn check_log(args: &CheckArgs, store: &CacheStore, sb: &Superblock) -> Result<(), AnyError> {
-    let (found, log) = store.read_log()?;
+    let (found, log) = store.read_log_whole()?;
+    let checkpoint = store.read_log()?.1.checkpoint;
     let mut problems = version_problems(sb, &found, true);
     let at = &log.position;
     let next = (at.tail.0 as u64 + at.log_slots as u64) % sb.layout.slot_count;
@@ -121,6 +124,7 @@ fn check_log(args: &CheckArgs, store: &CacheStore, sb: &Superblock) -> Result<()
         found.len(),
         log.end
     );
+    println!("checkpoint: {checkpoint}");
     Ok(())
 }
 

@@ -49,6 +49,7 @@ pub fn inspect_path(path: &Path) -> Result<(), AnyError> {
             "log:     {} batches from slot {} (batch {}), {} slots; it ends there: {}",
             log.batches, at.tail.0, log.start.tail_seq, at.log_slots, log.end
         );
+        println!("checkpoint: {}", log.checkpoint);
     }
     println!("volumes:");
     for (i, v) in sb.volumes.iter().enumerate() {

@@ -261,6 +261,19 @@ pub enum IoCommand {
         tail: SlotIndex,
         tail_seq: u64,
     },
+    /// Log mode: save what a replay of the log through batch
+    /// `position.next_seq - 1` finds (`entries`, in log order: a later entry
+    /// of a page replaces an earlier one; their `seq` is 0, older than any
+    /// version in the log), so that recovery reads it and the batches after
+    /// it, not the whole log. The driver makes every earlier write durable,
+    /// writes the copy not in force, makes it durable, then names it in the
+    /// log-start block (beside the tail in force then): a crash leaves the
+    /// older checkpoint or this one in force, never a part of one.
+    LogCheckpoint {
+        io: IoId,
+        position: crate::engine::LogPosition,
+        entries: Vec<crate::engine::RecoveredSlot>,
+    },
     /// Transaction `txn`'s pages are in place on `volume`: its journal
     /// entry is durably dropped, so the journal may take the next one.
     Retire {
@@ -273,7 +286,9 @@ pub enum IoCommand {
 impl IoCommand {
     pub fn io(&self) -> IoId {
         match *self {
-            IoCommand::WriteBatch { io, .. } | IoCommand::AdvanceLog { io, .. } => io,
+            IoCommand::WriteBatch { io, .. }
+            | IoCommand::AdvanceLog { io, .. }
+            | IoCommand::LogCheckpoint { io, .. } => io,
             IoCommand::WritePage { io, .. }
             | IoCommand::ReadPage { io, .. }
             | IoCommand::ReadBacking { io, .. }

@@ -875,6 +875,12 @@ fn log_reclaim_copies_forward_losing_nothing() {
         h.checked_bytes
     );
     assert!(c.log_copies > 300, "{c:?}");
+    let from_checkpoint = h.devices.log_checkpoint_recoveries();
+    assert!(
+        from_checkpoint > 20,
+        "only {from_checkpoint} of {} recoveries from a checkpoint",
+        h.crashes
+    );
 }
 
 /// CP+PI+IOI with crashes: non-critical writes bypass, critical writes,

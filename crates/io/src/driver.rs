@@ -60,7 +60,7 @@ use wcache_core::{
 };
 
 use crate::device::{
-    is_aligned, read_aligned, write_aligned, AlignedBuf, BlockDevice, DeviceError,
+    is_aligned, read_aligned, write_aligned, write_zeros, AlignedBuf, BlockDevice, DeviceError,
 };
 use crate::store::CacheStore;
 use wcache_core::types::{RequestId, SlotIndex, VolumeId};
@@ -1409,7 +1409,9 @@ impl Shared {
             | IoCommand::WriteBatch { .. } => {
                 unreachable!("page writes and frees run in batches (execute_write_batch, log.rs)")
             }
-            IoCommand::AdvanceLog { .. } => self.execute_advance(&job.cmd).map_err(on_cache),
+            IoCommand::AdvanceLog { .. } | IoCommand::LogCheckpoint { .. } => {
+                self.execute_log_start(&job.cmd).map_err(on_cache)
+            }
             IoCommand::ReadPage {
                 slot,
                 page_offset_bytes,
@@ -1453,16 +1455,8 @@ impl Shared {
                             .map_err(on_backing)?;
                     }
                     Source::Zero => {
-                        const ZERO_CHUNK_BYTES: u64 = 1024 * 1024;
-                        let mut at = *offset_bytes;
-                        let end = offset_bytes + len_bytes;
-                        while at < end {
-                            let n = (end - at).min(ZERO_CHUNK_BYTES) as usize;
-                            let zeros = scratch.page.get(n);
-                            zeros.fill(0);
-                            b.dev.write_at(zeros, at).map_err(on_backing)?;
-                            at += n as u64;
-                        }
+                        write_zeros(b.dev.as_ref(), *offset_bytes, *len_bytes, &mut scratch.page)
+                            .map_err(on_backing)?
                     }
                 }
                 // FUA or not: every completed backing write is durable (contract).
@@ -1611,7 +1605,8 @@ fn command_request(cmd: &IoCommand) -> Option<RequestId> {
         | IoCommand::Commit { .. }
         | IoCommand::Retire { .. }
         | IoCommand::WriteBatch { .. }
-        | IoCommand::AdvanceLog { .. } => None,
+        | IoCommand::AdvanceLog { .. }
+        | IoCommand::LogCheckpoint { .. } => None,
     }
 }
 

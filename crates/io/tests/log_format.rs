@@ -93,6 +93,29 @@ impl Dir {
     }
 }
 
+/// A driver on a new log-format cache on `cache`, with a backing in memory.
+fn log_driver(cache: std::sync::Arc<dyn wcache_io::BlockDevice>) -> wcache_io::Driver {
+    use std::sync::Arc;
+    use wcache_io::format::{EngineRecord, VolumeEntry};
+    use wcache_io::{BlockDevice, Driver, MemDevice};
+    let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(BACKING_BYTES));
+    let mut engine = config(Path::new("unused"), Path::new("unused"), true).engine;
+    let record = EngineRecord::from_config(&engine).expect("record");
+    let volumes = vec![VolumeEntry::new("disk", BACKING_BYTES, "mem:test").expect("entry")];
+    let store = CacheStore::format(cache, PAGE_BYTES, &record, volumes, true).expect("format");
+    let (found, log) = store.read_log().expect("the empty log");
+    engine.cache_slots = store.layout().slot_count;
+    Driver::recover_log(
+        engine,
+        Arc::new(store),
+        found,
+        &log,
+        vec![backing],
+        DriverConfig::default(),
+    )
+    .expect("driver")
+}
+
 fn superblock_of(path: &Path) -> Superblock {
     let bytes = std::fs::read(path).expect("cache bytes");
     Superblock::decode(&bytes[..4096]).expect("superblock")
@@ -288,7 +311,8 @@ fn a_torn_batch_is_discarded_whole_and_ends_the_log() {
     let cache = Cache::open(&cfg).expect("reopen");
     let report = cache.open_report().expect("persistent");
     let log = report.log.as_ref().expect("a log");
-    assert_eq!(log.batches, 2, "{log:?}");
+    // Batches 1 and 2 are the log (read back, or saved by a checkpoint).
+    assert_eq!(log.position.batches.len(), 2, "{log:?}");
     assert!(log.end.contains("checksum"), "{}", log.end);
     // Wholly old: every page of batch 3 reads as round 1.
     assert_pages(&cache, 0, 12, 1);
@@ -339,27 +363,10 @@ fn a_format_2_cache_asked_for_format_3_is_refused_untouched() {
 fn a_failed_batch_written_again_keeps_the_log_whole() {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
-    use wcache_io::format::{EngineRecord, VolumeEntry};
-    use wcache_io::{BlockDevice, Driver, FaultPlan, FaultyDevice, MemDevice};
+    use wcache_io::{FaultPlan, FaultyDevice, MemDevice};
     let mem = Arc::new(MemDevice::new(CACHE_BYTES));
     let plan = FaultPlan::new();
-    let cache: Arc<dyn BlockDevice> = Arc::new(FaultyDevice::new(mem.clone(), plan.clone()));
-    let backing: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(BACKING_BYTES));
-    let mut engine = config(Path::new("unused"), Path::new("unused"), true).engine;
-    let record = EngineRecord::from_config(&engine).expect("record");
-    let volumes = vec![VolumeEntry::new("disk", BACKING_BYTES, "mem:test").expect("entry")];
-    let store = CacheStore::format(cache, PAGE_BYTES, &record, volumes, true).expect("format");
-    let (found, log) = store.read_log().expect("the empty log");
-    engine.cache_slots = store.layout().slot_count;
-    let driver = Driver::recover_log(
-        engine,
-        Arc::new(store),
-        found,
-        &log,
-        vec![backing],
-        DriverConfig::default(),
-    )
-    .expect("driver");
+    let driver = log_driver(Arc::new(FaultyDevice::new(mem.clone(), plan.clone())));
     let vol = wcache_core::types::VolumeId(0);
     let write =
         |page: u64, round: u8| driver.write(vol, page * PAGE_BYTES, &image(page, round), false);
@@ -383,4 +390,61 @@ fn a_failed_batch_written_again_keeps_the_log_whole() {
         "every acknowledged page is found: {}",
         log.end
     );
+}
+
+/// Recovery starts from the checkpoint in force and reads only the batches
+/// after it, finding every version the whole log's replay finds; a damaged
+/// checkpoint is not used, and the whole log is read instead.
+#[test]
+fn recovery_reads_the_checkpoint_and_the_log_after_it_or_the_whole_log() {
+    use std::sync::Arc;
+    use wcache_io::format::log::checkpoint_copy;
+    use wcache_io::{BlockDevice, MemDevice};
+    let mem = Arc::new(MemDevice::new(CACHE_BYTES));
+    let driver = log_driver(mem.clone());
+    let vol = wcache_core::types::VolumeId(0);
+    for first in (0..160).step_by(4) {
+        let data: Vec<u8> = (first..first + 4).flat_map(|p| image(p, 1)).collect();
+        driver
+            .write(vol, first * PAGE_BYTES, &data, false)
+            .expect("write");
+    }
+    // Checkpoints run on the driver's threads beside the writes: wait for
+    // the first to be in force (a busy machine runs them late).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut checkpoints = 0;
+    while checkpoints == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        checkpoints = driver.engine_stats().log_checkpoints;
+    }
+    assert!(checkpoints > 0, "no checkpoint taken in 20 s");
+    drop(driver); // a crash: nothing more is written
+    let store = CacheStore::open(mem.clone()).expect("reopen");
+    let (from_cp, log) = store.read_log().expect("the log from the checkpoint");
+    let (whole, whole_log) = store.read_log_whole().expect("the whole log");
+    assert!(log.checkpoint.starts_with("through batch"), "{log:?}");
+    assert_eq!(log.position, whole_log.position);
+    assert!(
+        log.batches < whole_log.batches,
+        "{} batches read after the checkpoint, {} in the log",
+        log.batches,
+        whole_log.batches
+    );
+    let slots = |f: &[wcache_core::RecoveredSlot]| {
+        let mut v: Vec<(u64, u32)> = f.iter().map(|f| (f.record.key.0, f.slot.0)).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(slots(&from_cp), slots(&whole));
+    assert_eq!(from_cp.len(), 160);
+    let dirty = |f: &[wcache_core::RecoveredSlot]| f.iter().filter(|f| f.record.dirty).count();
+    assert!(dirty(&from_cp) <= dirty(&whole));
+    // Damage the copy in force: the whole log is read.
+    let copy = log.start.checkpoint.expect("a checkpoint in force").copy;
+    let (offset, _) = checkpoint_copy(&store.layout(), copy).expect("a checkpoint area");
+    mem.write_at(&[0xff; 512], offset + 4096).expect("damage");
+    let (damaged, log) = store.read_log().expect("the log without its checkpoint");
+    assert!(log.checkpoint.contains("checksum"), "{}", log.checkpoint);
+    assert_eq!(log.batches, whole_log.batches);
+    assert_eq!(slots(&damaged), slots(&whole));
 }

@@ -86,9 +86,10 @@ fn print_cache_device(cache: &Cache, page: u64) {
     say!("  data path: {}", cache.data_path());
     if let Some(log) = cache.open_report().and_then(|r| r.log.as_ref()) {
         say!(
-            "  format 3: a log of batches, one device write each ({} batches read back at start; the log ended: {})",
+            "  format 3: a log of batches, one device write each ({} batches read back at start; the log ended: {}; checkpoint: {})",
             log.batches,
-            log.end
+            log.end,
+            log.checkpoint
         );
     }
 }

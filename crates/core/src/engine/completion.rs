@@ -71,6 +71,10 @@ impl Engine {
                 self.complete_advance(slots, result);
                 None
             }
+            IoCtx::LogCheckpoint => {
+                self.complete_log_checkpoint(result);
+                None
+            }
             IoCtx::CopyForward { slot, old } => {
                 self.complete_copy_forward(slot, old, result);
                 None
@@ -199,6 +203,7 @@ impl Engine {
         match result {
             Ok(()) => self.finish_fill(slot),
             Err(_) => {
+                self.log_write_failed(slot);
                 self.slots.unmap(slot);
                 self.slots.set_state(slot, SlotState::Stale);
                 self.slots.set_flag(slot, FLAG_FILL_CLEAN, false);

@@ -155,6 +155,7 @@ impl Engine {
                 IoCtx::FreeSlots { .. }
                 | IoCtx::Batch { .. }
                 | IoCtx::AdvanceLog { .. }
+                | IoCtx::LogCheckpoint
                 | IoCtx::CopyForward { .. } => None,
             };
             if let Some(ri) = req {

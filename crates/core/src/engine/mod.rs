@@ -315,6 +315,8 @@ enum IoCtx {
     AdvanceLog {
         slots: u32,
     },
+    /// Log mode: a checkpoint of the log's replay (`IoCommand::LogCheckpoint`).
+    LogCheckpoint,
 }
 
 pub struct Engine {

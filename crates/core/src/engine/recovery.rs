@@ -52,6 +52,7 @@ impl Engine {
         engine.slots.exclude_from_pool(&used);
         if let Some(at) = at {
             engine.recover_log(at)?;
+            engine.log_found(&found);
         }
         let kept = engine.recover_versions(found);
         engine.emit_frees(Nanos::MAX);

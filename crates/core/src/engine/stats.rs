@@ -111,6 +111,8 @@ counters! {
     log_batches: u64,
     /// Log mode: moves of the log's tail made durable (`AdvanceLog`).
     log_advances: u64,
+    /// Log mode: checkpoints of the log's replay made durable (`LogCheckpoint`).
+    log_checkpoints: u64,
     /// Log mode: groups destaged because a dirty page was in the tail's way.
     log_forced_destages: u64,
     /// Log mode: live dirty pages reclaim copied from the tail to the head

@@ -516,6 +516,7 @@ impl Engine {
         undo: Undo,
     ) {
         let key = self.slots.key(slot);
+        self.log_write_failed(slot);
         // A version meant dirty is the page's entry in the dirty set.
         let in_dirty_set = !self.slots.has(slot, FLAG_FILL_CLEAN);
         self.slots.unmap(slot);

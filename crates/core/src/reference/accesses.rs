@@ -17,7 +17,9 @@ pub fn accesses(cmd: &IoCommand, page_size_bytes: u64) -> (Access, Option<Access
         len_bytes,
     };
     match cmd {
-        IoCommand::FreeSlots { .. } | IoCommand::AdvanceLog { .. } => (record_access(cmd), None),
+        IoCommand::FreeSlots { .. }
+        | IoCommand::AdvanceLog { .. }
+        | IoCommand::LogCheckpoint { .. } => (record_access(cmd), None),
         IoCommand::WritePage { slot, base, .. } => {
             let write = access(Target::Slots, true, slot.0 as u64 * p, p);
             match *base {
@@ -81,25 +83,7 @@ pub fn accesses(cmd: &IoCommand, page_size_bytes: u64) -> (Access, Option<Access
                 )),
             )
         }
-        IoCommand::Stage {
-            volume,
-            first_page,
-            slots,
-            journal_page,
-            ..
-        } => {
-            let n = slots.len() as u64;
-            // NVRAM: the array writes staged pages out in place in the
-            // background; their device time is that of a destage.
-            let write = match journal_page {
-                Some(j) => access(Target::Journal(*volume), true, (j + 1) * p, p * n),
-                None => access(Target::Backing(*volume), true, first_page.0 * p, p * n),
-            };
-            (
-                access(Target::Slots, false, slots[0].0 as u64 * p, p * n),
-                Some(write),
-            )
-        }
+        IoCommand::Stage { .. } => stage_accesses(cmd, p),
         IoCommand::Commit {
             volume,
             pages,
@@ -117,6 +101,40 @@ pub fn accesses(cmd: &IoCommand, page_size_bytes: u64) -> (Access, Option<Access
         IoCommand::Retire { volume, .. } => (access(Target::Journal(*volume), true, 0, 512), None),
         IoCommand::WriteBatch { header, pages, .. } => batch_accesses(*header, pages, p),
     }
+}
+
+/// A journal stage: its slots read, then written to the journal (or, on
+/// NVRAM, in place: the array writes staged pages out in the background;
+/// their device time is that of a destage).
+fn stage_accesses(cmd: &IoCommand, p: u64) -> (Access, Option<Access>) {
+    let IoCommand::Stage {
+        volume,
+        first_page,
+        slots,
+        journal_page,
+        ..
+    } = cmd
+    else {
+        unreachable!("a stage");
+    };
+    let n = slots.len() as u64;
+    let (target, offset_bytes) = match journal_page {
+        Some(j) => (Target::Journal(*volume), (j + 1) * p),
+        None => (Target::Backing(*volume), first_page.0 * p),
+    };
+    let read = Access {
+        target: Target::Slots,
+        write: false,
+        offset_bytes: slots[0].0 as u64 * p,
+        len_bytes: p * n,
+    };
+    let write = Access {
+        target,
+        write: true,
+        offset_bytes,
+        len_bytes: p * n,
+    };
+    (read, Some(write))
 }
 
 /// A log batch: the whole batch in one write, after the first page base
@@ -143,6 +161,10 @@ fn batch_accesses(header: SlotIndex, pages: &[IoCommand], p: u64) -> (Access, Op
 fn record_access(cmd: &IoCommand) -> Access {
     let len_bytes = match cmd {
         IoCommand::FreeSlots { slots, .. } => slots.len() as u64 * 32,
+        // Its header block, 4 B per batch and 16 B per version (the format's sizes).
+        IoCommand::LogCheckpoint {
+            position, entries, ..
+        } => 4096 + position.batches.len() as u64 * 4 + entries.len() as u64 * 16,
         _ => 4096,
     };
     Access {

@@ -135,21 +135,19 @@ impl<T: Unit> Reference<T> {
     }
 
     /// After a crash, log mode: the page versions the log holds and where
-    /// it stands, read as the real store reads it: from the durable tail,
-    /// each batch whose header is the next in sequence and whose payload is
-    /// as it landed; replayed in order (a free drops the version its slot
-    /// held; a newer version of a page replaces the older).
+    /// it stands, read as the real store reads it: from the checkpoint in
+    /// force if the durable tail has not passed its last batch (its versions
+    /// in batches the tail has passed since dropped), else from the durable
+    /// tail; then each batch whose header is the next in sequence and whose
+    /// payload is as it landed, replayed in order (a free drops the version
+    /// its slot held; a newer version of a page replaces the older).
     pub fn recoverable_log(&mut self) -> (Vec<RecoveredSlot>, LogPosition) {
         self.volatile.clear();
         let ring = self.slots.len() as u64;
-        let (tail, mut expected) = self.log_tail;
-        let (mut at, mut used) = (tail, 0u64);
-        let mut by_slot: HashMap<u32, RecoveredSlot> = HashMap::new();
-        let mut by_key: HashMap<u64, u32> = HashMap::new();
-        let mut page_seq_max = 0;
-        let mut batches = Vec::new();
-        while used < ring {
-            let Some(b) = self.slots[at as usize].header.as_deref() else {
+        let mut r = self.replay_start();
+        self.log_checkpoint_recoveries += r.from_checkpoint as u64;
+        while r.used < ring {
+            let Some(b) = self.slots[r.at as usize].header.as_deref() else {
                 break;
             };
             let n = b.payload.len() as u64;
@@ -157,34 +155,103 @@ impl<T: Unit> Reference<T> {
                 .payload
                 .iter()
                 .all(|&(s, sum)| self.slots[s as usize].page.as_deref().map(sum_of) == Some(sum));
-            if b.seq != expected || used + 1 + n > ring || !intact {
+            if b.seq != r.expected || r.used + 1 + n > ring || !intact {
                 break;
             }
             for f in &b.frees {
-                if let Some(v) = by_slot.remove(f) {
-                    by_key.remove(&v.record.key.0);
-                }
+                r.free(*f);
             }
             for &(slot, record) in &b.versions {
-                if let Some(old) = by_key.insert(record.key.0, slot) {
-                    by_slot.remove(&old);
-                }
-                let slot = SlotIndex(slot);
-                by_slot.insert(slot.0, RecoveredSlot { slot, record });
-                page_seq_max = page_seq_max.max(record.seq);
+                r.found(RecoveredSlot {
+                    slot: SlotIndex(slot),
+                    record,
+                });
             }
-            batches.push(1 + n as u32);
-            (at, expected, used) = (b.next_header, expected + 1, used + 1 + n);
+            r.batches.push(1 + n as u32);
+            (r.at, r.expected, r.used) = (b.next_header, r.expected + 1, r.used + 1 + n);
         }
-        let mut found: Vec<RecoveredSlot> = by_slot.into_values().collect();
+        let mut found: Vec<RecoveredSlot> = r.by_slot.into_values().collect();
         found.sort_by_key(|f| f.slot.0);
         let position = LogPosition {
-            tail: SlotIndex(tail),
-            log_slots: used as u32,
-            batches,
-            next_seq: expected,
-            next_page_seq: page_seq_max + 1,
+            tail: SlotIndex(self.log_tail.0),
+            log_slots: r.used as u32,
+            batches: r.batches,
+            next_seq: r.expected,
+            next_page_seq: r.page_seq_max + 1,
         };
         (found, position)
+    }
+
+    /// Log recoveries that started from a checkpoint (`recoverable_log`).
+    pub fn log_checkpoint_recoveries(&self) -> u64 {
+        self.log_checkpoint_recoveries
+    }
+
+    /// Where the replay starts: the checkpoint in force, with the batches
+    /// the tail has passed since dropped, where the tail is one of its
+    /// batch boundaries short of its end; else the tail, with nothing found.
+    fn replay_start(&self) -> Replay {
+        let (tail, tail_seq) = self.log_tail;
+        let mut r = Replay {
+            at: tail,
+            expected: tail_seq,
+            ..Replay::default()
+        };
+        let Some((cp, entries)) = &self.log_checkpoint else {
+            return r;
+        };
+        let ring = self.slots.len() as u64;
+        let mut at = cp.tail.0;
+        let mut seq = cp.next_seq - cp.batches.len() as u64;
+        let mut dropped = Vec::new();
+        for (i, &n) in cp.batches.iter().enumerate() {
+            if (at, seq) == (tail, tail_seq) {
+                let kept = |s: u32| !dropped.contains(&s);
+                for e in entries.iter().filter(|e| kept(e.slot.0)) {
+                    r.found(*e);
+                }
+                r.batches = cp.batches[i..].to_vec();
+                r.used = r.batches.iter().map(|&b| b as u64).sum();
+                r.at = ((cp.tail.0 as u64 + cp.log_slots as u64) % ring) as u32;
+                r.expected = cp.next_seq;
+                r.page_seq_max = cp.next_page_seq - 1;
+                r.from_checkpoint = true;
+                return r;
+            }
+            dropped.extend((0..n).map(|k| ((at as u64 + k as u64) % ring) as u32));
+            at = ((at as u64 + n as u64) % ring) as u32;
+            seq += 1;
+        }
+        r
+    }
+}
+
+/// A replay of the log in progress: the versions found, by slot and page.
+#[derive(Default)]
+struct Replay {
+    at: u32,
+    expected: u64,
+    used: u64,
+    by_slot: HashMap<u32, RecoveredSlot>,
+    by_key: HashMap<u64, u32>,
+    page_seq_max: u64,
+    batches: Vec<u32>,
+    from_checkpoint: bool,
+}
+
+impl Replay {
+    fn free(&mut self, slot: u32) {
+        if let Some(v) = self.by_slot.remove(&slot) {
+            self.by_key.remove(&v.record.key.0);
+        }
+    }
+
+    /// A version found, newer than every one found before.
+    fn found(&mut self, v: RecoveredSlot) {
+        if let Some(old) = self.by_key.insert(v.record.key.0, v.slot.0) {
+            self.by_slot.remove(&old);
+        }
+        self.by_slot.insert(v.slot.0, v);
+        self.page_seq_max = self.page_seq_max.max(v.record.seq);
     }
 }

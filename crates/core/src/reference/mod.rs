@@ -22,7 +22,7 @@
 //! must never be used on the hot path of the real driver.
 
 use crate::command::{IoCommand, PageBase, SlotRecord, Source};
-use crate::engine::RecoveredSlot;
+use crate::engine::{LogPosition, RecoveredSlot};
 use crate::types::{RequestId, SlotIndex, VolumeId};
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
@@ -177,6 +177,10 @@ pub struct Reference<T: Unit> {
     /// Log mode: where recovery starts reading the log (the durable
     /// tail's slot and its batch's sequence number), as `AdvanceLog` left it.
     log_tail: (u32, u64),
+    /// Log mode: the checkpoint in force (`LogCheckpoint`): where the log
+    /// stood through its last batch, and what its replay found.
+    log_checkpoint: Option<(LogPosition, Vec<RecoveredSlot>)>,
+    log_checkpoint_recoveries: u64,
 }
 
 fn sum_of<T: Unit>(page: &[T]) -> u64 {
@@ -208,6 +212,8 @@ impl<T: Unit> Reference<T> {
             volatile: VecDeque::new(),
             journals: vec![Journal::default(); volume_sizes_bytes.len()],
             log_tail: (0, 1),
+            log_checkpoint: None,
+            log_checkpoint_recoveries: 0,
         }
     }
 
@@ -341,7 +347,9 @@ impl<T: Unit> Reference<T> {
                 next_header,
                 ..
             } => (1 + self.payload_slots(*header, *next_header)) * self.units_per_page,
-            IoCommand::AdvanceLog { .. } => 1,
+            // A checkpoint is in force whole or not at all (the log-start
+            // block that names it is written last).
+            IoCommand::AdvanceLog { .. } | IoCommand::LogCheckpoint { .. } => 1,
             IoCommand::ReadPage { .. } | IoCommand::ReadBacking { .. } => 0,
         }
     }
@@ -455,12 +463,29 @@ impl<T: Unit> Reference<T> {
                 self.apply_journal_command(cmd, complete)
             }
             IoCommand::WriteBatch { .. } => self.apply_batch(cmd, partial, bufs),
-            // Where recovery starts reading the log: one block, whole or not.
-            IoCommand::AdvanceLog { tail, tail_seq, .. } => {
-                if partial.units > 0 {
-                    self.log_tail = (tail.0, *tail_seq);
-                }
+            IoCommand::AdvanceLog { .. } | IoCommand::LogCheckpoint { .. } => {
+                self.apply_log_start(cmd, partial)
             }
+        }
+    }
+
+    /// Log mode's log-start block, written last by `AdvanceLog` (where
+    /// recovery starts reading the log) and `LogCheckpoint` (the checkpoint
+    /// in force: the driver flushes before naming it, so every earlier
+    /// write is durable): one block, whole or not.
+    fn apply_log_start(&mut self, cmd: &IoCommand, partial: Partial) {
+        if partial.units == 0 {
+            return;
+        }
+        match cmd {
+            IoCommand::AdvanceLog { tail, tail_seq, .. } => self.log_tail = (tail.0, *tail_seq),
+            IoCommand::LogCheckpoint {
+                position, entries, ..
+            } => {
+                self.volatile.clear();
+                self.log_checkpoint = Some((position.clone(), entries.clone()));
+            }
+            _ => unreachable!("a command that writes the log-start block"),
         }
     }
 
@@ -576,6 +601,7 @@ impl<T: Unit> Reference<T> {
         }
         self.volatile.clear();
         self.log_tail = (0, 1);
+        self.log_checkpoint = None;
     }
 
     /// After a crash: the records recovery trusts, in slot order — a record

@@ -363,6 +363,26 @@ pub(crate) fn write_aligned(
     dev.write_at(tmp, offset_bytes)
 }
 
+/// Zeros written to `len_bytes` of `dev` from `offset_bytes`, a megabyte
+/// at a time from `buf`.
+pub(crate) fn write_zeros(
+    dev: &dyn BlockDevice,
+    offset_bytes: u64,
+    len_bytes: u64,
+    buf: &mut AlignedBuf,
+) -> Result<(), DeviceError> {
+    const ZERO_CHUNK_BYTES: u64 = 1024 * 1024;
+    let (mut at, end) = (offset_bytes, offset_bytes + len_bytes);
+    while at < end {
+        let n = (end - at).min(ZERO_CHUNK_BYTES) as usize;
+        let zeros = buf.get(n);
+        zeros.fill(0);
+        dev.write_at(zeros, at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -268,12 +268,17 @@ impl Shared {
         pages.iter().enumerate().map(page).collect()
     }
 
-    /// `AdvanceLog`: every earlier write durable, then the log-start block.
-    pub(super) fn execute_advance(&self, cmd: &IoCommand) -> Result<(), DeviceError> {
-        let IoCommand::AdvanceLog { tail, tail_seq, .. } = cmd else {
-            unreachable!("an advance");
-        };
+    /// `AdvanceLog` (every earlier write durable, then the log-start
+    /// block) and `LogCheckpoint` (the checkpoint copy, durable with every
+    /// earlier write, then named in the log-start block).
+    pub(super) fn execute_log_start(&self, cmd: &IoCommand) -> Result<(), DeviceError> {
         let log = self.log.as_ref().expect("log mode has a log writer");
-        log.advance(tail.0, *tail_seq)
+        match cmd {
+            IoCommand::AdvanceLog { tail, tail_seq, .. } => log.advance(tail.0, *tail_seq),
+            IoCommand::LogCheckpoint {
+                position, entries, ..
+            } => log.checkpoint(position, entries),
+            _ => unreachable!("a command that writes the log-start block"),
+        }
     }
 }

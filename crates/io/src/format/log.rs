@@ -7,6 +7,8 @@
 use super::{get_u16, get_u32, get_u64, put_u32, put_u64, FormatError, Layout, SUPERBLOCK_BYTES};
 use wcache_core::types::{PageIndex, PageKey, VolumeId};
 
+pub mod checkpoint;
+
 /// The superblock version of a log-format cache.
 pub const FORMAT_VERSION_LOG: u32 = 3;
 pub const LOG_START_MAGIC: [u8; 8] = *b"WCACHEls";
@@ -20,11 +22,23 @@ const EXTENT_FLAG_DIRTY: u8 = 1;
 const EXTENT_FLAG_HOLE: u8 = 2;
 
 /// The layout of a log-format cache of `slot_count` slots: the superblock,
-/// the two log-start blocks (in the superblock's record-area fields), then
-/// the ring of slots from the first offset aligned to the page and 4 KiB.
+/// the two log-start blocks and the two checkpoint copies (the record area
+/// in the superblock's fields), then the ring of slots from the first
+/// offset aligned to the page and 4 KiB.
 pub fn layout_with_slots(page_size_bytes: u64, slot_count: u64) -> Layout {
+    layout_with_slots_and(page_size_bytes, slot_count, true)
+}
+
+/// `layout_with_slots`, or (`checkpoint` false) the layout of a cache
+/// formatted before checkpoints: no checkpoint copies.
+pub fn layout_with_slots_and(page_size_bytes: u64, slot_count: u64, checkpoint: bool) -> Layout {
     let record_offset_bytes = SUPERBLOCK_BYTES;
-    let record_area_bytes = 2 * LOG_START_BYTES;
+    let copies = if checkpoint {
+        2 * checkpoint::copy_bytes(slot_count)
+    } else {
+        0
+    };
+    let record_area_bytes = 2 * LOG_START_BYTES + copies;
     let align = page_size_bytes.max(4096);
     Layout {
         page_size_bytes,
@@ -36,28 +50,22 @@ pub fn layout_with_slots(page_size_bytes: u64, slot_count: u64) -> Layout {
     }
 }
 
+/// Where checkpoint copy `copy` (0 or 1) lies, and its size; None on a
+/// cache without checkpoint copies.
+pub fn checkpoint_copy(layout: &Layout, copy: u8) -> Option<(u64, u64)> {
+    let bytes = (layout.record_area_bytes - 2 * LOG_START_BYTES) / 2;
+    let first = layout.record_offset_bytes + 2 * LOG_START_BYTES;
+    (bytes > 0).then_some((first + copy as u64 * bytes, bytes))
+}
+
 /// The most slots of `page_size_bytes` a log-format cache of `size_bytes` holds.
 pub fn layout_for_device(size_bytes: u64, page_size_bytes: u64) -> Result<Layout, FormatError> {
-    let too_small = FormatError::DeviceTooSmall {
-        size_bytes,
-        page_size_bytes,
-    };
-    if page_size_bytes == 0 {
-        return Err(too_small);
-    }
-    let data = layout_with_slots(page_size_bytes, 0).data_offset_bytes;
-    let slots = size_bytes.saturating_sub(data) / page_size_bytes;
-    if slots == 0 {
-        return Err(too_small);
-    }
-    Ok(layout_with_slots(
-        page_size_bytes,
-        slots.min(u32::MAX as u64 - 1),
-    ))
+    let fit = |page, slots: u64| layout_with_slots(page, slots.min(u32::MAX as u64 - 1));
+    Layout::fit(size_bytes, page_size_bytes, fit)
 }
 
 /// Where recovery starts reading the log (one of the two blocks; the valid
-/// one with the higher generation counts).
+/// one with the higher generation counts), and the checkpoint in force.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogStart {
     pub generation: u64,
@@ -65,6 +73,17 @@ pub struct LogStart {
     pub tail_slot: u32,
     /// That batch's sequence number.
     pub tail_seq: u64,
+    /// The checkpoint in force, if any.
+    pub checkpoint: Option<CheckpointRef>,
+}
+
+/// A checkpoint in force: the copy that holds it and the last batch its
+/// replay covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckpointRef {
+    /// 0 or 1.
+    pub copy: u8,
+    pub through_seq: u64,
 }
 
 impl LogStart {
@@ -75,6 +94,10 @@ impl LogStart {
         put_u64(&mut b, 24, self.generation);
         put_u32(&mut b, 32, self.tail_slot);
         put_u64(&mut b, 40, self.tail_seq);
+        if let Some(c) = self.checkpoint {
+            put_u32(&mut b, 48, 1 + c.copy as u32);
+            put_u64(&mut b, 56, c.through_seq);
+        }
         let crc = crate::checksum::crc32c(&b[..LOG_START_BYTES as usize - 4]);
         put_u32(&mut b, LOG_START_BYTES as usize - 4, crc);
         b
@@ -82,20 +105,28 @@ impl LogStart {
 
     /// The block's contents, or None if it is not a valid log-start block
     /// of this cache (never written, torn, another cache's) or names a slot
-    /// beyond the ring.
+    /// beyond the ring or a checkpoint copy other than 1 or 2.
     pub fn decode(b: &[u8], uuid: &[u8; 16], slot_count: u64) -> Option<LogStart> {
         let end = LOG_START_BYTES as usize - 4;
+        let zero = |r: std::ops::Range<usize>| b[r].iter().all(|&c| c == 0);
         let valid = b[0..8] == LOG_START_MAGIC
             && b[8..24] == uuid[..]
             && get_u32(b, end) == crate::checksum::crc32c(&b[..end])
-            && b[48..end].iter().all(|&c| c == 0)
-            && b[36..40].iter().all(|&c| c == 0);
+            && zero(64..end)
+            && zero(52..56)
+            && zero(36..40);
+        let copy = get_u32(b, 48);
+        let checkpoint = (copy > 0).then(|| CheckpointRef {
+            copy: (copy - 1) as u8,
+            through_seq: get_u64(b, 56),
+        });
         let start = LogStart {
             generation: get_u64(b, 24),
             tail_slot: get_u32(b, 32),
             tail_seq: get_u64(b, 40),
+            checkpoint,
         };
-        (valid && (start.tail_slot as u64) < slot_count).then_some(start)
+        (valid && (start.tail_slot as u64) < slot_count && copy <= 2).then_some(start)
     }
 }
 

@@ -156,6 +156,16 @@ impl Layout {
     /// The most slots of `page_size_bytes` that fit a device of `size_bytes`
     /// with their records.
     pub fn for_device(size_bytes: u64, page_size_bytes: u64) -> Result<Layout, FormatError> {
+        Layout::fit(size_bytes, page_size_bytes, Layout::with_slots)
+    }
+
+    /// The layout `with_slots` gives for the most slots that fit a device
+    /// of `size_bytes` (its areas other than the slots grow with them).
+    pub(crate) fn fit(
+        size_bytes: u64,
+        page_size_bytes: u64,
+        with_slots: impl Fn(u64, u64) -> Layout,
+    ) -> Result<Layout, FormatError> {
         let too_small = FormatError::DeviceTooSmall {
             size_bytes,
             page_size_bytes,
@@ -165,14 +175,14 @@ impl Layout {
         }
         let mut slots = size_bytes / page_size_bytes;
         loop {
-            let layout = Layout::with_slots(page_size_bytes, slots);
+            let layout = with_slots(page_size_bytes, slots);
             let end = layout.end_bytes();
             if end <= size_bytes {
                 // The step below may overshoot by a few slots: take them back.
                 let mut best = layout;
                 loop {
-                    let more = Layout::with_slots(page_size_bytes, best.slot_count + 1);
-                    if more.end_bytes() > size_bytes {
+                    let more = with_slots(page_size_bytes, best.slot_count + 1);
+                    if more.end_bytes() > size_bytes || more.slot_count == best.slot_count {
                         break;
                     }
                     best = more;
@@ -479,7 +489,10 @@ fn decode_engine(b: &[u8], page_size_bytes: u64) -> Result<EngineRecord, FormatE
 /// says, checked against the offsets the superblock stores.
 fn decode_layout(b: &[u8], page: u64, slots: u64, is_log: bool) -> Result<Layout, FormatError> {
     let layout = if is_log {
-        log::layout_with_slots(page, slots)
+        // A cache formatted before the checkpoint area was added has only
+        // the two log-start blocks in its record area.
+        let checkpoint = get_u64(b, 56) != 2 * log::LOG_START_BYTES;
+        log::layout_with_slots_and(page, slots, checkpoint)
     } else {
         Layout::with_slots(page, slots)
     };

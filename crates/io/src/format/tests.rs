@@ -16,6 +16,39 @@ fn layout_fits_and_aligns() {
     assert!(Layout::for_device(8192, 4096).is_err());
 }
 
+/// Format 3: the log layout has room for two checkpoint copies, fits the
+/// device, and a superblock of either layout (with copies, or of a cache
+/// formatted before them) reads back as written.
+#[test]
+fn log_layouts_fit_and_read_back_with_or_without_checkpoint_copies() {
+    let size = 64 << 20;
+    let l = log::layout_for_device(size, 4096).expect("layout");
+    assert!(l.end_bytes() <= size);
+    assert!(log::layout_with_slots(4096, l.slot_count + 1).end_bytes() > size);
+    let (offset, bytes) = log::checkpoint_copy(&l, 1).expect("copies");
+    assert_eq!(offset + bytes, l.record_offset_bytes + l.record_area_bytes);
+    assert!(bytes >= log::checkpoint::copy_bytes(l.slot_count));
+    assert_eq!(l.data_offset_bytes % 4096, 0);
+    let old = log::layout_with_slots_and(4096, l.slot_count, false);
+    assert_eq!(log::checkpoint_copy(&old, 0), None);
+    for layout in [l, old] {
+        let sb = Superblock {
+            format_version: log::FORMAT_VERSION_LOG,
+            uuid: new_uuid(),
+            layout,
+            clean: false,
+            open_count: 1,
+            volumes: vec![VolumeEntry::new("disk", 8 << 30, "/b").expect("entry")],
+            engine: Some(record()),
+            epoch: 0,
+            transaction_id: 0,
+            salt: 5,
+        };
+        let back = Superblock::decode(&sb.encode().expect("encode")).expect("decode");
+        assert_eq!(back.layout, layout);
+    }
+}
+
 fn record() -> EngineRecord {
     EngineRecord::from_config(&EngineConfig::default()).expect("default config records")
 }

@@ -3,7 +3,9 @@
 //! the writes of serving (a batch with one write, the tail's move).
 
 use super::*;
-use crate::format::log::{BatchHeader, LogStart, LOG_START_BYTES};
+use crate::format::log::checkpoint;
+use crate::format::log::{checkpoint_copy, BatchHeader, CheckpointRef, LogStart, LOG_START_BYTES};
+use rustc_hash::FxHashMap;
 use wcache_core::LogPosition;
 
 /// What recovery found in the log (the versions apart).
@@ -19,76 +21,142 @@ pub struct LogFound {
     /// cache's next) but not whole: a write in flight at a crash, or,
     /// after a clean shutdown, damage.
     pub torn: bool,
+    /// Where the replay started: the checkpoint in force, or why not.
+    pub checkpoint: String,
 }
 
 impl CacheStore {
-    /// Reads the log from the durable tail: each batch whose header is the
-    /// next of this cache and whose checksum (header and pages) holds; the
-    /// first that fails ends it (a torn batch is discarded whole). Replayed
-    /// in order: a newer version of a page replaces the older, a free drops
-    /// the version its slot held.
+    /// Reads the log: from the checkpoint in force where it still covers
+    /// the durable tail (`read_checkpoint`), else from the tail; then each
+    /// batch whose header is the next of this cache and whose checksum
+    /// (header and pages) holds; the first that fails ends it (a torn batch
+    /// is discarded whole). Replayed in order: a newer version of a page
+    /// replaces the older, a free drops the version its slot held.
     pub fn read_log(&self) -> Result<(Vec<RecoveredSlot>, LogFound), StoreError> {
+        self.read_log_from(true)
+    }
+
+    /// `read_log` from the durable tail, every batch read and checked,
+    /// whatever checkpoint is in force (`wcache check`).
+    pub fn read_log_whole(&self) -> Result<(Vec<RecoveredSlot>, LogFound), StoreError> {
+        self.read_log_from(false)
+    }
+
+    fn read_log_from(
+        &self,
+        use_checkpoint: bool,
+    ) -> Result<(Vec<RecoveredSlot>, LogFound), StoreError> {
         let layout = self.layout;
         let sb = self.superblock();
         let start = self.read_log_start(&sb)?;
         let (ring, p) = (layout.slot_count, layout.page_size_bytes as usize);
-        let mut found: Vec<Option<RecoveredSlot>> = Vec::new();
-        let (mut at_slot, mut at_key): (Index, Index64) = Default::default();
-        let mut page_seq_max = 0u64;
-        let (mut at, mut expected, mut used, mut batches) = (start.tail_slot, start.tail_seq, 0, 0);
+        let (mut r, checkpoint) = self.replay_start(&sb, &start, use_checkpoint);
         let mut header_buf = AlignedBuf::new();
         let mut payload_buf = AlignedBuf::new();
-        let mut batch_slots = Vec::new();
-        let mut torn = false;
+        let (mut batches, mut torn) = (0, false);
         let end = loop {
-            if used == ring {
+            if r.used == ring {
                 break "the log fills the ring".to_string();
             }
             let header = header_buf.get(p);
-            self.dev.read_at(header, layout.slot_offset_bytes(at))?;
-            let h = match BatchHeader::decode(header, (&sb.uuid, sb.salt), expected, ring) {
+            self.dev.read_at(header, layout.slot_offset_bytes(r.at))?;
+            let h = match BatchHeader::decode(header, (&sb.uuid, sb.salt), r.expected, ring) {
                 Ok(h) => h,
                 Err(e) => break e.to_string(),
             };
             let n = h.payload_slots as u64;
-            let next = (at as u64 + 1 + n) % ring;
-            if used + 1 + n > ring || h.next_header as u64 != next {
+            let next = (r.at as u64 + 1 + n) % ring;
+            if r.used + 1 + n > ring || h.next_header as u64 != next {
                 torn = true;
                 break "batch header field next_header out of range".to_string();
             }
             let payload = payload_buf.get(n as usize * p);
-            self.read_slots((at as u64 + 1) % ring, payload)?;
+            self.read_slots((r.at as u64 + 1) % ring, payload)?;
             if !BatchHeader::checksum_ok(header, &[payload]) {
                 torn = true;
                 break "batch checksum mismatch (a torn or unwritten batch)".to_string();
             }
-            replay_batch(&mut found, (&mut at_slot, &mut at_key), &h, (at, ring));
-            batch_slots.push(1 + n as u32);
-            let last = h.extents.iter().map(|e| e.first_seq + e.pages as u64);
-            page_seq_max = page_seq_max.max(last.max().unwrap_or(0));
-            (at, expected, used, batches) =
-                (h.next_header, expected + 1, used + 1 + n, batches + 1);
+            r.batch(&h, ring);
+            batches += 1;
         };
         let position = LogPosition {
             tail: SlotIndex(start.tail_slot),
-            log_slots: used as u32,
-            batches: batch_slots,
-            next_seq: expected,
-            next_page_seq: page_seq_max + 1,
+            log_slots: r.used as u32,
+            batches: r.batch_slots,
+            next_seq: r.expected,
+            next_page_seq: r.page_seq_max + 1,
         };
-        let found = found.into_iter().flatten().collect();
-        Ok((
-            found,
-            LogFound {
-                position,
-                start,
-                batches,
-                end,
-                torn,
-            },
-        ))
+        let found = r.found.into_iter().flatten().collect();
+        let found_log = LogFound {
+            position,
+            start,
+            batches,
+            end,
+            torn,
+            checkpoint,
+        };
+        Ok((found, found_log))
     }
 
+    /// Where the replay starts: the checkpoint in force where it is used,
+    /// else the tail; and a note of which, and why.
+    fn replay_start(&self, sb: &Superblock, start: &LogStart, use_it: bool) -> (Replay, String) {
+        let c = match (use_it, start.checkpoint) {
+            (false, _) => return (Replay::new(start), "not read".into()),
+            (true, None) => return (Replay::new(start), "none in force".into()),
+            (true, Some(c)) => c,
+        };
+        match self.read_checkpoint(sb, start, c) {
+            Ok(r) => {
+                let note = format!(
+                    "through batch {}: {} versions, {} batches the tail has passed since dropped",
+                    c.through_seq,
+                    r.found.len(),
+                    r.skipped
+                );
+                (r, note)
+            }
+            Err(why) => (Replay::new(start), format!("not used: {why}")),
+        }
+    }
+
+    /// The replay as the checkpoint in force `c` left it, with the versions
+    /// in batches the tail has passed since dropped; an error (why it is
+    /// not used) if it no longer covers the tail or does not check out.
+    fn read_checkpoint(
+        &self,
+        sb: &Superblock,
+        start: &LogStart,
+        c: CheckpointRef,
+    ) -> Result<Replay, String> {
+        let ring = self.layout.slot_count;
+        let Some((offset, bytes)) = checkpoint_copy(&self.layout, c.copy) else {
+            return Err("this cache has no checkpoint area".into());
+        };
+        if start.tail_seq > c.through_seq {
+            return Err(format!("the tail has passed batch {}", c.through_seq));
+        }
+        let cache = (&sb.uuid, sb.salt);
+        let mut buf = AlignedBuf::new();
+        let head = buf.get(checkpoint::HEADER_BYTES);
+        self.dev.read_at(head, offset).map_err(|e| e.to_string())?;
+        let (nb, ne) = checkpoint::decode_counts(head, cache, ring).map_err(|e| e.to_string())?;
+        let len = checkpoint::encoded_bytes(nb, ne);
+        if len as u64 > bytes {
+            return Err("checkpoint field entry_count out of range".into());
+        }
+        let all = buf.get(len);
+        self.dev.read_at(all, offset).map_err(|e| e.to_string())?;
+        let (cp, entries) = checkpoint::decode(all, cache, ring).map_err(|e| e.to_string())?;
+        if cp.next_seq != c.through_seq + 1 {
+            return Err(format!(
+                "the copy covers batches before {}, the log-start block says through {}",
+                cp.next_seq, c.through_seq
+            ));
+        }
+        Replay::from_checkpoint(start, cp, entries, ring)
+            .ok_or_else(|| "the tail is not at one of its batches".into())
+    }
     /// The valid log-start block with the higher generation.
     fn read_log_start(&self, sb: &Superblock) -> Result<LogStart, StoreError> {
         let mut buf = AlignedBuf::new();
@@ -127,50 +195,118 @@ impl CacheStore {
     }
 }
 
-/// The versions found so far, by slot and by page.
-type Index = std::collections::HashMap<u32, usize>;
-type Index64 = std::collections::HashMap<u64, usize>;
+/// A replay of the log in progress: the versions found (by slot and by
+/// page), where the next batch is, and the batches read.
+struct Replay {
+    found: Vec<Option<RecoveredSlot>>,
+    at_slot: FxHashMap<u32, usize>,
+    at_key: FxHashMap<u64, usize>,
+    page_seq_max: u64,
+    /// The next batch's header slot and sequence number.
+    at: u32,
+    expected: u64,
+    /// Slots of the log so far, and of each batch.
+    used: u64,
+    batch_slots: Vec<u32>,
+    /// Batches of the checkpoint the tail has passed since it was taken.
+    skipped: usize,
+}
 
-/// A batch read back, as the log replays: its frees drop the versions
-/// their slots held, then its extents' pages are found (holes
-/// skipped), each in place of its page's version found before (so an
-/// older version never comes back, even once the newer one is freed).
-fn replay_batch(
-    found: &mut Vec<Option<RecoveredSlot>>,
-    (at_slot, at_key): (&mut Index, &mut Index64),
-    h: &BatchHeader,
-    (header, ring): (u32, u64),
-) {
-    for f in &h.frees {
-        if let Some(i) = at_slot.remove(f) {
-            if let Some(v) = found[i].take() {
-                at_key.remove(&v.record.key.0);
-            }
+impl Replay {
+    fn new(start: &LogStart) -> Replay {
+        Replay {
+            found: Vec::new(),
+            at_slot: FxHashMap::default(),
+            at_key: FxHashMap::default(),
+            page_seq_max: 0,
+            at: start.tail_slot,
+            expected: start.tail_seq,
+            used: 0,
+            batch_slots: Vec::new(),
+            skipped: 0,
         }
     }
-    let mut k = 0u64;
-    for e in &h.extents {
-        if e.hole {
-            k += e.pages as u64;
-            continue;
+
+    /// The replay a checkpoint saved, from the durable tail on: None if
+    /// the tail is not at one of its batches (before its last one's end).
+    fn from_checkpoint(
+        start: &LogStart,
+        cp: LogPosition,
+        entries: Vec<RecoveredSlot>,
+        ring: u64,
+    ) -> Option<Replay> {
+        let first_seq = cp.next_seq.checked_sub(cp.batches.len() as u64)?;
+        let skipped = start.tail_seq.checked_sub(first_seq)? as usize;
+        let passed: u64 = cp.batches.get(..skipped)?.iter().map(|&n| n as u64).sum();
+        if skipped == cp.batches.len()
+            || (cp.tail.0 as u64 + passed) % ring != start.tail_slot as u64
+        {
+            return None;
         }
-        for i in 0..e.pages {
-            let slot = SlotIndex(((header as u64 + 1 + k) % ring) as u32);
-            let (key, seq) = e.page(i);
-            let record = SlotRecord {
-                key,
-                seq,
-                dirty: e.dirty,
-            };
-            if let Some(older) = at_key.insert(key.0, found.len()) {
-                if let Some(v) = found[older].take() {
-                    at_slot.remove(&v.slot.0);
+        let mut r = Replay::new(start);
+        r.found.reserve(entries.len());
+        for e in entries {
+            // Entries are in log order: those in passed batches come first.
+            let from_tail = (e.slot.0 as u64 + ring - cp.tail.0 as u64) % ring;
+            if from_tail >= passed {
+                r.version(e.slot, e.record);
+            }
+        }
+        r.batch_slots = cp.batches[skipped..].to_vec();
+        r.used = cp.log_slots as u64 - passed;
+        r.at = ((cp.tail.0 as u64 + cp.log_slots as u64) % ring) as u32;
+        r.expected = cp.next_seq;
+        r.page_seq_max = cp.next_page_seq.saturating_sub(1);
+        r.skipped = skipped;
+        Some(r)
+    }
+
+    /// A version found, in place of its page's version found before (so an
+    /// older version never comes back, even once the newer one is freed).
+    fn version(&mut self, slot: SlotIndex, record: SlotRecord) {
+        if let Some(older) = self.at_key.insert(record.key.0, self.found.len()) {
+            if let Some(v) = self.found[older].take() {
+                self.at_slot.remove(&v.slot.0);
+            }
+        }
+        self.at_slot.insert(slot.0, self.found.len());
+        self.found.push(Some(RecoveredSlot { slot, record }));
+        self.page_seq_max = self.page_seq_max.max(record.seq);
+    }
+
+    /// A batch read back (header at `self.at`): its frees drop the versions
+    /// their slots held, then its extents' pages are found (holes
+    /// skipped); the replay moves past it.
+    fn batch(&mut self, h: &BatchHeader, ring: u64) {
+        for f in &h.frees {
+            if let Some(i) = self.at_slot.remove(f) {
+                if let Some(v) = self.found[i].take() {
+                    self.at_key.remove(&v.record.key.0);
                 }
             }
-            at_slot.insert(slot.0, found.len());
-            found.push(Some(RecoveredSlot { slot, record }));
-            k += 1;
         }
+        let mut k = 0u64;
+        for e in &h.extents {
+            if e.hole {
+                k += e.pages as u64;
+                continue;
+            }
+            for i in 0..e.pages {
+                let slot = SlotIndex(((self.at as u64 + 1 + k) % ring) as u32);
+                let (key, seq) = e.page(i);
+                let record = SlotRecord {
+                    key,
+                    seq,
+                    dirty: e.dirty,
+                };
+                self.version(slot, record);
+                k += 1;
+            }
+        }
+        let n = 1 + h.payload_slots;
+        self.batch_slots.push(n);
+        (self.at, self.expected, self.used) =
+            (h.next_header, self.expected + 1, self.used + n as u64);
     }
 }
 
@@ -264,14 +400,63 @@ impl LogWriter {
             generation: start.generation + 1,
             tail_slot: tail,
             tail_seq,
+            checkpoint: start.checkpoint,
         };
+        self.write_start(&next)?;
+        *start = next;
+        Ok(())
+    }
+
+    /// Writes `next` in the log-start block its generation says (A holds
+    /// odd generations, B even) and makes it durable.
+    fn write_start(&self, next: &LogStart) -> Result<(), DeviceError> {
+        let store = &self.store;
         let mut buf = AlignedBuf::new();
         let b = buf.get(LOG_START_BYTES as usize);
         b.copy_from_slice(&next.encode(&self.uuid));
-        let which = next.generation % 2; // A holds odd generations, B even
+        let which = next.generation % 2;
         let at = store.layout.record_offset_bytes + (1 - which) * LOG_START_BYTES;
         store.dev.write_at(b, at)?;
+        sync(store.dev.as_ref())
+    }
+
+    /// `LogCheckpoint`: the checkpoint written in the copy not in force,
+    /// made durable with every earlier write (the batches it covers), then
+    /// named in the next log-start block beside the tail in force. A cache
+    /// formatted without checkpoint copies takes none.
+    pub fn checkpoint(
+        &self,
+        position: &LogPosition,
+        entries: &[wcache_core::RecoveredSlot],
+    ) -> Result<(), DeviceError> {
+        let store = &self.store;
+        let in_force = self
+            .start
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .checkpoint;
+        let copy = in_force.map_or(0, |c| 1 - c.copy);
+        let Some((offset, bytes)) = checkpoint_copy(&store.layout, copy) else {
+            return Ok(());
+        };
+        let len = checkpoint::encoded_bytes(position.batches.len(), entries.len());
+        assert!(len as u64 <= bytes, "a checkpoint fits its copy");
+        let mut buf = AlignedBuf::new();
+        let b = buf.get(len);
+        b.fill(0);
+        checkpoint::encode((&self.uuid, self.salt), position, entries, b);
+        store.dev.write_at(b, offset)?;
         sync(store.dev.as_ref())?;
+        let mut start = self.start.lock().unwrap_or_else(|p| p.into_inner());
+        let next = LogStart {
+            generation: start.generation + 1,
+            checkpoint: Some(CheckpointRef {
+                copy,
+                through_seq: position.next_seq - 1,
+            }),
+            ..*start
+        };
+        self.write_start(&next)?;
         *start = next;
         Ok(())
     }

@@ -106,6 +106,7 @@ impl CacheStore {
                 generation: 1,
                 tail_slot: 0,
                 tail_seq: 1,
+                checkpoint: None,
             };
             let block = buf.get(format_log::LOG_START_BYTES as usize);
             block.copy_from_slice(&start.encode(&uuid));

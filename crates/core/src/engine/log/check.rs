@@ -42,6 +42,13 @@ impl Engine {
                 in_batch || state == SlotState::Free,
                 "log: slot {s} is {state:?} but in no batch's pages"
             );
+            // A checkpoint says a dirty current version is dirty; a replay
+            // would say so too only if its header did.
+            let logged = log.logged.get(SlotIndex(s as u32));
+            assert!(
+                state != SlotState::Dirty || logged == Some(true),
+                "log: slot {s} is dirty but its batch's header said {logged:?}"
+            );
         }
         self.check_log_counts(log);
     }
@@ -155,6 +162,11 @@ impl Engine {
             advances,
             (log.advancing > 0) as usize,
             "log: advances in flight"
+        );
+        let checkpoints = count(|c| matches!(c, IoCtx::LogCheckpoint));
+        assert_eq!(
+            checkpoints, log.checkpointing as usize,
+            "log: checkpoints in flight"
         );
         let batches = count(|c| matches!(c, IoCtx::Batch { .. }));
         let expected = log.writing as usize + log.sealed.len();

@@ -8,6 +8,7 @@
 use super::*;
 
 mod check;
+mod checkpoint;
 mod copy;
 mod reclaim;
 mod recovery;
@@ -123,6 +124,12 @@ pub(super) struct Log {
     advance_frees_sent: usize,
     header_bytes: u64,
     batch_pages_max: u32,
+    /// What the batches' headers say of each slot (for checkpoints).
+    logged: checkpoint::Logged,
+    /// A `LogCheckpoint` is in flight (one at a time).
+    checkpointing: bool,
+    /// Slots taken at the head since the last checkpoint was issued.
+    since_checkpoint: u64,
 }
 
 impl Log {
@@ -149,6 +156,9 @@ impl Log {
             advance_frees_sent: 0,
             header_bytes: page_size_bytes,
             batch_pages_max: BATCH_PAGES_MAX.min(ring / 4).max(1),
+            logged: checkpoint::Logged::new(ring),
+            checkpointing: false,
+            since_checkpoint: 0,
         }
     }
 
@@ -264,6 +274,7 @@ impl Engine {
         let log = self.log.as_mut().expect("log mode");
         let slot = SlotIndex(log.head);
         log.head = log.add(log.head, 1);
+        log.since_checkpoint += 1;
         if let Some(ri) = ri {
             log.budget -= 1;
             let r = self.req_mut(ri);
@@ -374,6 +385,11 @@ impl Engine {
             "a batch's pages follow its header in order"
         );
         let (key, seq, dirty) = (record.key.0, record.seq, record.dirty);
+        log.logged.set(*slot, dirty);
+        let open = log
+            .open
+            .as_mut()
+            .expect("the slot was taken in the open batch");
         let continues = open
             .last
             .is_some_and(|(k, q, d)| k + 1 == key && q + 1 == seq && d == dirty);
@@ -419,6 +435,7 @@ impl Engine {
         self.log_advance();
         let log = self.log.as_mut().expect("log mode");
         if log.writing || self.timers.get(Timer::LogRetry).is_some() {
+            self.log_checkpoint();
             return;
         }
         if log.sealed.is_empty() && log.open.is_none() && log.frees_due && !self.to_free.is_empty()
@@ -438,6 +455,7 @@ impl Engine {
             log.writing = true;
             self.commands.push_back(cmd);
         }
+        self.log_checkpoint();
     }
 
     /// Frees waiting whose page has since got a written newer version need

@@ -78,4 +78,13 @@ impl Engine {
         log.durable_seq = at.next_seq.saturating_sub(1);
         Ok(())
     }
+
+    /// The versions found are as their batches' headers said (a checkpoint
+    /// says the same of them while they stay in the log).
+    pub(in crate::engine) fn log_found(&mut self, found: &[RecoveredSlot]) {
+        let log = self.log.as_mut().expect("log mode");
+        for f in found {
+            log.logged.set(f.slot, f.record.dirty);
+        }
+    }
 }
