@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Recovery time: a cache of CACHE_SIZE filled with WRITE_SIZE of dirty pages
-# (1 MiB sequential writes, persist-on-flush, destage thresholds at 99/100 %,
+# (1 MiB sequential writes ending with a FLUSH, persist-on-flush, destage thresholds at 99/100 %,
 # no age or idle drain), the server killed with SIGKILL, the page cache
 # dropped (root), and the time until the restarted server listens again.
 # Usage: scripts/recovery-time.sh FORMAT CACHE_SIZE WRITE_SIZE   (e.g. 3 1G 900M;
-#        DIR=/var/tmp/wcache-recovery; needs fio, bc, root for drop_caches)
+#        DIR=/var/tmp/wcache-recovery; SETTLE=S: wait S seconds after the
+#        fill before the kill, so that format 3's last checkpoint is current;
+#        needs fio, bc, root for drop_caches)
 set -uo pipefail
 FMT=$1; CS=$2; WS=$3
 D=${DIR:-/var/tmp/wcache-recovery}; mkdir -p "$D"
@@ -17,7 +19,8 @@ ARGS="--socket $D/s.sock --cache $D/c.img --cache-size $CS --backing $D/b.img --
 $W serve $ARGS > $D/s1.log 2>&1 &
 P=$!
 for i in $(seq 600); do [ -S $D/s.sock ] && break; sleep 0.1; done
-fio --name=fill --ioengine=nbd --uri="nbd+unix:///disk?socket=$D/s.sock" --rw=write --bs=1m --iodepth=4 --size=$WS --output-format=terse > /dev/null 2>&1
+fio --name=fill --ioengine=nbd --uri="nbd+unix:///disk?socket=$D/s.sock" --rw=write --bs=1m --iodepth=4 --size=$WS --end_fsync=1 --output-format=terse > /dev/null 2>&1
+sleep "${SETTLE:-0}"
 kill -9 $P; wait $P 2>/dev/null
 rm -f $D/s.sock
 sync; echo 3 > /proc/sys/vm/drop_caches
@@ -27,5 +30,5 @@ P=$!
 for i in $(seq 6000); do [ -S $D/s.sock ] && break; sleep 0.01; done
 T1=$(date +%s.%N)
 kill -TERM $P; wait $P 2>/dev/null
-echo "format $FMT cache $CS written $WS: start after kill -9 took $(echo "$T1 - $T0" | bc) s; $(grep -E 'recovering|batches read back' $D/s2.log | head -2 | tr '\n' ' ')"
+echo "format $FMT cache $CS written $WS, settled ${SETTLE:-0} s: start after kill -9 took $(echo "$T1 - $T0" | bc) s; $(grep -E 'recovering|batches read back' $D/s2.log | head -2 | sed "s/.*(checkpoint/(checkpoint/" | tr '\n' ' ')"
 rm -f $D/c.img $D/b.img

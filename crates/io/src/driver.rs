@@ -38,6 +38,7 @@ mod errors;
 pub use errors::{DrainError, RequestError, StartError};
 mod flusher;
 mod log;
+mod pool;
 pub use data_path::DataPath;
 mod frees;
 mod gate;
@@ -1514,37 +1515,6 @@ impl Shared {
                     .map_err(on_backing)?;
                 self.make_durable(b, false).map_err(on_backing)
             }
-        }
-    }
-
-    fn pool_thread(&self) {
-        let mut jobs = VecDeque::new();
-        loop {
-            {
-                let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-                loop {
-                    if let Some(job) = pool.jobs.pop_front() {
-                        // Page writes and record frees queued together run as one batch.
-                        let batch = is_batched(&job);
-                        jobs.push_back(job);
-                        while batch
-                            && jobs.len() < WRITE_BATCH_MAX
-                            && pool.jobs.front().is_some_and(is_batched)
-                        {
-                            jobs.extend(pool.jobs.pop_front());
-                        }
-                        break;
-                    }
-                    if pool.stopping || self.abandoned.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    pool = self
-                        .pool_ready
-                        .wait(pool)
-                        .unwrap_or_else(|p| p.into_inner());
-                }
-            }
-            self.run_jobs(&mut jobs, None);
         }
     }
 

@@ -86,10 +86,13 @@ fn print_cache_device(cache: &Cache, page: u64) {
     say!("  data path: {}", cache.data_path());
     if let Some(log) = cache.open_report().and_then(|r| r.log.as_ref()) {
         say!(
-            "  format 3: a log of batches, one device write each ({} batches read back at start; the log ended: {}; checkpoint: {})",
+            "  format 3: a log of batches, one device write each (checkpoint: {}, read in {:.3} s; then {} batches ({} MiB) read back in {:.3} s; the log ended: {})",
+            log.checkpoint,
+            log.times.0.as_secs_f64(),
             log.batches,
+            (log.slots_read * cache.page_size_bytes()) >> 20,
+            log.times.1.as_secs_f64(),
             log.end,
-            log.checkpoint
         );
     }
 }

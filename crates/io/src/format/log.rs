@@ -292,9 +292,12 @@ impl BatchHeader {
         if pages > payload_slots as u64 {
             return Err(LogEnd::BadField("extent pages"));
         }
-        let frees = (0..n_free)
+        let frees: Vec<u32> = (0..n_free)
             .map(|i| get_u32(b, at + i * FREE_BYTES))
             .collect();
+        if frees.iter().any(|&f| f as u64 >= slot_count) {
+            return Err(LogEnd::BadField("free slot"));
+        }
         Ok(BatchHeader {
             seq,
             payload_slots,

@@ -23,6 +23,10 @@ pub struct LogFound {
     pub torn: bool,
     /// Where the replay started: the checkpoint in force, or why not.
     pub checkpoint: String,
+    /// The time taken to read the checkpoint, and the batches after it.
+    pub times: (std::time::Duration, std::time::Duration),
+    /// Slots of the batches read after the checkpoint (or from the tail).
+    pub slots_read: u64,
 }
 
 impl CacheStore {
@@ -50,7 +54,10 @@ impl CacheStore {
         let sb = self.superblock();
         let start = self.read_log_start(&sb)?;
         let (ring, p) = (layout.slot_count, layout.page_size_bytes as usize);
+        let t0 = std::time::Instant::now();
         let (mut r, checkpoint) = self.replay_start(&sb, &start, use_checkpoint);
+        let t1 = std::time::Instant::now();
+        let used_before = r.used;
         let mut header_buf = AlignedBuf::new();
         let mut payload_buf = AlignedBuf::new();
         let (mut batches, mut torn) = (0, false);
@@ -79,6 +86,7 @@ impl CacheStore {
             r.batch(&h, ring);
             batches += 1;
         };
+        let r_used_after = r.used;
         let position = LogPosition {
             tail: SlotIndex(start.tail_slot),
             log_slots: r.used as u32,
@@ -94,6 +102,8 @@ impl CacheStore {
             end,
             torn,
             checkpoint,
+            times: (t1 - t0, t1.elapsed()),
+            slots_read: r_used_after - used_before,
         };
         Ok((found, found_log))
     }
@@ -102,8 +112,18 @@ impl CacheStore {
     /// else the tail; and a note of which, and why.
     fn replay_start(&self, sb: &Superblock, start: &LogStart, use_it: bool) -> (Replay, String) {
         let c = match (use_it, start.checkpoint) {
-            (false, _) => return (Replay::new(start), "not read".into()),
-            (true, None) => return (Replay::new(start), "none in force".into()),
+            (false, _) => {
+                return (
+                    Replay::new(start, self.layout.slot_count),
+                    "not read".into(),
+                )
+            }
+            (true, None) => {
+                return (
+                    Replay::new(start, self.layout.slot_count),
+                    "none in force".into(),
+                )
+            }
             (true, Some(c)) => c,
         };
         match self.read_checkpoint(sb, start, c) {
@@ -116,7 +136,10 @@ impl CacheStore {
                 );
                 (r, note)
             }
-            Err(why) => (Replay::new(start), format!("not used: {why}")),
+            Err(why) => (
+                Replay::new(start, self.layout.slot_count),
+                format!("not used: {why}"),
+            ),
         }
     }
 
@@ -199,8 +222,10 @@ impl CacheStore {
 /// page), where the next batch is, and the batches read.
 struct Replay {
     found: Vec<Option<RecoveredSlot>>,
-    at_slot: FxHashMap<u32, usize>,
-    at_key: FxHashMap<u64, usize>,
+    /// Per slot of the ring, the index in `found` of the version it holds
+    /// (`NONE`: none).
+    at_slot: Vec<u32>,
+    at_key: FxHashMap<u64, u32>,
     page_seq_max: u64,
     /// The next batch's header slot and sequence number.
     at: u32,
@@ -213,10 +238,12 @@ struct Replay {
 }
 
 impl Replay {
-    fn new(start: &LogStart) -> Replay {
+    const NONE: u32 = u32::MAX;
+
+    fn new(start: &LogStart, ring: u64) -> Replay {
         Replay {
             found: Vec::new(),
-            at_slot: FxHashMap::default(),
+            at_slot: vec![Replay::NONE; ring as usize],
             at_key: FxHashMap::default(),
             page_seq_max: 0,
             at: start.tail_slot,
@@ -243,8 +270,9 @@ impl Replay {
         {
             return None;
         }
-        let mut r = Replay::new(start);
+        let mut r = Replay::new(start, ring);
         r.found.reserve(entries.len());
+        r.at_key.reserve(entries.len());
         for e in entries {
             // Entries are in log order: those in passed batches come first.
             let from_tail = (e.slot.0 as u64 + ring - cp.tail.0 as u64) % ring;
@@ -264,12 +292,13 @@ impl Replay {
     /// A version found, in place of its page's version found before (so an
     /// older version never comes back, even once the newer one is freed).
     fn version(&mut self, slot: SlotIndex, record: SlotRecord) {
-        if let Some(older) = self.at_key.insert(record.key.0, self.found.len()) {
-            if let Some(v) = self.found[older].take() {
-                self.at_slot.remove(&v.slot.0);
+        let i = self.found.len() as u32;
+        if let Some(older) = self.at_key.insert(record.key.0, i) {
+            if let Some(v) = self.found[older as usize].take() {
+                self.at_slot[v.slot.0 as usize] = Replay::NONE;
             }
         }
-        self.at_slot.insert(slot.0, self.found.len());
+        self.at_slot[slot.0 as usize] = i;
         self.found.push(Some(RecoveredSlot { slot, record }));
         self.page_seq_max = self.page_seq_max.max(record.seq);
     }
@@ -278,11 +307,10 @@ impl Replay {
     /// their slots held, then its extents' pages are found (holes
     /// skipped); the replay moves past it.
     fn batch(&mut self, h: &BatchHeader, ring: u64) {
-        for f in &h.frees {
-            if let Some(i) = self.at_slot.remove(f) {
-                if let Some(v) = self.found[i].take() {
-                    self.at_key.remove(&v.record.key.0);
-                }
+        for &f in &h.frees {
+            let i = std::mem::replace(&mut self.at_slot[f as usize], Replay::NONE);
+            if let Some(v) = self.found.get_mut(i as usize).and_then(Option::take) {
+                self.at_key.remove(&v.record.key.0);
             }
         }
         let mut k = 0u64;

@@ -290,16 +290,8 @@ pub struct Asked<'a> {
 
 /// Pages whose newest version found is dirty.
 fn dirty_pages_of(found: &[RecoveredSlot]) -> u64 {
-    let mut newest: std::collections::HashMap<u64, (u64, bool)> = Default::default();
-    for f in found {
-        let e = newest
-            .entry(f.record.key.0)
-            .or_insert((f.record.seq, f.record.dirty));
-        if f.record.seq >= e.0 {
-            *e = (f.record.seq, f.record.dirty);
-        }
-    }
-    newest.values().filter(|(_, dirty)| *dirty).count() as u64
+    // The log's replay finds one version a page.
+    found.iter().filter(|f| f.record.dirty).count() as u64
 }
 
 /// How a formatted device differs from the configuration being started
