@@ -67,7 +67,11 @@ impl Engine {
             engine.start_destages();
         }
         engine.log_step();
-        engine.check_invariants();
+        // As at every step where debug assertions are on (`step_done`): at
+        // 3.3 M recovered pages the check took a fifth of recovery.
+        if cfg!(debug_assertions) {
+            engine.check_invariants();
+        }
         Ok(engine)
     }
 
@@ -116,6 +120,10 @@ impl Engine {
         let ordered = engine.ordered.is_some();
         let mut kept = Vec::new();
         for (i, f) in found.iter().enumerate() {
+            // The index's buckets are cache misses: fetch them ahead.
+            if let Some(ahead) = found.get(i + 16) {
+                engine.slots.prefetch_home(ahead.record.key);
+            }
             engine.next_seq = engine.next_seq.max(f.record.seq + 1);
             let (slot, key) = (f.slot, f.record.key);
             let newest = found.get(i + 1).is_none_or(|n| n.record.key != key);

@@ -154,6 +154,13 @@ impl Slots {
         self.index.prefetch(key.0, |id| keys[id as usize]);
     }
 
+    /// Start fetching `key`'s home bucket of the index (no wait): for
+    /// recovery's run of inserts.
+    #[inline]
+    pub fn prefetch_home(&self, key: PageKey) {
+        self.index.prefetch_home(key.0);
+    }
+
     pub fn lookup(&self, key: PageKey) -> Option<SlotIndex> {
         let keys = &self.key;
         self.index.get(key.0, |id| keys[id as usize]).map(SlotIndex)

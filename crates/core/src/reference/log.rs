@@ -201,27 +201,27 @@ impl<T: Unit> Reference<T> {
             return r;
         };
         let ring = self.slots.len() as u64;
-        let mut at = cp.tail.0;
-        let mut seq = cp.next_seq - cp.batches.len() as u64;
-        let mut dropped = Vec::new();
-        for (i, &n) in cp.batches.iter().enumerate() {
-            if (at, seq) == (tail, tail_seq) {
-                let kept = |s: u32| !dropped.contains(&s);
-                for e in entries.iter().filter(|e| kept(e.slot.0)) {
-                    r.found(*e);
-                }
-                r.batches = cp.batches[i..].to_vec();
-                r.used = r.batches.iter().map(|&b| b as u64).sum();
-                r.at = ((cp.tail.0 as u64 + cp.log_slots as u64) % ring) as u32;
-                r.expected = cp.next_seq;
-                r.page_seq_max = cp.next_page_seq - 1;
-                r.from_checkpoint = true;
-                return r;
-            }
-            dropped.extend((0..n).map(|k| ((at as u64 + k as u64) % ring) as u32));
-            at = ((at as u64 + n as u64) % ring) as u32;
-            seq += 1;
+        let first_seq = cp.next_seq - cp.batches.len() as u64;
+        let skipped = tail_seq.checked_sub(first_seq).map(|k| k as usize);
+        let Some(skipped) = skipped.filter(|&k| k < cp.batches.len()) else {
+            return r;
+        };
+        let passed: u64 = cp.batches[..skipped].iter().map(|&n| n as u64).sum();
+        if (cp.tail.0 as u64 + passed) % ring != tail as u64 {
+            return r;
         }
+        for e in entries {
+            let from_tail = (e.slot.0 as u64 + ring - cp.tail.0 as u64) % ring;
+            if from_tail >= passed {
+                r.found(*e);
+            }
+        }
+        r.batches = cp.batches[skipped..].to_vec();
+        r.used = cp.log_slots as u64 - passed;
+        r.at = ((cp.tail.0 as u64 + cp.log_slots as u64) % ring) as u32;
+        r.expected = cp.next_seq;
+        r.page_seq_max = cp.next_page_seq - 1;
+        r.from_checkpoint = true;
         r
     }
 }
