@@ -5,9 +5,14 @@
 use super::*;
 
 /// A checkpoint is taken once the head has moved this share of the ring
-/// since the last: recovery then reads at most that much of the log after
-/// the checkpoint (which holds 16 B per version of the durable log).
-const CHECKPOINT_EVERY: (u64, u64) = (1, 32);
+/// since the last, and at least `CHECKPOINT_EVERY_BYTES_MIN` (at most half
+/// the ring): recovery then reads at most that much of the log after the
+/// checkpoint. Each checkpoint writes 16 B per version of the log and two
+/// cache flushes, so it is a trade: with every 32nd of the ring, a 1 GiB
+/// cache took one every 32 MiB written, and persist-on-flush 1 MiB writes
+/// ran at 0.77 of the build without checkpoints (`docs/format-v3.md`, "Cadence").
+const CHECKPOINT_EVERY: (u64, u64) = (1, 16);
+const CHECKPOINT_EVERY_BYTES_MIN: u64 = 256 << 20;
 
 /// What the batches' headers say of each slot: whether its version is
 /// in a header (a replay finds it), and whether as dirty. Two bits a slot.
@@ -68,7 +73,9 @@ impl Engine {
     pub(super) fn log_checkpoint(&mut self) {
         let log = self.log.as_ref().expect("log mode");
         let (num, den) = CHECKPOINT_EVERY;
-        let every = (log.ring as u64 * num / den).max(1);
+        let ring = log.ring as u64;
+        let floor = CHECKPOINT_EVERY_BYTES_MIN / log.header_bytes;
+        let every = (ring * num / den).max(floor).min(ring / 2).max(1);
         if log.checkpointing || log.since_checkpoint < every || log.durable_seq == 0 {
             return;
         }
