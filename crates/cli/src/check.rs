@@ -2,7 +2,8 @@
 //! superblock, every slot record, and every used slot's data (format 3:
 //! the log read back from its tail, every batch's header and payload) —
 //! and the versions' consistency (volumes and pages in range, no version
-//! twice). Exits non-zero naming what is corrupt. Read-only: it must never
+//! twice; format 3: recovery from the checkpoint in force finds nothing the
+//! whole log does not). Exits non-zero naming what is corrupt. Read-only: it must never
 //! repair.
 //!
 //! A record whose data does not match is what a write in flight at a crash
@@ -91,8 +92,10 @@ pub fn check(args: CheckArgs) -> Result<(), AnyError> {
 /// reads it, and reported.
 fn check_log(args: &CheckArgs, store: &CacheStore, sb: &Superblock) -> Result<(), AnyError> {
     let (found, log) = store.read_log_whole()?;
-    let checkpoint = store.read_log()?.1.checkpoint;
+    let (from_checkpoint, cp_log) = store.read_log()?;
+    let checkpoint = cp_log.checkpoint;
     let mut problems = version_problems(sb, &found, true);
+    problems.extend(checkpoint_problems(&from_checkpoint, &found));
     let at = &log.position;
     let next = (at.tail.0 as u64 + at.log_slots as u64) % sb.layout.slot_count;
     let mut in_flight = 0;
@@ -131,6 +134,37 @@ fn check_log(args: &CheckArgs, store: &CacheStore, sb: &Superblock) -> Result<()
 /// Versions naming a volume or a page the superblock does not have, or
 /// found twice (the same version of a page; with `one_per_page`, any two
 /// versions of a page: the log's replay keeps only the newest).
+/// Format 3: what recovery finds from the checkpoint in force must be what
+/// the whole log holds, less versions the checkpoint knew were on their
+/// way out: each version it finds is the one the whole log finds for its
+/// page, in the same slot, and dirty only if the log's is (a destaged
+/// version is saved clean). Anything else is a checkpoint or a log that
+/// lies (a damaged batch the checkpoint covers, say).
+fn checkpoint_problems(from_checkpoint: &[RecoveredSlot], whole: &[RecoveredSlot]) -> Vec<String> {
+    let by_page: HashMap<u64, (u32, bool)> = whole
+        .iter()
+        .map(|f| (f.record.key.0, (f.slot.0, f.record.dirty)))
+        .collect();
+    let mut problems = Vec::new();
+    for f in from_checkpoint {
+        let (volume, page) = (f.record.key.volume().0, f.record.key.page().0);
+        let agrees = by_page
+            .get(&f.record.key.0)
+            .is_some_and(|&(slot, dirty)| slot == f.slot.0 && (dirty || !f.record.dirty));
+        if !agrees {
+            let log = match by_page.get(&f.record.key.0) {
+                Some((slot, dirty)) => format!("in slot {slot} (dirty: {dirty})"),
+                None => "nowhere".to_string(),
+            };
+            problems.push(format!(
+                "recovery from the checkpoint finds page {page} of volume {volume} in slot {} (dirty: {}), the whole log {log}",
+                f.slot.0, f.record.dirty
+            ));
+        }
+    }
+    problems
+}
+
 fn version_problems(sb: &Superblock, found: &[RecoveredSlot], one_per_page: bool) -> Vec<String> {
     let mut problems = Vec::new();
     let page_bytes = sb.layout.page_size_bytes;
@@ -178,4 +212,43 @@ fn report(args: &CheckArgs, problems: Vec<String>) -> Result<(), AnyError> {
         .into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wcache_core::types::{PageIndex, PageKey, SlotIndex, VolumeId};
+    use wcache_core::SlotRecord;
+
+    fn v(page: u64, slot: u32, dirty: bool) -> RecoveredSlot {
+        RecoveredSlot {
+            slot: SlotIndex(slot),
+            record: SlotRecord {
+                key: PageKey::new(VolumeId(0), PageIndex(page)),
+                seq: 0,
+                dirty,
+            },
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_may_find_less_or_cleaner_but_never_other_versions() {
+        let whole = [v(1, 10, true), v(2, 11, true), v(3, 12, false)];
+        // Fewer versions, a destaged one clean: agrees.
+        assert!(checkpoint_problems(&[v(1, 10, true), v(2, 11, false)], &whole).is_empty());
+        // Another slot, dirty where the log says clean, a page the log lacks.
+        let bad = [v(1, 9, true), v(3, 12, true), v(4, 13, true)];
+        let problems = checkpoint_problems(&bad, &whole);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(
+            problems[0].contains("page 1 of volume 0 in slot 9"),
+            "{}",
+            problems[0]
+        );
+        assert!(
+            problems[2].contains("the whole log nowhere"),
+            "{}",
+            problems[2]
+        );
+    }
 }

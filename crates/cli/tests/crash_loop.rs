@@ -350,6 +350,7 @@ fn crash_loop_on(dir: &Path, cache: &Path, cache_sync: &str, extra: &[&str]) {
     let started = Instant::now();
     let (mut acked, mut fua, mut flushes, mut in_flight_old, mut in_flight_new) = (0, 0, 0, 0, 0);
     let mut warned = 0;
+    let mut checked_checkpoints = 0usize;
     for iteration in 0..ITERATIONS {
         let served = Served::start(&args, &socket);
         let log = served.log_text();
@@ -389,6 +390,9 @@ fn crash_loop_on(dir: &Path, cache: &Path, cache_sync: &str, extra: &[&str]) {
         }
         let (ok, out, err) = wcache(&["check", "--cache", &cache_s]);
         warned += out.matches("WARN write in flight").count();
+        // Format 3: check compared recovery from the checkpoint in force
+        // with the whole log's replay.
+        checked_checkpoints += out.matches("checkpoint: through batch").count();
         if !ok {
             if let Ok(keep) = std::env::var("WCACHE_CRASH_KEEP") {
                 let _ = std::fs::copy(cache, keep);
@@ -441,11 +445,16 @@ fn crash_loop_on(dir: &Path, cache: &Path, cache_sync: &str, extra: &[&str]) {
     eprintln!(
         "crash loop ({cache_sync}): {ITERATIONS} kills (+{ITERATIONS} between verifications), {acked} writes acknowledged \
          ({fua} FUA, {flushes} FLUSH), in flight at a kill: {in_flight_new} found new, {in_flight_old} found old; \
-         0 lost; wcache check warned of {warned} writes in flight; {:.1} s",
+         0 lost; wcache check warned of {warned} writes in flight, compared {checked_checkpoints} checkpoints with the whole log; {:.1} s",
         started.elapsed().as_secs_f64()
     );
     assert!(
         acked > 1000,
         "the writers did too little to test anything: {acked}"
+    );
+    let format_3 = extra.windows(2).any(|w| w == ["--cache-format", "3"]);
+    assert!(
+        !format_3 || checked_checkpoints > ITERATIONS as usize / 2,
+        "check compared a checkpoint with the log after only {checked_checkpoints} of {ITERATIONS} kills"
     );
 }
