@@ -403,11 +403,15 @@ fn recovery_reads_the_checkpoint_and_the_log_after_it_or_the_whole_log() {
     let mem = Arc::new(MemDevice::new(CACHE_BYTES));
     let driver = log_driver(mem.clone());
     let vol = wcache_core::types::VolumeId(0);
-    for first in (0..160).step_by(4) {
-        let data: Vec<u8> = (first..first + 4).flat_map(|p| image(p, 1)).collect();
-        driver
-            .write(vol, first * PAGE_BYTES, &data, false)
-            .expect("write");
+    // Two rounds over 160 pages: 400 slots of log, past the first
+    // checkpoint (half this small ring), with superseded versions in it.
+    for round in 1..=2 {
+        for first in (0..160).step_by(4) {
+            let data: Vec<u8> = (first..first + 4).flat_map(|p| image(p, round)).collect();
+            driver
+                .write(vol, first * PAGE_BYTES, &data, false)
+                .expect("write");
+        }
     }
     // Checkpoints run on the driver's threads beside the writes: wait for
     // the first to be in force (a busy machine runs them late).
