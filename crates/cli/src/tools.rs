@@ -35,7 +35,14 @@ pub fn describe(sb: &Superblock) -> String {
         "geometry: {} slots of {} bytes; {} at {} ({} bytes), data at {}\n",
         l.slot_count,
         l.page_size_bytes,
-        if l.log { "log-start blocks" } else { "records" },
+        match (
+            l.log,
+            wcache_io::format::log::checkpoint_copy(l, 0).is_some()
+        ) {
+            (false, _) => "records",
+            (true, true) => "log-start blocks and checkpoint copies",
+            (true, false) => "log-start blocks (no checkpoint copies)",
+        },
         l.record_offset_bytes,
         l.record_area_bytes,
         l.data_offset_bytes

@@ -73,7 +73,7 @@ fn print_cache_device(cache: &Cache, page: u64) {
         "  cache: {} ({} MiB, {} slots of {page} bytes{})",
         device.name,
         device.size_bytes >> 20,
-        device.size_bytes / page.max(1),
+        cache.engine_config().cache_slots,
         if device.mapped {
             "; mapped: written by memory copies"
         } else {
