@@ -265,9 +265,9 @@ pub enum IoCommand {
     /// `position.next_seq - 1` finds (`entries`, in log order: a later entry
     /// of a page replaces an earlier one; their `seq` is 0, older than any
     /// version in the log), so that recovery reads it and the batches after
-    /// it, not the whole log. The driver makes every earlier write durable,
-    /// writes the copy not in force, makes it durable, then names it in the
-    /// log-start block (beside the tail in force then): a crash leaves the
+    /// it, not the whole log. The driver writes the copy not in force, makes
+    /// it and every earlier write durable, then names it in the log-start
+    /// block (beside the tail in force then): a crash leaves the
     /// older checkpoint or this one in force, never a part of one.
     LogCheckpoint {
         io: IoId,

@@ -51,9 +51,12 @@ pub fn layout_with_slots_and(page_size_bytes: u64, slot_count: u64, checkpoint: 
 }
 
 /// Where checkpoint copy `copy` (0 or 1) lies, and its size; None on a
-/// cache without checkpoint copies.
+/// cache without checkpoint copies (formatted before them, or format 2).
 pub fn checkpoint_copy(layout: &Layout, copy: u8) -> Option<(u64, u64)> {
-    let bytes = (layout.record_area_bytes - 2 * LOG_START_BYTES) / 2;
+    if !layout.log {
+        return None;
+    }
+    let bytes = layout.record_area_bytes.saturating_sub(2 * LOG_START_BYTES) / 2;
     let first = layout.record_offset_bytes + 2 * LOG_START_BYTES;
     (bytes > 0).then_some((first + copy as u64 * bytes, bytes))
 }

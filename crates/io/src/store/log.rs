@@ -86,7 +86,7 @@ impl CacheStore {
             r.batch(&h, ring);
             batches += 1;
         };
-        let r_used_after = r.used;
+        let slots_read = r.used - used_before;
         let position = LogPosition {
             tail: SlotIndex(start.tail_slot),
             log_slots: r.used as u32,
@@ -103,7 +103,7 @@ impl CacheStore {
             torn,
             checkpoint,
             times: (t1 - t0, t1.elapsed()),
-            slots_read: r_used_after - used_before,
+            slots_read,
         };
         Ok((found, found_log))
     }
@@ -111,19 +111,10 @@ impl CacheStore {
     /// Where the replay starts: the checkpoint in force where it is used,
     /// else the tail; and a note of which, and why.
     fn replay_start(&self, sb: &Superblock, start: &LogStart, use_it: bool) -> (Replay, String) {
+        let from_tail = |why: String| (Replay::new(start, self.layout.slot_count), why);
         let c = match (use_it, start.checkpoint) {
-            (false, _) => {
-                return (
-                    Replay::new(start, self.layout.slot_count),
-                    "not read".into(),
-                )
-            }
-            (true, None) => {
-                return (
-                    Replay::new(start, self.layout.slot_count),
-                    "none in force".into(),
-                )
-            }
+            (false, _) => return from_tail("not read".into()),
+            (true, None) => return from_tail("none in force".into()),
             (true, Some(c)) => c,
         };
         match self.read_checkpoint(sb, start, c) {
@@ -136,10 +127,7 @@ impl CacheStore {
                 );
                 (r, note)
             }
-            Err(why) => (
-                Replay::new(start, self.layout.slot_count),
-                format!("not used: {why}"),
-            ),
+            Err(why) => from_tail(format!("not used: {why}")),
         }
     }
 
@@ -180,6 +168,7 @@ impl CacheStore {
         Replay::from_checkpoint(start, cp, entries, ring)
             .ok_or_else(|| "the tail is not at one of its batches".into())
     }
+
     /// The valid log-start block with the higher generation.
     fn read_log_start(&self, sb: &Superblock) -> Result<LogStart, StoreError> {
         let mut buf = AlignedBuf::new();

@@ -74,6 +74,7 @@ impl Engine {
         let log = self.log.as_ref().expect("log mode");
         let (num, den) = CHECKPOINT_EVERY;
         let ring = log.ring as u64;
+        // A header takes a whole slot: `header_bytes` is the page size.
         let floor = CHECKPOINT_EVERY_BYTES_MIN / log.header_bytes;
         let every = (ring * num / den).max(floor).min(ring / 2).max(1);
         if log.checkpointing || log.since_checkpoint < every || log.durable_seq == 0 {

@@ -375,6 +375,8 @@ impl Engine {
             unreachable!("only page writes join a batch");
         };
         let ring = log.ring;
+        let (key, seq, dirty) = (record.key.0, record.seq, record.dirty);
+        log.logged.set(*slot, dirty);
         let open = log
             .open
             .as_mut()
@@ -384,12 +386,6 @@ impl Engine {
             (open.header as u64 + open.pages.len() as u64 + 1) % ring as u64,
             "a batch's pages follow its header in order"
         );
-        let (key, seq, dirty) = (record.key.0, record.seq, record.dirty);
-        log.logged.set(*slot, dirty);
-        let open = log
-            .open
-            .as_mut()
-            .expect("the slot was taken in the open batch");
         let continues = open
             .last
             .is_some_and(|(k, q, d)| k + 1 == key && q + 1 == seq && d == dirty);
@@ -424,6 +420,7 @@ impl Engine {
     pub(super) fn log_step(&mut self) {
         if self.log.is_some() {
             self.log_step_inner();
+            self.log_checkpoint();
         }
     }
 
@@ -435,7 +432,6 @@ impl Engine {
         self.log_advance();
         let log = self.log.as_mut().expect("log mode");
         if log.writing || self.timers.get(Timer::LogRetry).is_some() {
-            self.log_checkpoint();
             return;
         }
         if log.sealed.is_empty() && log.open.is_none() && log.frees_due && !self.to_free.is_empty()
@@ -455,7 +451,6 @@ impl Engine {
             log.writing = true;
             self.commands.push_back(cmd);
         }
-        self.log_checkpoint();
     }
 
     /// Frees waiting whose page has since got a written newer version need
