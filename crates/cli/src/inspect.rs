@@ -46,8 +46,8 @@ pub fn inspect_path(path: &Path) -> Result<(), AnyError> {
     if let Some(log) = &log {
         let at = &log.position;
         println!(
-            "log:     {} batches from slot {} (batch {}), {} slots; it ends there: {}",
-            log.batches, at.tail.0, log.start.tail_seq, at.log_slots, log.end
+            "log:     {} batches from slot {} (batch {}), {} slots, the last of epoch {}; it ends there: {}",
+            log.batches, at.tail.0, log.start.tail_seq, at.log_slots, log.last_epoch, log.end
         );
         println!("checkpoint: {}", log.checkpoint);
     }

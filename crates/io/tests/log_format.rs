@@ -3,8 +3,10 @@
 //! clean close, a drop without close (a crash of the process) and a drain;
 //! the log's batches are on the device as the format says (one write per
 //! batch: header, then the pages); a torn last batch is discarded whole
-//! and the log ends before it; a format-2 cache asked to become format 3 is
-//! refused, naming what to do, and left as it was.
+//! and the log ends before it; a stale batch of an earlier run, found where
+//! the next header points, is not read as the next one; a format-2 cache
+//! asked to become format 3 is refused, naming what to do, and left as it
+//! was.
 
 use std::path::{Path, PathBuf};
 
@@ -103,6 +105,7 @@ fn log_driver(cache: std::sync::Arc<dyn wcache_io::BlockDevice>) -> wcache_io::D
     let record = EngineRecord::from_config(&engine).expect("record");
     let volumes = vec![VolumeEntry::new("disk", BACKING_BYTES, "mem:test").expect("entry")];
     let store = CacheStore::format(cache, PAGE_BYTES, &record, volumes, true).expect("format");
+    store.record_open(None).expect("open for service: epoch 1");
     let (found, log) = store.read_log().expect("the empty log");
     engine.cache_slots = store.layout().slot_count;
     Driver::recover_log(
@@ -428,6 +431,11 @@ fn recovery_reads_the_checkpoint_and_the_log_after_it_or_the_whole_log() {
     let (whole, whole_log) = store.read_log_whole().expect("the whole log");
     assert!(log.checkpoint.starts_with("through batch"), "{log:?}");
     assert_eq!(log.position, whole_log.position);
+    assert_eq!(
+        (log.last_epoch, whole_log.last_epoch),
+        (1, 1),
+        "the run's epoch"
+    );
     assert!(
         log.batches < whole_log.batches,
         "{} batches read after the checkpoint, {} in the log",
@@ -451,4 +459,55 @@ fn recovery_reads_the_checkpoint_and_the_log_after_it_or_the_whole_log() {
     assert!(log.checkpoint.contains("checksum"), "{}", log.checkpoint);
     assert_eq!(log.batches, whole_log.batches);
     assert_eq!(slots(&damaged), slots(&whole));
+}
+
+/// A power loss can keep a later batch and tear an earlier one (the device
+/// and the page cache write back in any order what no flush ordered). The
+/// next run writes its first batch where the torn one was: a batch of the
+/// same size puts the next header on the stale batch after it, whose
+/// sequence number is the one expected next. Recovery must not take it for
+/// the new run's (it carries an older run's epoch), or an acknowledged
+/// write reads back older data after the next crash.
+#[test]
+fn a_stale_batch_of_an_earlier_run_is_not_read_as_the_next_one() {
+    let d = Dir::new();
+    let (cache_path, backing) = (d.path("cache.img"), d.path("b.img"));
+    let cfg = config(&cache_path, &backing, true);
+    let cache = Cache::open(&cfg).expect("format");
+    write_pages(&cache, 0, 4, 4, 1); // batch 1: header slot 0, pages 1..5
+    write_pages(&cache, 0, 4, 4, 2); // batch 2: header 5, pages 6..10
+    write_pages(&cache, 0, 4, 4, 3); // batch 3: header 10, pages 11..15
+    drop(cache); // a crash
+    let sb = superblock_of(&cache_path);
+    let slot_at = |s: u64| (sb.layout.data_offset_bytes + s * PAGE_BYTES) as usize;
+    let mut bytes = std::fs::read(&cache_path).expect("cache bytes");
+    let stale = BatchHeader::decode(
+        &bytes[slot_at(10)..slot_at(11)],
+        (&sb.uuid, sb.salt),
+        3,
+        sb.layout.slot_count,
+    )
+    .expect("batch 3 where the format puts it");
+    assert_eq!(stale.payload_slots, 4);
+    // The power loss tore batch 2 and kept batch 3.
+    bytes[slot_at(9) + 100..slot_at(10)].fill(0);
+    std::fs::write(&cache_path, &bytes).expect("tear");
+    let cache = Cache::open(&cfg).expect("reopen");
+    assert_pages(&cache, 0, 4, 1);
+    // The new run's first batch takes batch 2's place, with its size.
+    write_pages(&cache, 0, 4, 4, 4);
+    drop(cache); // a crash: the write was acknowledged (persist-on-write)
+    let after = std::fs::read(&cache_path).expect("cache bytes");
+    assert!(
+        after[slot_at(10)..slot_at(15)] == bytes[slot_at(10)..slot_at(15)],
+        "the stale batch is still there, as the new run's next header"
+    );
+    let cache = Cache::open(&cfg).expect("reopen after the second crash");
+    let log = cache
+        .open_report()
+        .and_then(|r| r.log.as_ref())
+        .expect("a log");
+    assert!(log.end.contains("earlier run"), "{}", log.end);
+    assert_pages(&cache, 0, 4, 4);
+    cache.close().expect("close");
 }

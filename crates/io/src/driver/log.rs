@@ -34,7 +34,7 @@ impl Driver {
         engine_config.log = true;
         engine_config.cache_slots = layout.slot_count;
         let cache = store.device().clone();
-        let writer = LogWriter::new(store, log.start);
+        let writer = LogWriter::new(store, log);
         let start = (writer, log.position.clone());
         Driver::start(
             engine_config,
@@ -126,6 +126,7 @@ impl Shared {
             !frees.is_empty() || (!persist_on_flush && extents.iter().any(|e| e.dirty));
         let head_of = BatchHeader {
             seq: *seq,
+            epoch: log.epoch(),
             payload_slots: n as u32,
             next_header: next_header.0,
             extents,

@@ -159,6 +159,12 @@ impl Extent {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BatchHeader {
     pub seq: u64,
+    /// The run that wrote it: the superblock's open count then. Along the
+    /// log it never falls: a batch of an earlier run after one of a later
+    /// run is stale (kept by a power loss that tore the batch before it,
+    /// then found where the later run's next header points), and ends the
+    /// log. Zero in caches written before it was kept.
+    pub epoch: u32,
     /// Slots after the header (its pages; holes where a page failed).
     pub payload_slots: u32,
     pub next_header: u32,
@@ -180,6 +186,8 @@ pub enum LogEnd {
     BadField(&'static str),
     #[error("batch checksum mismatch (a torn or unwritten batch)")]
     Checksum,
+    #[error("a stale batch of an earlier run (epoch {found} after {last})")]
+    EarlierRun { found: u32, last: u32 },
 }
 
 impl BatchHeader {
@@ -197,6 +205,7 @@ impl BatchHeader {
         put_u64(out, 24, salt);
         put_u64(out, 32, self.seq);
         put_u32(out, 40, self.payload_slots);
+        put_u32(out, 52, self.epoch);
         put_u32(out, 44, self.next_header);
         out[48..50].copy_from_slice(&(self.extents.len() as u16).to_le_bytes());
         out[50..52].copy_from_slice(&(self.frees.len() as u16).to_le_bytes());
@@ -303,6 +312,7 @@ impl BatchHeader {
         }
         Ok(BatchHeader {
             seq,
+            epoch: get_u32(b, 52),
             payload_slots,
             next_header,
             extents,

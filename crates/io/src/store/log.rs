@@ -4,7 +4,9 @@
 
 use super::*;
 use crate::format::log::checkpoint;
-use crate::format::log::{checkpoint_copy, BatchHeader, CheckpointRef, LogStart, LOG_START_BYTES};
+use crate::format::log::{
+    checkpoint_copy, BatchHeader, CheckpointRef, LogEnd, LogStart, LOG_START_BYTES,
+};
 use rustc_hash::FxHashMap;
 use wcache_core::LogPosition;
 
@@ -27,6 +29,8 @@ pub struct LogFound {
     pub times: (std::time::Duration, std::time::Duration),
     /// Slots of the batches read after the checkpoint (or from the tail).
     pub slots_read: u64,
+    /// The epoch of the last batch found (`BatchHeader::epoch`).
+    pub last_epoch: u32,
 }
 
 impl CacheStore {
@@ -71,6 +75,13 @@ impl CacheStore {
                 Ok(h) => h,
                 Err(e) => break e.to_string(),
             };
+            if h.epoch < r.epoch {
+                let end = LogEnd::EarlierRun {
+                    found: h.epoch,
+                    last: r.epoch,
+                };
+                break end.to_string();
+            }
             let n = h.payload_slots as u64;
             let next = (r.at as u64 + 1 + n) % ring;
             if r.used + 1 + n > ring || h.next_header as u64 != next {
@@ -104,6 +115,7 @@ impl CacheStore {
             checkpoint,
             times: (t1 - t0, t1.elapsed()),
             slots_read,
+            last_epoch: r.epoch,
         };
         Ok((found, found_log))
     }
@@ -158,15 +170,18 @@ impl CacheStore {
         }
         let all = buf.get(len);
         self.dev.read_at(all, offset).map_err(|e| e.to_string())?;
-        let (cp, entries) = checkpoint::decode(all, cache, ring).map_err(|e| e.to_string())?;
+        let (cp, last_epoch, entries) =
+            checkpoint::decode(all, cache, ring).map_err(|e| e.to_string())?;
         if cp.next_seq != c.through_seq + 1 {
             return Err(format!(
                 "the copy covers batches before {}, the log-start block says through {}",
                 cp.next_seq, c.through_seq
             ));
         }
-        Replay::from_checkpoint(start, cp, entries, ring)
-            .ok_or_else(|| "the tail is not at one of its batches".into())
+        let mut r = Replay::from_checkpoint(start, cp, entries, ring)
+            .ok_or_else(|| "the tail is not at one of its batches".to_string())?;
+        r.epoch = last_epoch;
+        Ok(r)
     }
 
     /// The valid log-start block with the higher generation.
@@ -219,6 +234,8 @@ struct Replay {
     /// The next batch's header slot and sequence number.
     at: u32,
     expected: u64,
+    /// The epoch of the last batch read (a later one may not be lower).
+    epoch: u32,
     /// Slots of the log so far, and of each batch.
     used: u64,
     batch_slots: Vec<u32>,
@@ -237,6 +254,7 @@ impl Replay {
             page_seq_max: 0,
             at: start.tail_slot,
             expected: start.tail_seq,
+            epoch: 0,
             used: 0,
             batch_slots: Vec::new(),
             skipped: 0,
@@ -322,6 +340,7 @@ impl Replay {
         }
         let n = 1 + h.payload_slots;
         self.batch_slots.push(n);
+        self.epoch = h.epoch;
         (self.at, self.expected, self.used) =
             (h.next_header, self.expected + 1, self.used + n as u64);
     }
@@ -334,17 +353,33 @@ pub struct LogWriter {
     salt: u64,
     /// The log-start block last written (the next move writes the other).
     start: Mutex<LogStart>,
+    /// This run's epoch (the superblock's open count, bumped by this open
+    /// before any batch is written), carried by every batch it writes.
+    epoch: u32,
+    /// The first batch of this run, and the epoch of the batch before it
+    /// (the last one recovery found), for a checkpoint through it.
+    run_first_seq: u64,
+    found_epoch: u32,
 }
 
 impl LogWriter {
-    pub fn new(store: Arc<CacheStore>, start: LogStart) -> LogWriter {
+    /// The writer of a run that goes on from the log recovery `found`.
+    pub fn new(store: Arc<CacheStore>, found: &LogFound) -> LogWriter {
         let sb = store.superblock();
         LogWriter {
             store,
             uuid: sb.uuid,
             salt: sb.salt,
-            start: Mutex::new(start),
+            start: Mutex::new(found.start),
+            epoch: u32::try_from(sb.open_count).unwrap_or(u32::MAX),
+            run_first_seq: found.position.next_seq,
+            found_epoch: found.last_epoch,
         }
+    }
+
+    /// The epoch of the batches this run writes (`BatchHeader::epoch`).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
     }
 
     pub fn store(&self) -> &Arc<CacheStore> {
@@ -461,7 +496,13 @@ impl LogWriter {
         let mut buf = AlignedBuf::new();
         let b = buf.get(len);
         b.fill(0);
-        checkpoint::encode((&self.uuid, self.salt), position, entries, b);
+        let through = position.next_seq - 1;
+        let last_epoch = if through >= self.run_first_seq {
+            self.epoch
+        } else {
+            self.found_epoch
+        };
+        checkpoint::encode((&self.uuid, self.salt), position, last_epoch, entries, b);
         store.dev.write_at(b, offset)?;
         sync(store.dev.as_ref())?;
         let mut start = self.start.lock().unwrap_or_else(|p| p.into_inner());
@@ -469,7 +510,7 @@ impl LogWriter {
             generation: start.generation + 1,
             checkpoint: Some(CheckpointRef {
                 copy,
-                through_seq: position.next_seq - 1,
+                through_seq: through,
             }),
             ..*start
         };

@@ -11,6 +11,9 @@ pub const CHECKPOINT_MAGIC: [u8; 8] = *b"WCACHEcp";
 /// The copy's first block: the fields, then zeros.
 pub const HEADER_BYTES: usize = 4096;
 const CRC_OFFSET_BYTES: usize = 64;
+/// The epoch of the last batch it covers (`BatchHeader::epoch`; zero in
+/// copies written before it was kept).
+const LAST_EPOCH_OFFSET_BYTES: usize = 68;
 /// Per batch of the log it covers: its slots.
 pub const BATCH_BYTES: usize = 4;
 /// Per version found: page key (8), slot (4), flags (4: bit 0 dirty).
@@ -48,6 +51,7 @@ pub enum CheckpointError {
 pub fn encode(
     (uuid, salt): (&[u8; 16], u64),
     position: &LogPosition,
+    last_epoch: u32,
     entries: &[RecoveredSlot],
     out: &mut [u8],
 ) {
@@ -63,6 +67,7 @@ pub fn encode(
     put_u64(out, 40, position.next_seq);
     put_u64(out, 48, position.next_page_seq);
     put_u64(out, 56, entries.len() as u64);
+    put_u32(out, LAST_EPOCH_OFFSET_BYTES, last_epoch);
     let mut at = HEADER_BYTES;
     for &b in &position.batches {
         put_u32(out, at, b);
@@ -109,13 +114,13 @@ pub fn decode_counts(
 }
 
 /// The checkpoint in `b` (`encoded_bytes` of its counts): where the log
-/// stood through its last batch, and the versions its replay found, in
-/// log order.
+/// stood through its last batch, that batch's epoch, and the versions its
+/// replay found, in log order.
 pub fn decode(
     b: &[u8],
     cache: (&[u8; 16], u64),
     slot_count: u64,
-) -> Result<(LogPosition, Vec<RecoveredSlot>), CheckpointError> {
+) -> Result<(LogPosition, u32, Vec<RecoveredSlot>), CheckpointError> {
     let (batches, entries) = decode_counts(b, cache, slot_count)?;
     if b.len() != encoded_bytes(batches, entries) {
         return Err(CheckpointError::BadField("length"));
@@ -169,7 +174,7 @@ pub fn decode(
         next_seq: get_u64(b, 40),
         next_page_seq: get_u64(b, 48),
     };
-    Ok((position, found))
+    Ok((position, get_u32(b, LAST_EPOCH_OFFSET_BYTES), found))
 }
 
 #[cfg(test)]
@@ -204,14 +209,20 @@ mod tests {
         let (position, entries) = sample();
         let uuid = [3u8; 16];
         let mut b = vec![0u8; encoded_bytes(3, 3)];
-        encode((&uuid, 9), &position, &entries, &mut b);
-        assert_eq!(decode(&b, (&uuid, 9), 64), Ok((position, entries)));
+        encode((&uuid, 9), &position, 5, &entries, &mut b);
+        assert_eq!(decode(&b, (&uuid, 9), 64), Ok((position, 5, entries)));
         assert_eq!(decode(&b, (&uuid, 8), 64), Err(CheckpointError::OtherCache));
         assert_eq!(
             decode(&b, (&uuid, 9), 10),
             Err(CheckpointError::BadField("entry slot"))
         );
-        for at in [40, HEADER_BYTES + 4, HEADER_BYTES + 12 + 16, b.len() - 1] {
+        for at in [
+            40,
+            LAST_EPOCH_OFFSET_BYTES,
+            HEADER_BYTES + 4,
+            HEADER_BYTES + 12 + 16,
+            b.len() - 1,
+        ] {
             let mut bad = b.clone();
             bad[at] ^= 1;
             assert_eq!(
