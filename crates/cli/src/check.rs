@@ -94,7 +94,9 @@ fn check_log(args: &CheckArgs, store: &CacheStore, sb: &Superblock) -> Result<()
     let (found, log) = store.read_log_whole()?;
     let (from_checkpoint, cp_log) = store.read_log()?;
     let checkpoint = cp_log.checkpoint;
-    let mut problems = version_problems(sb, &found, true);
+    // One version per page, unless the log keeps older ones (ordered).
+    let one_per_page = !wcache_io::store::keeps_older_versions(sb);
+    let mut problems = version_problems(sb, &found, one_per_page);
     problems.extend(checkpoint_problems(&from_checkpoint, &found));
     let at = &log.position;
     let next = (at.tail.0 as u64 + at.log_slots as u64) % sb.layout.slot_count;
@@ -133,27 +135,39 @@ fn check_log(args: &CheckArgs, store: &CacheStore, sb: &Superblock) -> Result<()
 
 /// Versions naming a volume or a page the superblock does not have, or
 /// found twice (the same version of a page; with `one_per_page`, any two
-/// versions of a page: the log's replay keeps only the newest).
+/// versions of a page: the log's replay keeps only the newest, but under
+/// ordered write-back).
 /// Format 3: what recovery finds from the checkpoint in force must be what
 /// the whole log holds, less versions the checkpoint knew were on their
-/// way out: each version it finds is the one the whole log finds for its
+/// way out: each version it finds is one the whole log finds for its
 /// page, in the same slot, and dirty only if the log's is (a destaged
 /// version is saved clean). Anything else is a checkpoint or a log that
 /// lies (a damaged batch the checkpoint covers, say).
 fn checkpoint_problems(from_checkpoint: &[RecoveredSlot], whole: &[RecoveredSlot]) -> Vec<String> {
-    let by_page: HashMap<u64, (u32, bool)> = whole
+    let in_log: HashMap<(u64, u32), bool> = whole
         .iter()
-        .map(|f| (f.record.key.0, (f.slot.0, f.record.dirty)))
+        .map(|f| ((f.record.key.0, f.slot.0), f.record.dirty))
         .collect();
+    let mut by_page: HashMap<u64, Vec<(u32, bool)>> = HashMap::new();
+    for f in whole {
+        by_page
+            .entry(f.record.key.0)
+            .or_default()
+            .push((f.slot.0, f.record.dirty));
+    }
     let mut problems = Vec::new();
     for f in from_checkpoint {
         let (volume, page) = (f.record.key.volume().0, f.record.key.page().0);
-        let agrees = by_page
-            .get(&f.record.key.0)
-            .is_some_and(|&(slot, dirty)| slot == f.slot.0 && (dirty || !f.record.dirty));
+        let agrees = in_log
+            .get(&(f.record.key.0, f.slot.0))
+            .is_some_and(|&dirty| dirty || !f.record.dirty);
         if !agrees {
             let log = match by_page.get(&f.record.key.0) {
-                Some((slot, dirty)) => format!("in slot {slot} (dirty: {dirty})"),
+                Some(versions) => versions
+                    .iter()
+                    .map(|(slot, dirty)| format!("in slot {slot} (dirty: {dirty})"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 None => "nowhere".to_string(),
             };
             problems.push(format!(

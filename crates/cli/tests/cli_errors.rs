@@ -386,13 +386,8 @@ fn format_3_refuses_what_it_cannot_take_touching_no_file() {
     for (on, policy, needle) in [
         (
             cache_s.as_str(),
-            "write-back-ordered",
-            "ordered and journaled write-back are not built on the log yet",
-        ),
-        (
-            cache_s.as_str(),
             "write-back-journaled",
-            "ordered and journaled write-back are not built on the log yet",
+            "journaled write-back is not built on the log yet",
         ),
         (
             "mem",

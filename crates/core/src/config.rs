@@ -70,8 +70,8 @@ pub struct EngineConfig {
     /// Log mode (format 3, `docs/format-v3.md`): the slots are a ring
     /// written in order as a log of batches (`IoCommand::WriteBatch`), room
     /// is made at the log's tail, and slots are reused only after
-    /// `IoCommand::AdvanceLog`. Needs `persistent`; not yet with ordered or
-    /// journaled write-back.
+    /// `IoCommand::AdvanceLog`. Needs `persistent`; not yet with journaled
+    /// write-back.
     pub log: bool,
 }
 
@@ -320,12 +320,9 @@ impl EngineConfig {
                     "format 3 needs a cache file or device (a cache in memory has no format)",
                 ));
             }
-            let kind = self.write_policy;
-            if kind == WritePolicyKind::OrderedWriteBack
-                || kind == WritePolicyKind::JournaledWriteBack
-            {
+            if self.write_policy == WritePolicyKind::JournaledWriteBack {
                 return Err(ConfigError::Log(
-                    "ordered and journaled write-back are not built on the log yet",
+                    "journaled write-back is not built on the log yet",
                 ));
             }
         }

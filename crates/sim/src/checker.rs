@@ -312,7 +312,7 @@ impl DataModel {
         &mut self,
         lose_cache: bool,
         cache_only_copy: bool,
-        log: bool,
+        log: Option<bool>,
     ) -> (Vec<RecoveredSlot>, Option<LogPosition>, usize) {
         let lost = self.devices.lose_volatile();
         if lose_cache {
@@ -335,9 +335,9 @@ impl DataModel {
         if let Some(o) = &mut self.order {
             o.crash(lose_cache);
         }
-        if log {
+        if let Some(keep_older) = log {
             // Log mode: the log read back from its tail, as the real store does.
-            let (found, at) = self.devices.recoverable_log();
+            let (found, at) = self.devices.recoverable_log(keep_older);
             return (found, Some(at), lost);
         }
         (self.devices.recoverable(), None, lost)

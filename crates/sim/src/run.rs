@@ -685,7 +685,9 @@ impl Simulation {
             data.check_order()?;
         }
         let cache_only_copy = self.config.write_policy.keeps_dirty() && !faults.plan.strict;
-        let (found, at, lost) = data.crash(lose_cache, cache_only_copy, self.config.log);
+        let keep_older = self.config.write_policy == WritePolicyKind::OrderedWriteBack;
+        let log = self.config.log.then_some(keep_older);
+        let (found, at, lost) = data.crash(lose_cache, cache_only_copy, log);
         faults.counts.lost_writes += lost as u64;
         self.dev_ops.clear();
         self.delayed.clear();

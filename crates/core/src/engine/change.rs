@@ -56,6 +56,15 @@ pub enum ChangeError {
         from: &'static str,
         to: &'static str,
     },
+    #[error(
+        "{from} -> {to}: on a format-3 cache write-back-ordered is chosen when the cache \
+         starts (its log's replay keeps every version of a page, as the configuration \
+         recorded at start says), not changed online"
+    )]
+    OrderedOnLog {
+        from: &'static str,
+        to: &'static str,
+    },
 }
 
 impl Engine {
@@ -176,6 +185,12 @@ impl Engine {
             });
         }
         let ordered_changes = new.ordered() != self.write_policy.ordered();
+        if ordered_changes && self.log.is_some() {
+            return Err(ChangeError::OrderedOnLog {
+                from: old.name(),
+                to: kind.name(),
+            });
+        }
         let leaves_dirty = self.write_policy.keeps_dirty() && kind != old;
         let drained = self.dirty_pages() == 0 && self.destager.in_flight() == 0;
         if (leaves_dirty || ordered_changes) && !drained {
@@ -444,5 +459,51 @@ mod ordered_tests {
             2,
             "both versions destaged"
         );
+    }
+}
+
+#[cfg(test)]
+mod ordered_on_log_tests {
+    use super::*;
+    use crate::config::EngineConfig;
+
+    /// On a format-3 cache ordered write-back is neither entered nor left
+    /// online, even drained and idle: its log's replay follows the policy
+    /// recorded at start.
+    #[test]
+    fn ordered_write_back_is_not_switched_online_on_the_log() {
+        for (from, to) in [
+            (
+                WritePolicyKind::WriteBack,
+                WritePolicyKind::OrderedWriteBack,
+            ),
+            (
+                WritePolicyKind::OrderedWriteBack,
+                WritePolicyKind::WriteBack,
+            ),
+        ] {
+            let config = EngineConfig {
+                cache_slots: 256,
+                persistent: true,
+                log: true,
+                write_policy: from,
+                ..EngineConfig::default()
+            };
+            let mut e = Engine::new(config).expect("config");
+            e.add_volume(64 << 20).expect("volume");
+            let refused = e.set_write_policy(to);
+            assert!(
+                matches!(refused, Err(ChangeError::OrderedOnLog { .. })),
+                "{from:?} -> {to:?}: {refused:?}"
+            );
+            assert_eq!(e.config().write_policy, from);
+            // Changes that keep ordered write-back out stay open.
+            let other = e.set_write_policy(WritePolicyKind::WriteThrough);
+            if from == WritePolicyKind::WriteBack {
+                assert_eq!(other, Ok(WritePolicyKind::WriteBack));
+            } else {
+                assert!(matches!(other, Err(ChangeError::OrderedOnLog { .. })));
+            }
+        }
     }
 }

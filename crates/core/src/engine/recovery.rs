@@ -112,32 +112,41 @@ impl Engine {
 
     /// The versions found in place: the newest dirty version of each page
     /// current, the others freed (ordered write-back keeps older dirty
-    /// ones). Returns the versions kept, for the policy's own recovery.
-    fn recover_versions(&mut self, mut found: Vec<RecoveredSlot>) -> Vec<(u64, SlotIndex)> {
+    /// ones). Returns the versions kept with their order (version number,
+    /// or place in the log), for the policy's own recovery.
+    fn recover_versions(&mut self, found: Vec<RecoveredSlot>) -> Vec<(u64, SlotIndex)> {
         let engine = self;
-        // Each page's versions, oldest first.
-        found.sort_by_key(|f| (f.record.key, f.record.seq));
+        // Each page's versions, oldest first: by version number, or in log
+        // mode by place in the log (the versions come in the replay's
+        // order, and a checkpoint's carry no version number).
+        let in_log = engine.log.is_some();
+        let mut found: Vec<(u64, RecoveredSlot)> = found
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| (if in_log { i as u64 } else { f.record.seq }, f))
+            .collect();
+        found.sort_by_key(|&(order, f)| (f.record.key, order));
         let ordered = engine.ordered.is_some();
         let mut kept = Vec::new();
-        for (i, f) in found.iter().enumerate() {
+        for (i, &(order, f)) in found.iter().enumerate() {
             // The index's buckets are cache misses: fetch them ahead.
-            if let Some(ahead) = found.get(i + 16) {
+            if let Some((_, ahead)) = found.get(i + 16) {
                 engine.slots.prefetch_home(ahead.record.key);
             }
             engine.next_seq = engine.next_seq.max(f.record.seq + 1);
             let (slot, key) = (f.slot, f.record.key);
-            let newest = found.get(i + 1).is_none_or(|n| n.record.key != key);
+            let newest = found.get(i + 1).is_none_or(|(_, n)| n.record.key != key);
             engine.slots.set_key(slot, key);
             if newest && f.record.dirty {
                 engine.slots.map(slot, key);
                 engine.slots.set_state(slot, SlotState::Dirty);
                 engine.mark_dirty(key);
-                kept.push((f.record.seq, slot));
+                kept.push((order, slot));
             } else if ordered && f.record.dirty {
                 // Ordered write-back destages every version, in order.
                 engine.slots.set_state(slot, SlotState::OldDirty);
                 engine.push_old(slot);
-                kept.push((f.record.seq, slot));
+                kept.push((order, slot));
             } else {
                 // An older version, or a clean copy: free it for good, oldest
                 // first. Clean copies are not trusted after a crash: one

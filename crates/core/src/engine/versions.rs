@@ -74,8 +74,13 @@ impl Engine {
     }
 
     /// Log mode: `slot`'s page has a current version that is written.
+    /// Never under ordered write-back: its log's replay keeps a page's
+    /// older versions (each is destaged in turn), so each needs its free
+    /// in the log, or it would come back after a crash and be destaged
+    /// over the newer.
     pub(super) fn superseded_in_log(&self, slot: SlotIndex) -> bool {
         self.log.is_some()
+            && self.ordered.is_none()
             && self
                 .slots
                 .lookup(self.slots.key(slot))

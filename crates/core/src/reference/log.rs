@@ -141,10 +141,12 @@ impl<T: Unit> Reference<T> {
     /// tail; then each batch whose header is the next in sequence and whose
     /// payload is as it landed, replayed in order (a free drops the version
     /// its slot held; a newer version of a page replaces the older).
-    pub fn recoverable_log(&mut self) -> (Vec<RecoveredSlot>, LogPosition) {
+    /// `keep_older`: a page's older versions stay found beside the newer
+    /// (ordered write-back destages every version, in order), until freed.
+    pub fn recoverable_log(&mut self, keep_older: bool) -> (Vec<RecoveredSlot>, LogPosition) {
         self.volatile.clear();
         let ring = self.slots.len() as u64;
-        let mut r = self.replay_start();
+        let mut r = self.replay_start(keep_older);
         self.log_checkpoint_recoveries += r.from_checkpoint as u64;
         while r.used < ring {
             let Some(b) = self.slots[r.at as usize].header.as_deref() else {
@@ -170,8 +172,10 @@ impl<T: Unit> Reference<T> {
             r.batches.push(1 + n as u32);
             (r.at, r.expected, r.used) = (b.next_header, r.expected + 1, r.used + 1 + n);
         }
-        let mut found: Vec<RecoveredSlot> = r.by_slot.into_values().collect();
-        found.sort_by_key(|f| f.slot.0);
+        // In log order, as the real store's replay gives them.
+        let mut found: Vec<(u64, RecoveredSlot)> = r.by_slot.into_values().collect();
+        found.sort_by_key(|&(order, _)| order);
+        let found: Vec<RecoveredSlot> = found.into_iter().map(|(_, f)| f).collect();
         let position = LogPosition {
             tail: SlotIndex(self.log_tail.0),
             log_slots: r.used as u32,
@@ -190,11 +194,12 @@ impl<T: Unit> Reference<T> {
     /// Where the replay starts: the checkpoint in force, with the batches
     /// the tail has passed since dropped, where the tail is one of its
     /// batch boundaries short of its end; else the tail, with nothing found.
-    fn replay_start(&self) -> Replay {
+    fn replay_start(&self, keep_older: bool) -> Replay {
         let (tail, tail_seq) = self.log_tail;
         let mut r = Replay {
             at: tail,
             expected: tail_seq,
+            keep_older,
             ..Replay::default()
         };
         let Some((cp, entries)) = &self.log_checkpoint else {
@@ -232,26 +237,34 @@ struct Replay {
     at: u32,
     expected: u64,
     used: u64,
-    by_slot: HashMap<u32, RecoveredSlot>,
+    /// Each version found, with its place in the replay (log order).
+    by_slot: HashMap<u32, (u64, RecoveredSlot)>,
+    placed: u64,
     by_key: HashMap<u64, u32>,
     page_seq_max: u64,
     batches: Vec<u32>,
     from_checkpoint: bool,
+    keep_older: bool,
 }
 
 impl Replay {
     fn free(&mut self, slot: u32) {
-        if let Some(v) = self.by_slot.remove(&slot) {
-            self.by_key.remove(&v.record.key.0);
+        if let Some((_, v)) = self.by_slot.remove(&slot) {
+            if self.by_key.get(&v.record.key.0) == Some(&slot) {
+                self.by_key.remove(&v.record.key.0);
+            }
         }
     }
 
     /// A version found, newer than every one found before.
     fn found(&mut self, v: RecoveredSlot) {
         if let Some(old) = self.by_key.insert(v.record.key.0, v.slot.0) {
-            self.by_slot.remove(&old);
+            if !self.keep_older {
+                self.by_slot.remove(&old);
+            }
         }
-        self.by_slot.insert(v.slot.0, v);
+        self.by_slot.insert(v.slot.0, (self.placed, v));
+        self.placed += 1;
         self.page_seq_max = self.page_seq_max.max(v.record.seq);
     }
 }

@@ -123,7 +123,8 @@ impl CacheStore {
     /// Where the replay starts: the checkpoint in force where it is used,
     /// else the tail; and a note of which, and why.
     fn replay_start(&self, sb: &Superblock, start: &LogStart, use_it: bool) -> (Replay, String) {
-        let from_tail = |why: String| (Replay::new(start, self.layout.slot_count), why);
+        let keep_older = keeps_older_versions(sb);
+        let from_tail = |why: String| (Replay::new(start, self.layout.slot_count, keep_older), why);
         let c = match (use_it, start.checkpoint) {
             (false, _) => return from_tail("not read".into()),
             (true, None) => return from_tail("none in force".into()),
@@ -178,7 +179,7 @@ impl CacheStore {
                 cp.next_seq, c.through_seq
             ));
         }
-        let mut r = Replay::from_checkpoint(start, cp, entries, ring)
+        let mut r = Replay::from_checkpoint(start, cp, entries, ring, keeps_older_versions(sb))
             .ok_or_else(|| "the tail is not at one of its batches".to_string())?;
         r.epoch = last_epoch;
         Ok(r)
@@ -222,6 +223,15 @@ impl CacheStore {
     }
 }
 
+/// Whether the log's writer kept older versions of a page (ordered
+/// write-back, as the superblock's configuration in force says): its
+/// replay keeps them too.
+pub fn keeps_older_versions(sb: &Superblock) -> bool {
+    sb.engine
+        .as_ref()
+        .is_some_and(|e| e.write_policy == wcache_core::WritePolicyKind::OrderedWriteBack)
+}
+
 /// A replay of the log in progress: the versions found (by slot and by
 /// page), where the next batch is, and the batches read.
 struct Replay {
@@ -241,13 +251,17 @@ struct Replay {
     batch_slots: Vec<u32>,
     /// Batches of the checkpoint the tail has passed since it was taken.
     skipped: usize,
+    /// A page's older versions stay found beside the newer until freed:
+    /// the log of ordered write-back, which destages every version in order.
+    keep_older: bool,
 }
 
 impl Replay {
     const NONE: u32 = u32::MAX;
 
-    fn new(start: &LogStart, ring: u64) -> Replay {
+    fn new(start: &LogStart, ring: u64, keep_older: bool) -> Replay {
         Replay {
+            keep_older,
             found: Vec::new(),
             at_slot: vec![Replay::NONE; ring as usize],
             at_key: FxHashMap::default(),
@@ -268,6 +282,7 @@ impl Replay {
         cp: LogPosition,
         entries: Vec<RecoveredSlot>,
         ring: u64,
+        keep_older: bool,
     ) -> Option<Replay> {
         let first_seq = cp.next_seq.checked_sub(cp.batches.len() as u64)?;
         let skipped = start.tail_seq.checked_sub(first_seq)? as usize;
@@ -277,7 +292,7 @@ impl Replay {
         {
             return None;
         }
-        let mut r = Replay::new(start, ring);
+        let mut r = Replay::new(start, ring, keep_older);
         r.found.reserve(entries.len());
         r.at_key.reserve(entries.len());
         for e in entries {
@@ -301,8 +316,10 @@ impl Replay {
     fn version(&mut self, slot: SlotIndex, record: SlotRecord) {
         let i = self.found.len() as u32;
         if let Some(older) = self.at_key.insert(record.key.0, i) {
-            if let Some(v) = self.found[older as usize].take() {
-                self.at_slot[v.slot.0 as usize] = Replay::NONE;
+            if !self.keep_older {
+                if let Some(v) = self.found[older as usize].take() {
+                    self.at_slot[v.slot.0 as usize] = Replay::NONE;
+                }
             }
         }
         self.at_slot[slot.0 as usize] = i;
@@ -317,7 +334,9 @@ impl Replay {
         for &f in &h.frees {
             let i = std::mem::replace(&mut self.at_slot[f as usize], Replay::NONE);
             if let Some(v) = self.found.get_mut(i as usize).and_then(Option::take) {
-                self.at_key.remove(&v.record.key.0);
+                if self.at_key.get(&v.record.key.0) == Some(&i) {
+                    self.at_key.remove(&v.record.key.0);
+                }
             }
         }
         let mut k = 0u64;

@@ -19,7 +19,7 @@
 
 mod log;
 mod open;
-pub use log::{LogFound, LogWriter};
+pub use log::{keeps_older_versions, LogFound, LogWriter};
 pub use open::{show_volumes, Asked, OpenError, OpenReport};
 
 use std::cell::RefCell;

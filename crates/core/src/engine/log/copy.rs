@@ -16,7 +16,13 @@ impl Engine {
     /// reach). The destage rate, counting dirty pages against a share of
     /// the ring (`Log::dirty_capacity`), keeps the live share the tail
     /// meets down.
+    /// Never under ordered write-back: a copy would be a new version of
+    /// its page, and every version is destaged in write order (the
+    /// tail's are the oldest, so the destages in order reach them first).
     pub(super) fn log_copies_span(&self, span_header: u32, pages: u32, from: u32) -> bool {
+        if self.ordered.is_some() {
+            return false;
+        }
         let log = self.log.as_ref().expect("log mode");
         let live = self.log_live_dirty(span_header, from..pages);
         let headers = live.div_ceil(log.batch_pages_max as u64) + 1;
@@ -53,7 +59,9 @@ impl Engine {
             Log::slots_for(self.pages_of(r.offset_bytes, r.len_bytes))
         });
         let kept = log.budget + SPARE_SLOTS + log.copy_reserve() + log.low();
-        self.dirty.pages() as u64 + wanted + kept > log.ring as u64
+        // Under ordered write-back nothing is copied: room comes from
+        // destages only.
+        self.ordered.is_some() || self.dirty_versions() + wanted + kept > log.ring as u64
     }
 
     /// Write `cur`, a dirty page's current written version, again at the

@@ -101,7 +101,8 @@ impl Engine {
     /// batches per round trip to the backing. Destaging early is only
     /// destaging: a page written again meanwhile has a newer version.
     fn log_destage_ahead(&mut self) {
-        if self.timers.get(Timer::DestageRetry).is_some() {
+        // Ordered write-back destages in write order only (its own picks).
+        if self.ordered.is_some() || self.timers.get(Timer::DestageRetry).is_some() {
             return;
         }
         let log = self.log.as_ref().expect("log mode");
@@ -175,8 +176,11 @@ impl Engine {
                 self.log_copy_forward(slot);
                 Leaves::Waits
             }
+            // Ordered write-back: its destages in write order reach the
+            // tail's versions first (the oldest); the tail waits for them.
             SlotState::Dirty
-                if !self.slots.has(slot, FLAG_DESTAGING)
+                if self.ordered.is_none()
+                    && !self.slots.has(slot, FLAG_DESTAGING)
                     && self.timers.get(Timer::DestageRetry).is_none() =>
             {
                 let gkey = self.dirty.group_of(self.slots.key(slot).0);
