@@ -70,8 +70,7 @@ pub struct EngineConfig {
     /// Log mode (format 3, `docs/format-v3.md`): the slots are a ring
     /// written in order as a log of batches (`IoCommand::WriteBatch`), room
     /// is made at the log's tail, and slots are reused only after
-    /// `IoCommand::AdvanceLog`. Needs `persistent`; not yet with journaled
-    /// write-back.
+    /// `IoCommand::AdvanceLog`. Needs `persistent`.
     pub log: bool,
 }
 
@@ -314,17 +313,10 @@ impl EngineConfig {
         if self.write_policy == WritePolicyKind::JournaledWriteBack {
             self.check_journaled()?;
         }
-        if self.log {
-            if !self.persistent {
-                return Err(ConfigError::Log(
-                    "format 3 needs a cache file or device (a cache in memory has no format)",
-                ));
-            }
-            if self.write_policy == WritePolicyKind::JournaledWriteBack {
-                return Err(ConfigError::Log(
-                    "journaled write-back is not built on the log yet",
-                ));
-            }
+        if self.log && !self.persistent {
+            return Err(ConfigError::Log(
+                "format 3 needs a cache file or device (a cache in memory has no format)",
+            ));
         }
         let s = &self.staleness;
         if s.max_dirty_age_ns != 0 && s.max_dirty_age_ns < MAX_DIRTY_AGE_NS_MIN {

@@ -240,7 +240,9 @@ impl CrashCase {
                 checkpoint: if self.nvram {
                     CheckpointMode::Nvram
                 } else {
-                    CheckpointMode::BackingJournal { pages: CACHE_PAGES }
+                    CheckpointMode::BackingJournal {
+                        pages: self.cache_pages(),
+                    }
                 },
                 ..JournalConfig::default()
             },

@@ -16,11 +16,9 @@ impl Engine {
     /// reach). The destage rate, counting dirty pages against a share of
     /// the ring (`Log::dirty_capacity`), keeps the live share the tail
     /// meets down.
-    /// Never under ordered write-back: a copy would be a new version of
-    /// its page, and every version is destaged in write order (the
-    /// tail's are the oldest, so the destages in order reach them first).
+    /// Never under ordered or journaled write-back (`log_in_write_order`).
     pub(super) fn log_copies_span(&self, span_header: u32, pages: u32, from: u32) -> bool {
-        if self.ordered.is_some() {
+        if self.log_in_write_order() {
             return false;
         }
         let log = self.log.as_ref().expect("log mode");
@@ -28,6 +26,15 @@ impl Engine {
         let headers = live.div_ceil(log.batch_pages_max as u64) + 1;
         self.log_copy_pays(live, pages)
             && self.slots.free_count() >= log.budget + SPARE_SLOTS + live + headers
+    }
+
+    /// Ordered and journaled write-back: the log's dirty versions leave
+    /// only by the policy's own destages, in write order (ordered) or by
+    /// committed transaction (journaled), never copied forward (a copy is
+    /// a new version of its page) nor destaged out of turn by reclaim. The
+    /// tail's versions are the oldest, which both reach first.
+    pub(in crate::engine) fn log_in_write_order(&self) -> bool {
+        self.ordered.is_some() || self.journal.is_some()
     }
 
     /// Copying `live` pages of a batch of `pages` forward gains at least
@@ -59,9 +66,9 @@ impl Engine {
             Log::slots_for(self.pages_of(r.offset_bytes, r.len_bytes))
         });
         let kept = log.budget + SPARE_SLOTS + log.copy_reserve() + log.low();
-        // Under ordered write-back nothing is copied: room comes from
-        // destages only.
-        self.ordered.is_some() || self.dirty_versions() + wanted + kept > log.ring as u64
+        // Under ordered or journaled write-back nothing is copied: room
+        // comes from destages only.
+        self.log_in_write_order() || self.dirty_versions() + wanted + kept > log.ring as u64
     }
 
     /// Write `cur`, a dirty page's current written version, again at the

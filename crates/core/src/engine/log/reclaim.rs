@@ -101,8 +101,8 @@ impl Engine {
     /// batches per round trip to the backing. Destaging early is only
     /// destaging: a page written again meanwhile has a newer version.
     fn log_destage_ahead(&mut self) {
-        // Ordered write-back destages in write order only (its own picks).
-        if self.ordered.is_some() || self.timers.get(Timer::DestageRetry).is_some() {
+        // Ordered and journaled write-back destage by their own rules only.
+        if self.log_in_write_order() || self.timers.get(Timer::DestageRetry).is_some() {
             return;
         }
         let log = self.log.as_ref().expect("log mode");
@@ -176,10 +176,10 @@ impl Engine {
                 self.log_copy_forward(slot);
                 Leaves::Waits
             }
-            // Ordered write-back: its destages in write order reach the
+            // Ordered and journaled write-back: their destages reach the
             // tail's versions first (the oldest); the tail waits for them.
             SlotState::Dirty
-                if self.ordered.is_none()
+                if !self.log_in_write_order()
                     && !self.slots.has(slot, FLAG_DESTAGING)
                     && self.timers.get(Timer::DestageRetry).is_none() =>
             {
