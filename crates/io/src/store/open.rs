@@ -232,7 +232,8 @@ impl CacheStore {
         if self.layout.log {
             let (found, log) = self.read_log()?;
             report.log = Some(log);
-            let dirty_pages = dirty_pages_of(&found);
+            let keeps_older = super::keeps_older_versions(&self.superblock());
+            let dirty_pages = dirty_pages_of(&found, keeps_older);
             return Ok((found, dirty_pages));
         }
         let scan = self.scan(true).map_err(StoreError::from)?;
@@ -288,10 +289,18 @@ pub struct Asked<'a> {
     pub force: bool,
 }
 
-/// Pages whose newest version found is dirty.
-fn dirty_pages_of(found: &[RecoveredSlot]) -> u64 {
-    // The log's replay finds one version a page.
-    found.iter().filter(|f| f.record.dirty).count() as u64
+/// Pages whose newest version found is dirty. The log's replay finds one
+/// version a page, or under ordered write-back older ones before it (the
+/// versions come in log order: the last of a page is its newest).
+fn dirty_pages_of(found: &[RecoveredSlot], keeps_older: bool) -> u64 {
+    if !keeps_older {
+        return found.iter().filter(|f| f.record.dirty).count() as u64;
+    }
+    let mut newest: rustc_hash::FxHashMap<u64, bool> = rustc_hash::FxHashMap::default();
+    for f in found {
+        newest.insert(f.record.key.0, f.record.dirty);
+    }
+    newest.values().filter(|&&dirty| dirty).count() as u64
 }
 
 /// How a formatted device differs from the configuration being started
@@ -338,4 +347,34 @@ pub fn show_volumes(volumes: &[VolumeEntry]) -> String {
         .map(|v| format!("{}={} ({} bytes)", v.name, v.identity, v.size_bytes))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wcache_core::types::{PageIndex, PageKey, VolumeId};
+    use wcache_core::SlotRecord;
+
+    /// An ordered cache's log finds a page's older versions before its
+    /// newest: the page counts once, as its newest version says.
+    #[test]
+    fn dirty_pages_count_each_page_once_by_its_newest_version() {
+        let v = |slot, page, seq, dirty| RecoveredSlot {
+            slot: SlotIndex(slot),
+            record: SlotRecord {
+                key: PageKey::new(VolumeId(0), PageIndex(page)),
+                seq,
+                dirty,
+            },
+        };
+        let found = [
+            v(1, 7, 1, true),
+            v(2, 7, 2, true),
+            v(3, 8, 3, true),
+            v(4, 8, 4, false),
+            v(5, 9, 5, true),
+        ];
+        assert_eq!(dirty_pages_of(&found, true), 2, "pages 7 and 9");
+        assert_eq!(dirty_pages_of(&found[4..], false), 1);
+    }
 }
