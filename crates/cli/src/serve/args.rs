@@ -59,8 +59,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub(crate) direct: bool,
     /// Format of a new cache device: 3, a log of self-describing batches
-    /// (one device write per batch of writes: docs/format-v3.md), or 2
-    /// (records beside the pages). An existing
+    /// (one device write per batch of writes: docs/format-v3.md; not yet
+    /// with write-back-journaled), or 2 (records beside the pages). An existing
     /// cache keeps its format; asking a format-2 cache for 3 is refused
     /// unless --force (which formats it anew: drain it first).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=3))]
