@@ -16,6 +16,6 @@ pub mod types;
 pub use command::*;
 pub use config::{ConfigError, EngineConfig, WritePolicyKind};
 pub use engine::{
-    ChangeError, CriticalityError, Engine, EngineError, LogPosition, RecoveredSlot, RecoveryError,
-    Retuned, Stats, VolumeCounts,
+    log_write_pages_max, ChangeError, CriticalityError, Engine, EngineError, LogPosition,
+    RecoveredSlot, RecoveryError, Retuned, Stats, VolumeCounts,
 };

@@ -39,6 +39,7 @@ pub use errors::{DrainError, RequestError, StartError};
 mod flusher;
 mod log;
 mod pool;
+mod submit;
 pub use data_path::DataPath;
 mod frees;
 mod gate;
@@ -554,58 +555,6 @@ impl Driver {
             .backings
             .get(volume.0 as usize)
             .map(|d| d.dev.len_bytes())
-    }
-
-    /// Runs one request to its response; blocks. Safe to call from many threads.
-    pub fn submit(
-        &self,
-        volume: VolumeId,
-        kind: RequestKind,
-        offset_bytes: u64,
-        len_bytes: u64,
-        flags: RequestFlags,
-        payload: Payload<'_>,
-    ) -> Result<(), RequestError> {
-        let buf = match (kind, payload) {
-            (RequestKind::Read, Payload::Read(b)) if b.len() as u64 == len_bytes => BufPtr {
-                ptr: b.as_mut_ptr(),
-                len: b.len(),
-            },
-            (RequestKind::Write, Payload::Write(b)) if b.len() as u64 == len_bytes => BufPtr {
-                // Only ever read through (Source::Request); never written.
-                ptr: b.as_ptr() as *mut u8,
-                len: b.len(),
-            },
-            (RequestKind::Flush | RequestKind::Trim | RequestKind::WriteZeroes, Payload::None) => {
-                BufPtr::NONE
-            }
-            (kind, payload) => {
-                let payload_bytes = match payload {
-                    Payload::None => 0,
-                    Payload::Write(b) => b.len(),
-                    Payload::Read(b) => b.len(),
-                };
-                return Err(RequestError::PayloadLength {
-                    kind,
-                    len_bytes,
-                    payload_bytes,
-                });
-            }
-        };
-        let id = RequestId(self.shared.next_request.fetch_add(1, Ordering::Relaxed));
-        let request = Request {
-            id,
-            volume,
-            kind,
-            offset_bytes,
-            len_bytes,
-            flags,
-        };
-        self.shared
-            .counters
-            .requests
-            .fetch_add(1, Ordering::Relaxed);
-        WAITER.with(|waiter| self.shared.run_request(request, buf, waiter))
     }
 
     pub fn read(

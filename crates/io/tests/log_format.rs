@@ -511,3 +511,42 @@ fn a_stale_batch_of_an_earlier_run_is_not_read_as_the_next_one() {
     assert_pages(&cache, 0, 4, 4);
     cache.close().expect("close");
 }
+
+/// A write larger than the log takes at once (a quarter of its ring: here
+/// about 120 pages) runs in pieces instead of being refused; so does a
+/// write of zeroes; both at offsets that are not page-aligned.
+#[test]
+fn a_write_larger_than_the_log_takes_at_once_runs_in_pieces() {
+    let d = Dir::new();
+    let cfg = config(&d.path("cache.img"), &d.path("b.img"), true);
+    let cache = Cache::open(&cfg).expect("format");
+    let v = &cache.volumes()[0];
+    let (at, len) = (3 * PAGE_BYTES + 100, (1 << 20) + 333);
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 + 13) as u8).collect();
+    v.write(at, &data, false)
+        .expect("a 1 MiB write on a 2 MiB log cache");
+    let mut back = vec![0u8; len as usize];
+    v.read(at, &mut back).expect("read");
+    assert!(back == data, "the write reads back whole");
+    // Zeroes over 600,000 bytes in the middle of it: more than a piece.
+    let (zat, zlen) = (at + 5000, 600_000u64);
+    v.write_zeroes(zat, zlen, false).expect("zeroes");
+    let mut z = vec![1u8; zlen as usize];
+    v.read(zat, &mut z).expect("read zeroes");
+    assert!(z.iter().all(|&b| b == 0), "zeroes read back");
+    let mut around = vec![0u8; 100];
+    v.read(zat - 100, &mut around)
+        .expect("read before the zeroes");
+    assert!(
+        around == data[4900..5000],
+        "the bytes before the zeroes kept"
+    );
+    v.read(zat + zlen, &mut around)
+        .expect("read after the zeroes");
+    let from = (zat + zlen - at) as usize;
+    assert!(
+        around == data[from..from + 100],
+        "the bytes after the zeroes kept"
+    );
+    cache.close().expect("close");
+}

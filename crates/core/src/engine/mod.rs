@@ -32,7 +32,7 @@ mod write_path;
 
 pub use change::{ChangeError, Retuned};
 pub use criticality::{CriticalityError, ISSUERS_MAX, ISSUER_UNTAGGED};
-pub use log::LogPosition;
+pub use log::{log_write_pages_max, LogPosition};
 pub use stats::{Stats, VolumeCounts};
 
 use crate::command::*;

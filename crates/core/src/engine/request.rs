@@ -83,6 +83,15 @@ impl Engine {
         }
     }
 
+    /// The most pages one write may cover in log mode
+    /// (`log_write_pages_max`); None where the cache's size is the bound.
+    /// A front end splits a larger write (`Driver::submit` does).
+    pub fn write_pages_max(&self) -> Option<u64> {
+        self.log
+            .as_ref()
+            .map(|_| log_write_pages_max(self.slots.len() as u64))
+    }
+
     /// A write the cache could never take at once is refused.
     fn check_write_size(&self, req: &Request) -> Result<(), SubmitError> {
         let pages = self.pages_of(req.offset_bytes, req.len_bytes);
@@ -92,12 +101,13 @@ impl Engine {
                 slots: self.slots.len() as u64,
             });
         }
-        let log_max = self.slots.len() as u64 / 4;
-        if self.log.is_some() && pages > log_max {
-            return Err(SubmitError::LargerThanLog {
-                pages,
-                pages_max: log_max,
-            });
+        if let Some(log_max) = self.write_pages_max() {
+            if pages > log_max {
+                return Err(SubmitError::LargerThanLog {
+                    pages,
+                    pages_max: log_max,
+                });
+            }
         }
         match &self.journal {
             Some(j) if pages > j.limit() => Err(SubmitError::LargerThanJournal {

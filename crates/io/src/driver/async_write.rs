@@ -126,11 +126,15 @@ impl Shared {
     /// A write of `len` bytes started with `write_async` returns before its
     /// device write: on io_uring (`Uring::takes`), and in format 3, where
     /// the batch it joins is written by a pool thread, which answers it;
-    /// except FUA under persist-on-flush, whose flush runs on the caller.
+    /// except FUA under persist-on-flush, whose flush runs on the caller,
+    /// and a write larger than the engine takes at once.
     pub(super) fn takes_async(&self, len: usize, fua: bool) -> bool {
         let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
         if self.log.is_some() {
-            return !(persist_on_flush && fua);
+            // A write larger than the engine takes at once runs in pieces
+            // on the caller (`Driver::submit`).
+            let too_large = self.write_bytes_max().is_some_and(|m| len as u64 > m);
+            return !(too_large || persist_on_flush && fua);
         }
         uring::takes(self.uring.as_ref(), len, fua, persist_on_flush)
     }

@@ -23,6 +23,13 @@ const SPARE_SLOTS: u64 = 2;
 /// Pages a batch takes at most (4 MiB of 4 KiB pages), and at most a
 /// quarter of the ring.
 const BATCH_PAGES_MAX: u32 = 1024;
+
+/// The most pages one write may cover on a log of `ring_slots` slots: a
+/// quarter of the ring (a write reserves two slots a page and a header,
+/// beside the room kept ahead of the head).
+pub fn log_write_pages_max(ring_slots: u64) -> u64 {
+    (ring_slots / 4).max(1)
+}
 /// The share of the ring the destage rate lets dirty pages fill (its
 /// thresholds are shares of this): the rest holds stale versions until the
 /// tail passes them. With a dirty share u of the ring overwritten at
