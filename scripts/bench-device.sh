@@ -131,9 +131,11 @@ wc_start() { # target job
     local args=$WCACHE_ARGS backing=$WORK/backing.img bin=$WCACHE cache=$WORK/cache-$1.img
     [ "$1" = wcache-b ] && args=$WCACHE_B_ARGS && backing=$WORK/backing-b.img && bin=$WCACHE_B
     [ "$1" = wcache-b ] && [ -n "$LOOP_B" ] && cache=$LOOP_B
+    # Write-back unless the arguments name a policy.
+    case " $args " in *" --write-policy "*) ;; *) args="--write-policy write-back $args" ;; esac
     # shellcheck disable=SC2086
     "$bin" serve --socket "$WORK/$1.sock" --cache "$cache" --cache-size "$CACHE_SIZE" \
-        --backing "$backing" --write-policy write-back $args >"$WORK/$1-$2.log" 2>&1 &
+        --backing "$backing" $args >"$WORK/$1-$2.log" 2>&1 &
     WC_PID=$!
     SERVER_PID[$1]=$WC_PID
     wait_socket "$WORK/$1.sock"
