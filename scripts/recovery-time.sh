@@ -9,13 +9,14 @@
 #        EXTRA=SIZE: then write SIZE more (over the start, ending with a
 #        FLUSH) before the kill: format 3's log after its last checkpoint,
 #        up to the checkpoint's interval (a 16th of the ring);
+#        WCACHE_BIN: another build of wcache;
 #        needs fio, bc, root for drop_caches)
 set -uo pipefail
 FMT=$1; CS=$2; WS=$3
 D=${DIR:-/var/tmp/wcache-recovery}; mkdir -p "$D"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 (cd "$ROOT" && cargo build --release -q -p wcache-cli)
-W=$ROOT/target/release/wcache
+W=${WCACHE_BIN:-$ROOT/target/release/wcache}
 rm -f $D/c.img $D/b.img $D/s.sock $D/s.ctl
 truncate -s 32G $D/b.img
 ARGS="--socket $D/s.sock --cache $D/c.img --cache-size $CS --backing $D/b.img --backing-size 32G --write-policy write-back --cache-format $FMT --persist-on-flush --low-threshold 99 --high-threshold 100 --max-dirty-age 0 --idle-after 1h"
