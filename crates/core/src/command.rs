@@ -164,6 +164,18 @@ pub enum IoCommand {
         patch: Patch,
         record: SlotRecord,
     },
+    /// Log mode, inside a `WriteBatch`: `count` whole pages of one request
+    /// (or zeros), an extent end to end: page `i` goes to slot
+    /// `first_slot + i` (consecutive, not passing the ring's end), comes
+    /// from `src` at `i` pages on, and is recorded as `first`'s page plus
+    /// `i` with version number `first.seq + i`. One completion for all.
+    WritePages {
+        io: IoId,
+        first_slot: SlotIndex,
+        count: u32,
+        first: SlotRecord,
+        src: Source,
+    },
     /// Persistent caches: durably mark these slots free (their records no
     /// longer name any page); the engine reuses them only after this completes.
     /// Every slot whose record is dirty leaves through here before reuse; only
@@ -290,6 +302,7 @@ impl IoCommand {
             | IoCommand::AdvanceLog { io, .. }
             | IoCommand::LogCheckpoint { io, .. } => io,
             IoCommand::WritePage { io, .. }
+            | IoCommand::WritePages { io, .. }
             | IoCommand::ReadPage { io, .. }
             | IoCommand::ReadBacking { io, .. }
             | IoCommand::WriteBacking { io, .. }
@@ -299,5 +312,126 @@ impl IoCommand {
             | IoCommand::Retire { io, .. }
             | IoCommand::FreeSlots { io, .. } => io,
         }
+    }
+
+    /// The pages a `WritePage` (one) or `WritePages` (each of its run)
+    /// writes, one by one, as `WritePage`s would; none for other commands.
+    pub fn page_writes(&self, page_size_bytes: u32) -> PageWrites<'_> {
+        let count = match self {
+            IoCommand::WritePage { .. } => 1,
+            IoCommand::WritePages { count, .. } => *count,
+            _ => 0,
+        };
+        PageWrites {
+            cmd: self,
+            page_size_bytes,
+            next: 0,
+            count,
+        }
+    }
+
+    /// How many pages `page_writes` gives.
+    pub fn page_count(&self) -> u32 {
+        match self {
+            IoCommand::WritePage { .. } => 1,
+            IoCommand::WritePages { count, .. } => *count,
+            _ => 0,
+        }
+    }
+}
+
+/// One page of a `WritePage` or `WritePages` (`IoCommand::page_writes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageWrite {
+    pub io: IoId,
+    pub slot: SlotIndex,
+    pub base: PageBase,
+    pub patch: Patch,
+    pub record: SlotRecord,
+}
+
+impl PageWrite {
+    /// The `WritePage` that writes this page alone.
+    pub fn command(&self) -> IoCommand {
+        IoCommand::WritePage {
+            io: self.io,
+            slot: self.slot,
+            base: self.base,
+            patch: self.patch,
+            record: self.record,
+        }
+    }
+}
+
+/// The iterator of `IoCommand::page_writes`.
+pub struct PageWrites<'a> {
+    cmd: &'a IoCommand,
+    page_size_bytes: u32,
+    next: u32,
+    count: u32,
+}
+
+impl Iterator for PageWrites<'_> {
+    type Item = PageWrite;
+
+    fn next(&mut self) -> Option<PageWrite> {
+        if self.next == self.count {
+            return None;
+        }
+        let i = self.next;
+        self.next += 1;
+        Some(match *self.cmd {
+            IoCommand::WritePage {
+                io,
+                slot,
+                base,
+                patch,
+                record,
+            } => PageWrite {
+                io,
+                slot,
+                base,
+                patch,
+                record,
+            },
+            IoCommand::WritePages {
+                io,
+                first_slot,
+                first,
+                src,
+                ..
+            } => {
+                let at = i as u64 * self.page_size_bytes as u64;
+                let src = match src {
+                    Source::Request { req, offset_bytes } => Source::Request {
+                        req,
+                        offset_bytes: offset_bytes + at,
+                    },
+                    Source::Zero => Source::Zero,
+                };
+                let page = PageIndex(first.key.page().0 + i as u64);
+                PageWrite {
+                    io,
+                    slot: SlotIndex(first_slot.0 + i),
+                    base: PageBase::None,
+                    patch: Patch {
+                        page_offset_bytes: 0,
+                        len_bytes: self.page_size_bytes,
+                        src,
+                    },
+                    record: SlotRecord {
+                        key: PageKey::new(first.key.volume(), page),
+                        seq: first.seq + i as u64,
+                        dirty: first.dirty,
+                    },
+                }
+            }
+            _ => unreachable!("only page writes have pages"),
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = (self.count - self.next) as usize;
+        (n, Some(n))
     }
 }

@@ -509,6 +509,10 @@ fn names(cmd: &IoCommand) -> Option<u64> {
                 },
             ..
         }
+        | IoCommand::WritePages {
+            src: Source::Request { req, .. },
+            ..
+        }
         | IoCommand::WriteBacking {
             src: Source::Request { req, .. },
             ..

@@ -1356,6 +1356,7 @@ impl Shared {
         match &job.cmd {
             IoCommand::FreeSlots { .. }
             | IoCommand::WritePage { .. }
+            | IoCommand::WritePages { .. }
             | IoCommand::WriteBatch { .. } => {
                 unreachable!("page writes and frees run in batches (execute_write_batch, log.rs)")
             }
@@ -1514,6 +1515,10 @@ fn command_request(cmd: &IoCommand) -> Option<RequestId> {
             Source::Request { req, .. } => Some(req),
             Source::Zero => None,
         },
+        IoCommand::WritePages { src, .. } => match src {
+            Source::Request { req, .. } => Some(*req),
+            Source::Zero => None,
+        },
         IoCommand::WriteBacking { src, .. } => match src {
             Source::Request { req, .. } => Some(*req),
             Source::Zero => None,
@@ -1549,31 +1554,4 @@ fn is_batched(job: &Job) -> bool {
         job.cmd,
         IoCommand::WritePage { .. } | IoCommand::FreeSlots { .. }
     )
-}
-
-/// The slot of a batched page write (`batch[i]`).
-fn batch_slot(batch: &[Job], i: u32) -> u32 {
-    match &batch[i as usize].cmd {
-        IoCommand::WritePage { slot, .. } => slot.0,
-        _ => unreachable!("only page writes have data"),
-    }
-}
-
-/// The request bytes of a whole-page write.
-///
-/// # Safety
-/// The request owning the job's buffer must be in flight.
-unsafe fn whole_page(job: &Job, page_size_bytes: u64) -> &[u8] {
-    let IoCommand::WritePage {
-        patch:
-            wcache_core::Patch {
-                src: Source::Request { offset_bytes, .. },
-                ..
-            },
-        ..
-    } = &job.cmd
-    else {
-        unreachable!("whole pages come from a request");
-    };
-    job.buf.slice(*offset_bytes, page_size_bytes as usize)
 }

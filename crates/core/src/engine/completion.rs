@@ -105,6 +105,16 @@ impl Engine {
                 self.complete_fill(req, slot, old, undo, through, result);
                 req
             }
+            IoCtx::FillRun {
+                req,
+                through,
+                fills,
+            } => {
+                for f in fills {
+                    self.complete_fill(req, f.slot, f.old, f.undo, through, result);
+                }
+                req
+            }
             IoCtx::InsertFill { req, slot } => {
                 self.complete_insert_fill(slot, result);
                 req

@@ -116,6 +116,7 @@ impl Engine {
             c.live += 1;
             let req = match ctx {
                 IoCtx::Fill { req, .. }
+                | IoCtx::FillRun { req, .. }
                 | IoCtx::InsertFill { req, .. }
                 | IoCtx::ReadSlot { req, .. }
                 | IoCtx::ReadBacking { req, .. } => Some(*req),

@@ -251,7 +251,23 @@ struct Undo {
     through_clean: bool,
 }
 
+/// One page of a `FillRun`: its new version, the version it supersedes,
+/// and what to undo if the write fails.
+#[derive(Clone, Copy)]
+struct FillPage {
+    slot: SlotIndex,
+    old: Option<(SlotIndex, SlotState)>,
+    undo: Undo,
+}
+
 enum IoCtx {
+    /// Log mode: whole pages of one write in consecutive slots (one
+    /// `WritePages`), each completed as a `Fill` of its own would be.
+    FillRun {
+        req: u32,
+        through: bool,
+        fills: Vec<FillPage>,
+    },
     Fill {
         req: u32,
         slot: SlotIndex,

@@ -293,10 +293,14 @@ impl Engine {
                 // Were its cache write to fail, the page was clean before:
                 // undoing the version takes it out of the dirty set again.
                 for ctx in self.ios.iter_mut() {
-                    if let IoCtx::Fill { slot: s, undo, .. } = ctx {
-                        if *s == slot {
-                            undo.made_dirty = true;
+                    match ctx {
+                        IoCtx::Fill { slot: s, undo, .. } if *s == slot => undo.made_dirty = true,
+                        IoCtx::FillRun { fills, .. } => {
+                            for f in fills.iter_mut().filter(|f| f.slot == slot) {
+                                f.undo.made_dirty = true;
+                            }
                         }
+                        _ => {}
                     }
                 }
             }

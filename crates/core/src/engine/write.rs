@@ -139,18 +139,15 @@ impl Engine {
                 pages += 1;
                 let key = PageKey::new(vol, piece.page);
                 self.writes.written(key);
-                if self.page_dirty(key) {
+                let cur = self.slots.lookup(key);
+                if self.slot_dirty(cur) {
                     hits += 1;
-                    if self
-                        .slots
-                        .lookup(key)
-                        .is_some_and(|s| self.slots.has(s, FLAG_DESTAGING))
-                    {
+                    if cur.is_some_and(|s| self.slots.has(s, FLAG_DESTAGING)) {
                         self.stats.write_page_hits_destaging += 1;
                     }
                     page_hit = true;
                 }
-                self.issue_write_piece(ri, piece, through);
+                self.issue_write_piece_at(ri, piece, through, cur);
             }
             self.dirty
                 .set_group_flags(self.slots.keys(), gkey, E_SEQUENTIAL, sequential);
@@ -285,13 +282,16 @@ impl Engine {
     /// The page's latest version is newer than the backing (it is in the
     /// dirty set): its current slot is dirty, or being filled to be dirty.
     pub(super) fn page_dirty(&self, key: PageKey) -> bool {
-        self.slots
-            .lookup(key)
-            .is_some_and(|s| match self.slots.state(s) {
-                SlotState::Dirty => true,
-                SlotState::Filling => !self.slots.has(s, FLAG_FILL_CLEAN),
-                _ => false,
-            })
+        self.slot_dirty(self.slots.lookup(key))
+    }
+
+    /// `page_dirty` of the page whose current slot is `cur`.
+    fn slot_dirty(&self, cur: Option<SlotIndex>) -> bool {
+        cur.is_some_and(|s| match self.slots.state(s) {
+            SlotState::Dirty => true,
+            SlotState::Filling => !self.slots.has(s, FLAG_FILL_CLEAN),
+            _ => false,
+        })
     }
 
     /// Write one page version into a fresh slot (copy-on-write), or wait for
@@ -299,10 +299,21 @@ impl Engine {
     /// when the version is issued, so a deferred piece sees the page as the
     /// earlier write left it (written, or reverted after an error).
     pub(super) fn issue_write_piece(&mut self, ri: u32, piece: PagePiece, through: bool) {
-        let r = self.req(ri);
-        let (vol, id, kind) = (r.volume, r.id, r.kind);
+        let key = PageKey::new(self.req(ri).volume, piece.page);
+        self.issue_write_piece_at(ri, piece, through, self.slots.lookup(key));
+    }
+
+    /// `issue_write_piece`, the page's current slot `cur` looked up.
+    fn issue_write_piece_at(
+        &mut self,
+        ri: u32,
+        piece: PagePiece,
+        through: bool,
+        cur: Option<SlotIndex>,
+    ) {
+        let vol = self.req(ri).volume;
         let key = PageKey::new(vol, piece.page);
-        let cur = self.slots.lookup(key);
+        debug_assert_eq!(cur, self.slots.lookup(key));
         if let Some(c) = cur {
             if self.slots.state(c) == SlotState::Filling {
                 self.req_mut(ri).pending += 1;
@@ -321,7 +332,7 @@ impl Engine {
         // backing, or an older version of it is being destaged: that destage
         // could land after this write's backing write, so this version stays
         // dirty and is destaged after it (destages of a page go in order).
-        let dirty_before = self.page_dirty(key);
+        let dirty_before = self.slot_dirty(cur);
         let through_clean = through && !dirty_before;
         let clean = through_clean && !self.older_version_destaging(key);
         let undo = Undo {
@@ -344,18 +355,41 @@ impl Engine {
         if node != NO_NODE {
             self.ordered_version(node, slot);
         }
-        let src = if kind == RequestKind::WriteZeroes {
-            Source::Zero
-        } else {
-            Source::Request {
-                req: id,
-                offset_bytes: piece.req_offset_bytes,
-            }
-        };
-        self.req_mut(ri).pending += 1;
         if through {
             self.req_mut(ri).finalize.push(slot);
         }
+        let fill = FillPage { slot, old, undo };
+        self.push_version(ri, (piece, base), fill, through);
+    }
+
+    /// The command that writes page version `fill` of write `ri`: it joins
+    /// the batch's run of the write's pages where it continues one (log
+    /// mode), else it is a page write of its own.
+    fn push_version(
+        &mut self,
+        ri: u32,
+        (piece, base): (PagePiece, PageBase),
+        fill: FillPage,
+        through: bool,
+    ) {
+        let r = self.req(ri);
+        let key = PageKey::new(r.volume, piece.page);
+        let src = if r.kind == RequestKind::WriteZeroes {
+            Source::Zero
+        } else {
+            Source::Request {
+                req: r.id,
+                offset_bytes: piece.req_offset_bytes,
+            }
+        };
+        // Write-through versions are recorded dirty too: the backing may miss
+        // the write if the host crashes before it completes.
+        let record = self.record(key, true);
+        if base == PageBase::None && self.log_extend_run(ri, through, fill, src, record) {
+            return;
+        }
+        let FillPage { slot, old, undo } = fill;
+        self.req_mut(ri).pending += 1;
         let io = self.new_io(IoCtx::Fill {
             req: ri,
             slot,
@@ -363,9 +397,6 @@ impl Engine {
             undo,
             through,
         });
-        // Write-through versions are recorded dirty too: the backing may miss
-        // the write if the host crashes before it completes.
-        let record = self.record(key, true);
         self.push_page_write(IoCommand::WritePage {
             io,
             slot,

@@ -20,6 +20,17 @@ pub fn accesses(cmd: &IoCommand, page_size_bytes: u64) -> (Access, Option<Access
         IoCommand::FreeSlots { .. }
         | IoCommand::AdvanceLog { .. }
         | IoCommand::LogCheckpoint { .. } => (record_access(cmd), None),
+        IoCommand::WritePages {
+            first_slot, count, ..
+        } => (
+            access(
+                Target::Slots,
+                true,
+                first_slot.0 as u64 * p,
+                *count as u64 * p,
+            ),
+            None,
+        ),
         IoCommand::WritePage { slot, base, .. } => {
             let write = access(Target::Slots, true, slot.0 as u64 * p, p);
             match *base {

@@ -5,6 +5,7 @@
 //! written over — so a batch that landed after a torn one is never found.
 
 use super::*;
+use crate::command::PageWrite;
 use crate::engine::LogPosition;
 
 /// A batch header that landed with its whole payload: what its checksum
@@ -51,6 +52,13 @@ impl<T: Unit> Reference<T> {
         };
         let upp = self.units_per_page;
         let n = self.payload_slots(*header, *next_header);
+        let pages: Vec<PageWrite> = pages
+            .iter()
+            .flat_map(|p| {
+                assert!(p.page_count() > 0, "a batch's pages are page writes");
+                p.page_writes(self.page_bytes())
+            })
+            .collect();
         assert!(pages.len() <= n, "a batch's pages fit between its headers");
         let whole = partial.units >= (1 + n) * upp;
         if partial.units > 0 {
@@ -59,20 +67,15 @@ impl<T: Unit> Reference<T> {
             h.record = None;
             h.header = None;
         }
-        let payload = self.land_payload(cmd, n, partial.units.saturating_sub(upp), whole, bufs);
+        let landed = partial.units.saturating_sub(upp);
+        let payload = self.land_payload((header.0, &pages), n, landed, whole, bufs);
         if !whole {
             return;
         }
         for free in frees {
             self.apply_partial(free, Partial::ALL, bufs);
         }
-        let versions = pages
-            .iter()
-            .map(|p| match p {
-                IoCommand::WritePage { slot, record, .. } => (slot.0, *record),
-                _ => unreachable!("a batch's pages are page writes"),
-            })
-            .collect();
+        let versions = pages.iter().map(|p| (p.slot.0, p.record)).collect();
         let frees = frees
             .iter()
             .flat_map(|f| match f {
@@ -94,33 +97,28 @@ impl<T: Unit> Reference<T> {
     /// slot with the data sum it then holds.
     fn land_payload(
         &mut self,
-        cmd: &IoCommand,
+        (header, pages): (u32, &[PageWrite]),
         n: usize,
         mut units: usize,
         whole: bool,
         bufs: &mut impl RequestBuffers<T>,
     ) -> Vec<(u32, u64)> {
-        let IoCommand::WriteBatch { header, pages, .. } = cmd else {
-            unreachable!("a batch");
-        };
         let (upp, ring) = (self.units_per_page, self.slots.len() as u32);
         let zeros = vec![T::ZERO; upp];
         let mut payload = Vec::with_capacity(n);
         for i in 0..n {
             let landed = units.min(upp);
             units -= landed;
-            let slot = (header.0 + 1 + i as u32) % ring;
+            let slot = (header + 1 + i as u32) % ring;
             match pages.get(i) {
                 Some(page) => {
-                    let IoCommand::WritePage { slot: s, .. } = page else {
-                        unreachable!("a batch's pages are page writes");
-                    };
+                    let s = page.slot;
                     assert_eq!(s.0, slot, "a batch's pages follow its header in order");
                     let part = Partial {
                         units: landed,
                         record: whole,
                     };
-                    self.apply_partial(page, part, bufs);
+                    self.apply_partial(&page.command(), part, bufs);
                 }
                 None if landed > 0 => {
                     self.land(slot, &zeros, landed);

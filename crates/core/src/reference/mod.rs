@@ -221,6 +221,11 @@ impl<T: Unit> Reference<T> {
         self.units_per_page
     }
 
+    /// The bytes of a page.
+    pub(crate) fn page_bytes(&self) -> u32 {
+        (self.units_per_page as u64 * self.unit_bytes) as u32
+    }
+
     fn units(&self, bytes: u64) -> usize {
         debug_assert_eq!(bytes % self.unit_bytes, 0, "whole units");
         (bytes / self.unit_bytes) as usize
@@ -336,6 +341,7 @@ impl<T: Unit> Reference<T> {
         match cmd {
             IoCommand::FreeSlots { slots, .. } => slots.len(),
             IoCommand::WritePage { .. } => self.units_per_page,
+            IoCommand::WritePages { count, .. } => *count as usize * self.units_per_page,
             IoCommand::WriteBacking { len_bytes, .. } => self.units(*len_bytes),
             IoCommand::Destage { slots, .. } | IoCommand::Stage { slots, .. } => {
                 slots.len() * self.units_per_page
@@ -359,6 +365,26 @@ impl<T: Unit> Reference<T> {
         self.apply_partial(cmd, Partial::ALL, bufs);
     }
 
+    /// `apply_partial` of a `WritePages`: page by page, in order (a torn
+    /// write lands a prefix).
+    fn apply_pages_partial(
+        &mut self,
+        cmd: &IoCommand,
+        partial: Partial,
+        bufs: &mut impl RequestBuffers<T>,
+    ) {
+        let mut units = partial.units;
+        for page in cmd.page_writes(self.page_bytes()) {
+            let landed = units.min(self.units_per_page);
+            units -= landed;
+            let part = Partial {
+                units: landed,
+                record: partial.record,
+            };
+            self.apply_partial(&page.command(), part, bufs);
+        }
+    }
+
     /// Perform what `partial` says landed of `cmd` (a command in flight at a
     /// crash). Reads change nothing on a device, so they are skipped unless
     /// complete.
@@ -371,6 +397,7 @@ impl<T: Unit> Reference<T> {
         let upp = self.units_per_page;
         let complete = partial == Partial::ALL;
         match cmd {
+            IoCommand::WritePages { .. } => self.apply_pages_partial(cmd, partial, bufs),
             IoCommand::WritePage {
                 slot,
                 base,

@@ -75,22 +75,34 @@ impl Bench {
         byte: u8,
         issuer: u32,
     ) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
         let len = match kind {
             RequestKind::Write | RequestKind::Read => PAGE,
             _ => 0,
         };
-        if len > 0 {
-            // A write's bytes, or the stale contents of a read's buffer.
-            self.bufs.insert(id, vec![byte; PAGE as usize]);
+        self.submit_range(volume, kind, (page * PAGE, len), byte, issuer)
+    }
+
+    /// A request of `len` bytes at `offset` (a write's bytes, or the stale
+    /// contents of a read's buffer, all `byte`).
+    pub fn submit_range(
+        &mut self,
+        volume: u16,
+        kind: RequestKind,
+        (offset_bytes, len_bytes): (u64, u64),
+        byte: u8,
+        issuer: u32,
+    ) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        if matches!(kind, RequestKind::Write | RequestKind::Read) {
+            self.bufs.insert(id, vec![byte; len_bytes as usize]);
         }
         let req = Request {
             id: RequestId(id),
             volume: VolumeId(volume),
             kind,
-            offset_bytes: page * PAGE,
-            len_bytes: len,
+            offset_bytes,
+            len_bytes,
             flags: RequestFlags {
                 sync: true,
                 issuer,

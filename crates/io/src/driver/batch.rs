@@ -423,3 +423,30 @@ impl Shared {
         Ok(())
     }
 }
+
+/// The slot of a batched page write (`batch[i]`).
+pub(super) fn batch_slot(batch: &[Job], i: u32) -> u32 {
+    match &batch[i as usize].cmd {
+        IoCommand::WritePage { slot, .. } => slot.0,
+        _ => unreachable!("only page writes have data"),
+    }
+}
+
+/// The request bytes of a whole-page write.
+///
+/// # Safety
+/// The request owning the job's buffer must be in flight.
+pub(super) unsafe fn whole_page(job: &Job, page_size_bytes: u64) -> &[u8] {
+    let IoCommand::WritePage {
+        patch:
+            wcache_core::Patch {
+                src: Source::Request { offset_bytes, .. },
+                ..
+            },
+        ..
+    } = &job.cmd
+    else {
+        unreachable!("whole pages come from a request");
+    };
+    job.buf.slice(*offset_bytes, page_size_bytes as usize)
+}

@@ -109,9 +109,10 @@ impl Shared {
         let log = self.log.as_ref().expect("log mode has a log writer");
         let p = self.page_size_bytes as usize;
         let n = log.payload_slots(*header, *next_header);
-        let holes = n - pages.len();
+        let built: usize = pages.iter().map(|c| c.page_count() as usize).sum();
+        let holes = n - built;
         let buf = buf.get((1 + n) * p);
-        buf[(1 + pages.len()) * p..].fill(0);
+        buf[(1 + built) * p..].fill(0);
         let persist_on_flush = self.persist_on_flush.load(Ordering::Relaxed);
         let large = self.batch_goes_direct(buf.len(), persist_on_flush);
         let (extents, failed) = self.build_batch_pages(job, pages, &mut buf[p..], scratch);
@@ -132,10 +133,10 @@ impl Shared {
             extents,
             frees,
         };
-        let (head, built) = buf.split_at_mut(p);
-        let mut slices = self.batch_slices(job, pages, built);
+        let (head, payload) = buf.split_at_mut(p);
+        let mut slices = self.batch_slices(job, pages, payload);
         if holes > 0 {
-            slices.push(&built[pages.len() * p..]);
+            slices.push(&payload[built * p..]);
         }
         let mut result = log.write_batch(header.0, &head_of, head, &slices, large);
         self.counters
@@ -165,7 +166,8 @@ impl Shared {
     /// Builds each page of the batch in `out` (one page each, in order) and
     /// returns the extents they make; a page whose base cannot be read is
     /// zeros in a hole (recovery skips it: it must not pass for a newer
-    /// version of its page) and is returned with its error.
+    /// version of its page) and is returned with its error. A run of whole
+    /// pages from its request's buffer (`WritePages`) is not copied.
     fn build_batch_pages(
         &self,
         job: &Job,
@@ -176,82 +178,61 @@ impl Shared {
         let p = self.page_size_bytes as usize;
         let mut extents: Vec<Extent> = Vec::new();
         let mut failed = Vec::new();
-        for (i, cmd) in pages.iter().enumerate() {
-            let IoCommand::WritePage {
-                io,
-                base,
-                patch,
-                record,
-                ..
-            } = cmd
-            else {
-                unreachable!("a batch's pages are WritePages");
-            };
-            let page = &mut out[i * p..(i + 1) * p];
-            let built = if self.request_page(job, i, patch).is_some() {
-                Ok(()) // written from the request's buffer (`batch_slices`)
-            } else {
-                self.build_page(job.bufs[i], base, patch, page, &mut scratch.bounce)
-            };
-            let hole = match built {
-                Ok(()) => false,
-                Err((e, side)) => {
-                    page.fill(0);
-                    failed.push((*io, self.io_fail(&e, side.unwrap_or(true))));
-                    true
-                }
-            };
-            let (volume, first_page) = (record.key.volume(), record.key.page());
-            let next = Extent {
-                volume,
-                first_page,
-                pages: 1,
-                first_seq: record.seq,
-                dirty: record.dirty && !hole,
-                hole,
-            };
-            match extents.last_mut() {
-                Some(e) if e.hole && hole => e.pages += 1,
-                Some(e)
-                    if !e.hole
-                        && !hole
-                        && e.dirty == next.dirty
-                        && e.volume == volume
-                        && e.first_page.0 + e.pages as u64 == first_page.0
-                        && e.first_seq + e.pages as u64 == record.seq =>
-                {
-                    e.pages += 1
-                }
-                _ => extents.push(next),
+        let mut i = 0;
+        for (c, cmd) in pages.iter().enumerate() {
+            debug_assert!(cmd.page_count() > 0, "a batch's pages are page writes");
+            let from_request = self.request_run(job, c, cmd).is_some();
+            for w in cmd.page_writes(p as u32) {
+                let page = &mut out[i * p..(i + 1) * p];
+                i += 1;
+                let built = if from_request {
+                    Ok(()) // written from the request's buffer (`batch_slices`)
+                } else {
+                    self.build_page(job.bufs[c], &w.base, &w.patch, page, &mut scratch.bounce)
+                };
+                let hole = match built {
+                    Ok(()) => false,
+                    Err((e, side)) => {
+                        page.fill(0);
+                        failed.push((w.io, self.io_fail(&e, side.unwrap_or(true))));
+                        true
+                    }
+                };
+                add_to_extents(&mut extents, &w.record, hole);
             }
         }
         (extents, failed)
     }
 
-    /// Page `i` of the batch as it is in its request's buffer, when the
-    /// write covers the whole page and the buffer suits the device (aligned
-    /// where it takes direct I/O).
-    fn request_page<'a>(
-        &self,
-        job: &'a Job,
-        i: usize,
-        patch: &wcache_core::Patch,
-    ) -> Option<&'a [u8]> {
+    /// The pages of the batch's `c`-th command as they are in its
+    /// request's buffer, when it covers them whole and the buffer suits the
+    /// device (aligned where it takes direct I/O).
+    fn request_run<'a>(&self, job: &'a Job, c: usize, cmd: &IoCommand) -> Option<&'a [u8]> {
         let p = self.page_size_bytes as usize;
-        let Source::Request { offset_bytes, .. } = patch.src else {
-            return None;
+        let (offset_bytes, len) = match *cmd {
+            IoCommand::WritePage { patch, .. } => match patch.src {
+                Source::Request { offset_bytes, .. }
+                    if patch.page_offset_bytes == 0 && patch.len_bytes as usize == p =>
+                {
+                    (offset_bytes, p)
+                }
+                _ => return None,
+            },
+            IoCommand::WritePages {
+                src: Source::Request { offset_bytes, .. },
+                count,
+                ..
+            } => (offset_bytes, count as usize * p),
+            _ => return None,
         };
-        if patch.page_offset_bytes != 0 || patch.len_bytes as usize != p {
-            return None;
-        }
         // SAFETY: the request is in flight (module header of driver.rs).
-        let data = unsafe { job.bufs[i].slice(offset_bytes, p) };
+        let data = unsafe { job.bufs[c].slice(offset_bytes, len) };
         let a = self.cache.dev.alignment_bytes();
-        (a <= 1 || is_aligned(data.as_ptr() as usize, 0, p, a)).then_some(data)
+        (a <= 1 || is_aligned(data.as_ptr() as usize, 0, len, a)).then_some(data)
     }
 
     /// The batch's pages as written: from the request's buffer where it
-    /// holds the whole page, else as built in `built`.
+    /// holds them whole (a run in one slice), else as built in `built`.
     fn batch_slices<'a>(
         &self,
         job: &'a Job,
@@ -259,14 +240,17 @@ impl Shared {
         built: &'a [u8],
     ) -> Vec<&'a [u8]> {
         let p = self.page_size_bytes as usize;
-        let page = |(i, cmd): (usize, &IoCommand)| {
-            let IoCommand::WritePage { patch, .. } = cmd else {
-                unreachable!("a batch's pages are WritePages");
-            };
-            self.request_page(job, i, patch)
-                .unwrap_or(&built[i * p..(i + 1) * p])
-        };
-        pages.iter().enumerate().map(page).collect()
+        let mut i = 0;
+        let mut slices = Vec::with_capacity(pages.len());
+        for (c, cmd) in pages.iter().enumerate() {
+            let n = cmd.page_count() as usize;
+            slices.push(
+                self.request_run(job, c, cmd)
+                    .unwrap_or(&built[i * p..(i + n) * p]),
+            );
+            i += n;
+        }
+        slices
     }
 
     /// `AdvanceLog` (every earlier write durable, then the log-start
@@ -281,5 +265,32 @@ impl Shared {
             } => log.checkpoint(position, entries),
             _ => unreachable!("a command that writes the log-start block"),
         }
+    }
+}
+
+/// Page `record` (a hole if its base could not be read) joins the last of
+/// `extents` when it continues it, else starts the next.
+fn add_to_extents(extents: &mut Vec<Extent>, record: &wcache_core::SlotRecord, hole: bool) {
+    let (volume, first_page) = (record.key.volume(), record.key.page());
+    match extents.last_mut() {
+        Some(e) if e.hole && hole => e.pages += 1,
+        Some(e)
+            if !e.hole
+                && !hole
+                && e.dirty == record.dirty
+                && e.volume == volume
+                && e.first_page.0 + e.pages as u64 == first_page.0
+                && e.first_seq + e.pages as u64 == record.seq =>
+        {
+            e.pages += 1
+        }
+        _ => extents.push(Extent {
+            volume,
+            first_page,
+            pages: 1,
+            first_seq: record.seq,
+            dirty: record.dirty && !hole,
+            hole,
+        }),
     }
 }

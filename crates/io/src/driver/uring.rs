@@ -21,7 +21,8 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use wcache_core::types::SlotIndex;
 use wcache_core::{IoCommand, IoError};
 
-use super::{batch_slot, whole_page, DataPath, DriverConfig, Job, Shared};
+use super::batch::{batch_slot, whole_page};
+use super::{DataPath, DriverConfig, Job, Shared};
 use crate::device::{
     is_aligned, AlignedBuf, BlockDevice, DeviceError, UringTarget, DIRECT_ALIGNMENT_BYTES,
     DIRECT_MIN_BYTES,

@@ -118,9 +118,10 @@ impl Engine {
             if let Some(s) = seq {
                 assert_eq!(open.seq, s, "log: the open batch's sequence number");
             }
-            let pages = open.pages.len();
+            let pages: u32 = open.pages.iter().map(IoCommand::page_count).sum();
+            assert_eq!(pages, open.built, "log: an open batch's pages miscounted");
             assert_eq!(
-                open.taken as usize, pages,
+                open.taken, pages,
                 "log: an open batch's slot has no page write"
             );
             for i in 1..=open.taken {

@@ -12,6 +12,7 @@ mod checkpoint;
 mod copy;
 mod reclaim;
 mod recovery;
+mod runs;
 
 /// Bytes of a batch header before its entries, and per entry (format 3).
 const HEADER_FIXED_BYTES: u64 = batch_header::FIXED_BYTES as u64;
@@ -80,6 +81,8 @@ struct Open {
     /// Slots taken after the header; each has its command in `pages` by
     /// the end of the engine step that took it.
     taken: u32,
+    /// Pages the commands in `pages` write (a `WritePages` writes several).
+    built: u32,
     extents: u64,
     free_slots: u64,
     /// The last page: (page key, seq, dirty), to tell whether the next one
@@ -305,6 +308,7 @@ impl Engine {
             pages: Vec::new(),
             frees: Vec::new(),
             taken: 0,
+            built: 0,
             extents: 0,
             free_slots: 0,
             last: None,
@@ -337,8 +341,7 @@ impl Engine {
             log.frees_due = false;
         }
         debug_assert_eq!(
-            open.taken as usize,
-            open.pages.len(),
+            open.taken, open.built,
             "every slot of a batch has its page write when it is sealed"
         );
         let next_header = SlotIndex(log.head);
@@ -390,9 +393,10 @@ impl Engine {
             .expect("the slot was taken in the open batch");
         debug_assert_eq!(
             slot.0 as u64,
-            (open.header as u64 + open.pages.len() as u64 + 1) % ring as u64,
+            (open.header as u64 + open.built as u64 + 1) % ring as u64,
             "a batch's pages follow its header in order"
         );
+        open.built += 1;
         let continues = open
             .last
             .is_some_and(|(k, q, d)| k + 1 == key && q + 1 == seq && d == dirty);
@@ -551,8 +555,14 @@ impl Engine {
     ) -> Result<(), EngineError> {
         // Each page's completion looks up the page its old version held.
         for &io in &ios {
-            if let Some(IoCtx::Fill { slot, .. }) = self.io_ctx(io) {
-                self.slots.prefetch(self.slots.key(*slot));
+            match self.io_ctx(io) {
+                Some(IoCtx::Fill { slot, .. }) => self.slots.prefetch(self.slots.key(*slot)),
+                Some(IoCtx::FillRun { fills, .. }) => {
+                    for f in fills {
+                        self.slots.prefetch(self.slots.key(f.slot));
+                    }
+                }
+                _ => {}
             }
         }
         for io in ios {
