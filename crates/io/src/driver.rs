@@ -44,7 +44,7 @@ pub use data_path::DataPath;
 mod frees;
 mod gate;
 mod waiter;
-use gate::FlushGate;
+use gate::Device;
 use waiter::{Waiter, WaiterState};
 mod uring;
 
@@ -252,11 +252,6 @@ struct Core {
     timer_armed: Option<Nanos>,
 }
 
-struct Device {
-    dev: Arc<dyn BlockDevice>,
-    gate: FlushGate,
-}
-
 /// A checkpoint command for a backing that keeps no journal (the cache
 /// lifecycle opens one for journaled write-back; the NVRAM journal is a
 /// simulator model).
@@ -296,6 +291,9 @@ struct Shared {
     store: Option<Arc<CacheStore>>,
     /// Format 3 (log mode; `store` is then None): batches and tail moves.
     log: Option<crate::store::LogWriter>,
+    /// Format 3: the buffer batches are built in, one for all threads
+    /// (batches go one at a time; `log.rs`).
+    batch_buf: Mutex<AlignedBuf>,
     /// Where slot 0's page lies on the cache device (0 without a store).
     data_offset_bytes: u64,
     backings: Vec<Device>,
@@ -464,21 +462,13 @@ impl Driver {
                 stopping: false,
             }),
             pool_ready: Condvar::new(),
-            cache: Device {
-                dev: cache,
-                gate: FlushGate::default(),
-            },
+            cache: Device::new(cache),
             data_offset_bytes: (store.as_ref().or(log.as_ref().map(|l| l.store())))
                 .map_or(0, |s| s.layout().data_offset_bytes),
             store,
             log,
-            backings: backings
-                .into_iter()
-                .map(|dev| Device {
-                    dev,
-                    gate: FlushGate::default(),
-                })
-                .collect(),
+            batch_buf: Mutex::new(AlignedBuf::new()),
+            backings: backings.into_iter().map(Device::new).collect(),
             page_size_bytes: page,
             origin: Instant::now(),
             next_request: AtomicU64::new(1),

@@ -3,9 +3,24 @@
 //! write durable share one `fdatasync` instead of queueing one each. It
 //! must never report a flush as done that started before the caller asked.
 
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::device::{BlockDevice, DeviceError};
+
+/// A device the driver writes, with its flush gate.
+pub(super) struct Device {
+    pub(super) dev: Arc<dyn BlockDevice>,
+    pub(super) gate: FlushGate,
+}
+
+impl Device {
+    pub(super) fn new(dev: Arc<dyn BlockDevice>) -> Device {
+        Device {
+            dev,
+            gate: FlushGate::default(),
+        }
+    }
+}
 
 /// Group commit: one device flush covers every write finished before it started.
 #[derive(Default)]
