@@ -26,8 +26,8 @@ pub mod store;
 
 pub use backings::open_backing;
 pub use cache::{
-    Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, EngineSource, Monitor,
-    OfflineConfig, Volume, VolumeSpec,
+    Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, EngineSource, FormatAsked,
+    Monitor, OfflineConfig, Volume, VolumeSpec,
 };
 pub use device::emulated::EmulatedDevice;
 pub use device::faulty::{FaultPlan, FaultyDevice};

@@ -15,7 +15,7 @@ use wcache_io::format::{EngineRecord, Superblock};
 use wcache_io::store::OpenError;
 use wcache_io::{
     Cache, CacheConfig, CacheDeviceSpec, CacheError, CacheStore, DriverConfig, EngineSource,
-    OfflineConfig, SyncMode, VolumeSpec,
+    FormatAsked, OfflineConfig, SyncMode, VolumeSpec,
 };
 
 const PAGE_BYTES: u64 = 4096;
@@ -55,6 +55,7 @@ fn config(cache: &Path, volumes: Vec<VolumeSpec>) -> CacheConfig {
         },
         block_size_bytes: 512,
         force: false,
+        format: FormatAsked::Found,
         volatile_write_back: false,
         backing_timeout: None,
     }
@@ -363,6 +364,7 @@ fn memory_cache_write_back_needs_the_benchmark_allowance() {
             backing: "mem:1M".into(),
             journal: None,
         }],
+        format: FormatAsked::Found,
         volatile_write_back,
         ..config(Path::new("unused"), Vec::new())
     };

@@ -18,7 +18,9 @@ use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::ops::client::{ClientError, ControlClient};
 use wcache_io::ops::control::{peer_allowed, ControlListener, ControlServer};
 use wcache_io::ops::protocol::{Request, REQUEST_BYTES_MAX};
-use wcache_io::{Cache, CacheConfig, CacheDeviceSpec, DriverConfig, SyncMode, VolumeSpec};
+use wcache_io::{
+    Cache, CacheConfig, CacheDeviceSpec, DriverConfig, FormatAsked, SyncMode, VolumeSpec,
+};
 
 const PAGE_BYTES: u64 = 4096;
 
@@ -51,6 +53,7 @@ fn open(dir: &Path, backing: &str) -> Cache {
         },
         block_size_bytes: 512,
         force: false,
+        format: FormatAsked::Found,
         volatile_write_back: false,
         backing_timeout: None,
     };

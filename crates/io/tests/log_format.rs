@@ -15,7 +15,8 @@ use wcache_io::format::log::{BatchHeader, FORMAT_VERSION_LOG};
 use wcache_io::format::Superblock;
 use wcache_io::store::OpenError;
 use wcache_io::{
-    Cache, CacheConfig, CacheDeviceSpec, CacheError, CacheStore, DriverConfig, SyncMode, VolumeSpec,
+    Cache, CacheConfig, CacheDeviceSpec, CacheError, CacheStore, DriverConfig, FormatAsked,
+    SyncMode, VolumeSpec,
 };
 
 const PAGE_BYTES: u64 = 4096;
@@ -52,6 +53,7 @@ fn config(cache: &Path, backing: &Path, log: bool) -> CacheConfig {
         },
         block_size_bytes: 512,
         force: false,
+        format: FormatAsked::Found,
         volatile_write_back: false,
         backing_timeout: None,
     }

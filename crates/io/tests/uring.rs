@@ -65,6 +65,7 @@ fn start_as(
         page_size_bytes: PAGE_BYTES,
         engine: &record,
         log: Some(log),
+        new_log: false,
         force: false,
     };
     let (store, found, report) =

@@ -60,11 +60,12 @@ pub struct ServeArgs {
     pub(crate) direct: bool,
     /// Format of a new cache device: 3, a log of self-describing batches
     /// (one device write per batch of writes: docs/format-v3.md; not yet
-    /// with write-back-journaled), or 2 (records beside the pages). An existing
-    /// cache keeps its format; asking a format-2 cache for 3 is refused
-    /// unless --force (which formats it anew: drain it first).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=3))]
-    pub(crate) cache_format: u32,
+    /// with write-back-journaled), or 2 (records beside the pages). Default:
+    /// 3, or 2 under write-back-journaled. An existing cache keeps its
+    /// format; asking a format-2 cache for 3 is refused unless --force
+    /// (which formats it anew: drain it first).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=3))]
+    pub(crate) cache_format: Option<u32>,
     /// Persist-on-flush (the NBD minimum): a write without FUA is
     /// acknowledged once written to the cache device, before the device
     /// flush; FLUSH and FUA make it durable. A crash of this process loses

@@ -242,7 +242,7 @@ pub fn apply(
         cache_size: opt, size("cache-size");
         cache_sync: val, cache_sync();
         direct: val, no_check as Check<bool>;
-        cache_format: val, cache_format;
+        cache_format: opt, cache_format;
         persist_on_flush: val, no_check as Check<bool>;
         flush_interval: val, within(limits::flush_interval);
         backing: opt, no_check as Check<String>;

@@ -12,7 +12,7 @@ use wcache_core::policy::destage_rate::RateConfig;
 use wcache_core::{EngineConfig, WritePolicyKind};
 use wcache_io::device::file::SyncMode;
 use wcache_io::format::Layout;
-use wcache_io::{CacheConfig, CacheDeviceSpec, DriverConfig, VolumeSpec};
+use wcache_io::{CacheConfig, CacheDeviceSpec, DriverConfig, FormatAsked, VolumeSpec};
 
 use super::{AnyError, ServeArgs, ServeError};
 use crate::args::{
@@ -122,6 +122,10 @@ pub(super) fn cache_config(args: &ServeArgs) -> Result<CacheConfig, AnyError> {
         },
         block_size_bytes: args.block_size,
         force: args.force,
+        format: match args.cache_format {
+            Some(2) => FormatAsked::Records,
+            _ => FormatAsked::FoundNewLog,
+        },
         volatile_write_back: args.volatile_write_back_for_benchmarks,
         backing_timeout: Some(Duration::from_nanos(duration_ns_arg(
             "backing-timeout",
@@ -240,7 +244,7 @@ fn engine_config(
         },
         // Format 3 asked for: the engine's log mode (`Cache` keeps an
         // existing cache's format otherwise).
-        log: args.cache_format == 3,
+        log: args.cache_format == Some(3),
         ..EngineConfig::default()
     })
 }

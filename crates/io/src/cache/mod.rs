@@ -158,12 +158,30 @@ pub struct CacheConfig {
     /// Start over another configuration's dirty pages, or over an unreadable
     /// superblock, DISCARDING them (the open report says what).
     pub force: bool,
+    /// The format asked of the cache device (format 3 also where the
+    /// engine asks for its log mode, `EngineConfig::log`).
+    pub format: FormatAsked,
     /// BENCHMARKS ONLY: allow write-back on a cache in process memory, which
     /// loses acknowledged writes on any exit or crash.
     pub volatile_write_back: bool,
     /// How long a request to an NBD backing that is away waits for it to
     /// come back before it fails with EIO (None: `NbdOptions`' default).
     pub backing_timeout: Option<Duration>,
+}
+
+/// The format a start asks of its cache device (`CacheConfig::format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FormatAsked {
+    /// An existing cache's format; a new one is format 2.
+    #[default]
+    Found,
+    /// An existing cache's format; a new one is format 3, a log of batches
+    /// (`docs/format-v3.md`), unless the write policy is
+    /// write-back-journaled (not yet on the log): then format 2.
+    FoundNewLog,
+    /// Format 2: a format-3 cache is refused unless `force` (which formats
+    /// it anew).
+    Records,
 }
 
 impl CacheConfig {
@@ -358,7 +376,7 @@ impl Cache {
                     cache,
                     entries,
                     (&record, true),
-                    config.force,
+                    (config.force, config.format),
                     backings.clone(),
                     config.driver.clone(),
                 )?;
@@ -442,7 +460,7 @@ impl Cache {
             dev,
             given,
             (&record, false),
-            false,
+            (false, FormatAsked::Found),
             backings.clone(),
             config.driver.clone(),
         )?;
@@ -699,7 +717,7 @@ fn start_persistent(
     cache: Arc<dyn BlockDevice>,
     entries: Vec<VolumeEntry>,
     (record, for_service): (&EngineRecord, bool),
-    force: bool,
+    (force, format): (bool, FormatAsked),
     backings: Vec<Arc<dyn BlockDevice>>,
     driver: DriverConfig,
 ) -> Result<(Driver, OpenReport), CacheError> {
@@ -707,10 +725,20 @@ fn start_persistent(
         page_size_bytes: engine.page_size_bytes,
         engine: record,
         // Format 3 when asked for (`EngineConfig::log`); else as found.
-        log: engine.log.then_some(true),
+        log: if engine.log {
+            Some(true)
+        } else {
+            (format == FormatAsked::Records).then_some(false)
+        },
+        new_log: format == FormatAsked::FoundNewLog
+            && engine.write_policy != WritePolicyKind::JournaledWriteBack,
         force,
     };
     let (store, found, report) = CacheStore::open_or_format_as(cache, asked, entries)?;
+    if store.layout().log && engine.write_policy == WritePolicyKind::JournaledWriteBack {
+        let cache = store.device().name();
+        return Err(CacheError::JournaledOnLog { cache });
+    }
     store.record_open(Some(record).filter(|_| for_service))?;
     engine.cache_slots = store.layout().slot_count;
     engine.log = store.layout().log;

@@ -143,14 +143,15 @@ impl CacheStore {
             page_size_bytes,
             engine,
             log: None,
+            new_log: false,
             force,
         };
         CacheStore::open_or_format_as(dev, asked, volumes)
     }
 
     /// `open_or_format` with the format asked for: `log` Some(true) for
-    /// format 3, Some(false) for format 2, None for format 2 if new and
-    /// whatever an existing cache has. An existing cache of the other
+    /// format 3, Some(false) for format 2, None for whatever an existing
+    /// cache has (a new one: format 3 if `new_log`). An existing cache of the other
     /// format is refused (naming both and what to do) unless `force`.
     pub fn open_or_format_as(
         dev: Arc<dyn BlockDevice>,
@@ -168,7 +169,7 @@ impl CacheStore {
             log: None,
         };
         let format = |dev, volumes, mut report: OpenReport| {
-            let log = asked.log.unwrap_or(false);
+            let log = asked.log.unwrap_or(asked.new_log);
             let store = CacheStore::format(dev, asked.page_size_bytes, asked.engine, volumes, log)?;
             report.filled_bytes = store.filled_bytes;
             if log {
@@ -283,8 +284,10 @@ impl Asked<'_> {
 pub struct Asked<'a> {
     pub page_size_bytes: u64,
     pub engine: &'a EngineRecord,
-    /// Format 3 (true), 2 (false), or as found (None; 2 if new).
+    /// Format 3 (true), 2 (false), or as found (None; `new_log` if new).
     pub log: Option<bool>,
+    /// A new cache asked no format is format 3 (else 2).
+    pub new_log: bool,
     /// Format over what cannot be opened, or opened as asked.
     pub force: bool,
 }
