@@ -4,8 +4,8 @@
 # over SIZE (default 256M; 900M: a working set near the cache's size, so
 # the log's tail meets live dirty pages) for RT seconds (default 20), with
 # IOPS per second. WARM=256M first writes that much sequentially in 1 MiB.
-# FMT: serve options for the format (default "--cache-format 3"; " " for
-# format 2). Prints IOPS, p50/p99, IOPS per second, the live and dirty
+# FMT: serve options for the format (default "--cache-format 3";
+# "--cache-format 2" for format 2). Prints IOPS, p50/p99, IOPS per second, the live and dirty
 # shares of the batches the log's tail met, the pages reclaim copied forward
 # and the groups it destaged, and the server's exit summary
 # (stalls for room, destages, flushes).
