@@ -165,14 +165,16 @@ fn stall_and_stop(
     let w = writes.clone();
     let socket = s.socket.clone();
     let writer = std::thread::spawn(move || writer(socket, w));
-    // A stall: no acknowledgement for a second after the cache filled.
+    // A stall: no acknowledgement for a second after the cache filled
+    // (format 3 holds about 100 of these one-page writes in 1 MiB: each is
+    // a batch of two slots, its header and its page).
     let mut last = (0usize, Instant::now());
     wait_for("a write to stall", Duration::from_secs(30), || {
         let acked = writes.lock().unwrap().acked.len();
         if acked != last.0 {
             last = (acked, Instant::now());
         }
-        acked > 100 && last.1.elapsed() > Duration::from_secs(1)
+        acked > 50 && last.1.elapsed() > Duration::from_secs(1)
     });
     assert!(served.is_running(), "{}", served.log_text());
     let pid = served.pid();
@@ -251,7 +253,10 @@ fn check_stop(writes: &Writes, log: &str) {
         !writes.broken,
         "the connection stayed up until the reply: {log}"
     );
-    assert!(writes.acked.len() > 100);
+    assert!(
+        writes.acked.len() > 50,
+        "the cache filled first (see stall_and_stop)"
+    );
 }
 
 #[test]
