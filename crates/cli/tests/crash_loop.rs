@@ -226,6 +226,25 @@ fn crash_loop_keeps_every_acknowledged_write_on_format_3_ordered() {
     crash_loop_with(dir.path(), "fdatasync", &extra);
 }
 
+/// Format 3 under journaled write-back, its backing journal in a file of
+/// its own.
+#[test]
+fn crash_loop_keeps_every_acknowledged_write_on_format_3_journaled() {
+    let dir = tempfile::tempdir_in("/tmp").expect("tempdir in /tmp");
+    let journal = format!("disk={}", dir.path().join("journal.img").display());
+    let extra = [
+        "--cache-format",
+        "3",
+        "--write-policy",
+        "write-back-journaled",
+        "--journal-size",
+        "4M",
+        "--journal",
+        &journal,
+    ];
+    crash_loop_with(dir.path(), "fdatasync", &extra);
+}
+
 /// Format 3 with each batch written O_DIRECT and RWF_DSYNC (no flush).
 #[test]
 fn crash_loop_keeps_every_acknowledged_write_on_format_3_dsync_direct() {
@@ -439,13 +458,15 @@ fn crash_loop_on(dir: &Path, cache: &Path, cache_sync: &str, extra: &[&str]) {
     assert!(log.contains("clean shutdown recorded"), "{log}");
     let (ok, out, err) = wcache(&["inspect", "--cache", &cache_s]);
     assert!(ok && out.contains("state:   clean shutdown"), "{out}{err}");
-    let (ok, out, err) = wcache(&[
-        "flush",
-        "--cache",
-        &cache_s,
-        "--export",
-        &format!("disk={backing_s}"),
-    ]);
+    let export = format!("disk={backing_s}");
+    let mut flush = vec!["flush", "--cache", &cache_s, "--export", &export];
+    // Journaled write-back drains through its journal, as served.
+    for option in ["--journal-size", "--journal"] {
+        if let Some(at) = extra.iter().position(|&a| a == option) {
+            flush.extend([option, extra[at + 1]]);
+        }
+    }
+    let (ok, out, err) = wcache(&flush);
     assert!(ok, "flush: {out}\n{err}");
     let (ok, out, err) = wcache(&["check", "--strict", "--cache", &cache_s]);
     assert!(

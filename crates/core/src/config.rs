@@ -70,8 +70,7 @@ pub struct EngineConfig {
     /// Log mode (format 3, `docs/format-v3.md`): the slots are a ring
     /// written in order as a log of batches (`IoCommand::WriteBatch`), room
     /// is made at the log's tail, and slots are reused only after
-    /// `IoCommand::AdvanceLog`. Needs `persistent`; not yet with journaled
-    /// write-back.
+    /// `IoCommand::AdvanceLog`. Needs `persistent`.
     pub log: bool,
 }
 
@@ -317,15 +316,6 @@ impl EngineConfig {
         if self.log && !self.persistent {
             return Err(ConfigError::Log(
                 "format 3 needs a cache file or device (a cache in memory has no format)",
-            ));
-        }
-        if self.log && self.write_policy == WritePolicyKind::JournaledWriteBack {
-            // On the log, writes that wait for the tail's room made it
-            // commit the open transaction (a forced commit) where format
-            // 2 waits for nothing: the backing then left the declared
-            // points (docs/format-v3.md, "Journaled write-back").
-            return Err(ConfigError::Log(
-                "journaled write-back is not built on the log yet",
             ));
         }
         let s = &self.staleness;

@@ -757,13 +757,10 @@ proptest! {
     }
 }
 
-/// `config_strategy`'s configurations that log mode takes: persistent,
-/// any write policy but journaled write-back, at least 64 slots.
+/// `config_strategy`'s configurations in log mode: persistent, at least
+/// 64 slots.
 fn log_config_strategy() -> impl Strategy<Value = EngineConfig> {
     config_strategy().prop_map(|mut c| {
-        if c.write_policy == WritePolicyKind::JournaledWriteBack {
-            c.write_policy = WritePolicyKind::WriteBack;
-        }
         c.persistent = true;
         c.cache_slots = c.cache_slots.max(64);
         c.log = true;

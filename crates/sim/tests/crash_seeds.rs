@@ -148,9 +148,9 @@ fn plain_write_back_fails_the_point_in_time_check() {
     );
 }
 
-/// Format 3 (a log of batches): every policy but journaled write-back (not
-/// built on the log yet); under ordered write-back the backing alone is
-/// checked point-in-time consistent at every crash, as on format 2.
+/// Format 3 (a log of batches): every policy; under ordered and journaled
+/// write-back the backing alone is checked point-in-time consistent at
+/// every crash, as on format 2.
 #[test]
 fn format_3_seeds_keep_acknowledged_writes() {
     for policy in [
@@ -158,6 +158,7 @@ fn format_3_seeds_keep_acknowledged_writes() {
         WritePolicyKind::WriteThrough,
         WritePolicyKind::WriteAround,
         WritePolicyKind::OrderedWriteBack,
+        WritePolicyKind::JournaledWriteBack,
     ] {
         every_seed_keeps_acknowledged_writes_on(policy, seeds() / 2, true);
     }

@@ -58,12 +58,11 @@ pub struct ServeArgs {
     /// Open the cache device with O_DIRECT.
     #[arg(long)]
     pub(crate) direct: bool,
-    /// Format of a new cache device: 3, a log of self-describing batches
-    /// (one device write per batch of writes: docs/format-v3.md; not yet
-    /// with write-back-journaled), or 2 (records beside the pages). Default:
-    /// 3, or 2 under write-back-journaled. An existing cache keeps its
-    /// format; asking a format-2 cache for 3 is refused unless --force
-    /// (which formats it anew: drain it first).
+    /// Format of a new cache device: 3 (the default), a log of
+    /// self-describing batches (one device write per batch of writes:
+    /// docs/format-v3.md), or 2 (records beside the pages). An existing
+    /// cache keeps its format; asking a cache of the other format is
+    /// refused unless --force (which formats it anew: drain it first).
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..=3))]
     pub(crate) cache_format: Option<u32>,
     /// Persist-on-flush (the NBD minimum): a write without FUA is

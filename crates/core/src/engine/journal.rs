@@ -356,7 +356,7 @@ impl Engine {
     /// is done and one is due, and issue its commands up to the destage
     /// limit.
     pub(super) fn start_journaled(&mut self) {
-        let full = !self.stalled.is_empty();
+        let full = !self.stalled.is_empty() && self.stall_needs_commit();
         let expired = self.ages.has_expired();
         if expired {
             self.ages.clear_expired();
@@ -381,6 +381,31 @@ impl Engine {
         // failed) is done at once: take the next.
         while self.jrn_ref().active.is_none() && self.checkpoint_due() && self.begin_checkpoint() {}
         self.pump_checkpoint();
+    }
+
+    /// A write waits for room that only a commit of the open transaction
+    /// can make: the cache's own (format 2: the open transaction may fill
+    /// it), or in log mode the host journal's, or the log's when its tail
+    /// waits on a version of the open transaction. Otherwise the tail
+    /// makes the room (its move, checkpoints of committed transactions),
+    /// and a commit there would cut the open transaction between declared
+    /// points: on the log, the backing left them (`docs/format-v3.md`).
+    fn stall_needs_commit(&self) -> bool {
+        let Some(log) = &self.log else {
+            return true;
+        };
+        let need = self.stalled.front().map_or(0, |&ri| {
+            let r = self.req(ri);
+            self.pages_of(r.offset_bytes, r.len_bytes)
+        });
+        if !self.journal_has_room(need) {
+            return true;
+        }
+        let j = self.jrn_ref();
+        log.front_span_slots().any(|slot| {
+            let state = self.slots.state(slot);
+            matches!(state, SlotState::Dirty | SlotState::Filling) && j.txn_of(slot) == j.open
+        })
     }
 
     /// Whether a checkpoint should begin now. Checkpoints are lazy, as

@@ -31,13 +31,6 @@ pub enum CacheError {
          needs no flag there)"
     )]
     WriteBackCacheNotVolatile { cache: String },
-    #[error(
-        "cache device {cache} is format 3 (a log of batches), and journaled write-back is not \
-         built on the log yet. Serve it with another write policy, or stop it with `wcache stop \
-         --flush` (or drain it with `wcache flush`) and format it anew for format 2 with \
-         --cache-format 2 --force. Nothing was written."
-    )]
-    JournaledOnLog { cache: String },
     #[error("block size {0} is not a power of two")]
     BadBlockSize(u32),
     #[error("no volume to serve")]

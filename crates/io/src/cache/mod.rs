@@ -176,8 +176,7 @@ pub enum FormatAsked {
     #[default]
     Found,
     /// An existing cache's format; a new one is format 3, a log of batches
-    /// (`docs/format-v3.md`), unless the write policy is
-    /// write-back-journaled (not yet on the log): then format 2.
+    /// (`docs/format-v3.md`).
     FoundNewLog,
     /// Format 2: a format-3 cache is refused unless `force` (which formats
     /// it anew).
@@ -730,15 +729,10 @@ fn start_persistent(
         } else {
             (format == FormatAsked::Records).then_some(false)
         },
-        new_log: format == FormatAsked::FoundNewLog
-            && engine.write_policy != WritePolicyKind::JournaledWriteBack,
+        new_log: format == FormatAsked::FoundNewLog,
         force,
     };
     let (store, found, report) = CacheStore::open_or_format_as(cache, asked, entries)?;
-    if store.layout().log && engine.write_policy == WritePolicyKind::JournaledWriteBack {
-        let cache = store.device().name();
-        return Err(CacheError::JournaledOnLog { cache });
-    }
     store.record_open(Some(record).filter(|_| for_service))?;
     engine.cache_slots = store.layout().slot_count;
     engine.log = store.layout().log;

@@ -194,6 +194,15 @@ impl Log {
     }
 
     /// The slot of the oldest batch still in the log (the head if none).
+    /// The page slots of the oldest batch still in the log (the one the
+    /// tail passes next).
+    pub(super) fn front_span_slots(&self) -> impl Iterator<Item = SlotIndex> + '_ {
+        self.spans
+            .front()
+            .into_iter()
+            .flat_map(move |s| (0..s.pages).map(move |i| SlotIndex(self.add(s.header, 1 + i))))
+    }
+
     /// Free slots beyond the reservations kept ahead of the head.
     fn low(&self) -> u64 {
         (self.ring / 8).max(SPARE_SLOTS as u32 + 2) as u64
