@@ -14,7 +14,9 @@
 # export and kind); the write-back server also serves Prometheus metrics
 # (--metrics), scraped once a second while fio runs (SCRAPE=0: not scraped).
 #
-# Usage: scripts/bench-nbd.sh            (RUNTIME=5 SIZE=256M SCRAPE=1 by default)
+# Usage: scripts/bench-nbd.sh            (RUNTIME=5 SIZE=256M SCRAPE=1 by default;
+#        WCACHE_ARGS adds serve options to both wcache servers, e.g.
+#        "--cache-format 2")
 # Last line: the QD32 random-write IOPS ratio wcache(write-back)/nbdkit.
 set -euo pipefail
 
@@ -42,11 +44,11 @@ wait_socket() { for _ in $(seq 200); do [ -S "$1" ] && return 0; sleep 0.05; don
 
 "$WCACHE" serve --socket "$WORK/wb.sock" --cache "$WORK/wb-cache.img" --cache-size "$SIZE" \
     --cache-sync nvram --backing "$WORK/wb-backing.img" --backing-size "$SIZE" --backing-sync nvram \
-    --write-policy write-back --metrics 127.0.0.1:0 >"$WORK/wb.log" 2>&1 &
+    --write-policy write-back --metrics 127.0.0.1:0 ${WCACHE_ARGS:-} >"$WORK/wb.log" 2>&1 &
 PIDS+=($!)
 "$WCACHE" serve --socket "$WORK/wt.sock" --cache "$WORK/wt-cache.img" --cache-size "$SIZE" \
     --cache-sync nvram --backing "$WORK/wt-backing.img" --backing-size "$SIZE" --backing-sync nvram \
-    --write-policy write-through >"$WORK/wt.log" 2>&1 &
+    --write-policy write-through ${WCACHE_ARGS:-} >"$WORK/wt.log" 2>&1 &
 PIDS+=($!)
 nbdkit -f -U "$WORK/kit.sock" --exportname=disk memory "$SIZE" >"$WORK/kit.log" 2>&1 &
 PIDS+=($!)
