@@ -552,3 +552,28 @@ fn a_write_larger_than_the_log_takes_at_once_runs_in_pieces() {
     );
     cache.close().expect("close");
 }
+
+/// Asked no format (the CLI's default), a new cache is format 3 where a
+/// log's ring fits and format 2 where it does not (under 64 slots), and
+/// either serves its writes.
+#[test]
+fn a_new_cache_asked_no_format_is_format_3_where_a_log_fits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (bytes, log) in [(CACHE_BYTES, true), (256 << 10, false)] {
+        let path = dir.path().join(format!("cache-{bytes}.img"));
+        let mut c = config(&path, &dir.path().join("b.img"), false);
+        c.format = FormatAsked::FoundNewLog;
+        if let CacheDeviceSpec::File {
+            create_size_bytes, ..
+        } = &mut c.cache
+        {
+            *create_size_bytes = bytes;
+        }
+        let cache = Cache::open(&c).expect("open");
+        write_pages(&cache, 0, 8, 4, 1);
+        assert_pages(&cache, 0, 8, 1);
+        cache.close().expect("close");
+        let sb = superblock_of(&path);
+        assert_eq!(sb.layout.log, log, "a cache of {bytes} bytes");
+    }
+}

@@ -180,7 +180,8 @@ pub enum FormatAsked {
     /// a page write is a memory copy, format 2's run side by side, and the
     /// log's one batch at a time cost a third of the writes
     /// (`scripts/bench-nbd.sh`, 4 KiB QD32 write-back: 0.80–0.91 of nbdkit
-    /// memory on format 3, 1.18–1.22 on format 2, 2026-11-28).
+    /// memory on format 3, 1.18–1.22 on format 2, 2026-11-28); or too
+    /// small for a log's ring (`LOG_SLOTS_MIN` slots).
     FoundNewLog,
     /// Format 2: a format-3 cache is refused unless `force` (which formats
     /// it anew).
@@ -376,8 +377,13 @@ impl Cache {
                 let record = EngineRecord::from_config(&engine)?;
                 let format = match config.format {
                     // Memory copies run side by side into a mapping; the
-                    // log's batches go one at a time (`FormatAsked`).
-                    FormatAsked::FoundNewLog if device.mapped => FormatAsked::Found,
+                    // log's batches go one at a time; a log needs room
+                    // (`FormatAsked`).
+                    FormatAsked::FoundNewLog
+                        if device.mapped || !log_fits(device.size_bytes, &engine) =>
+                    {
+                        FormatAsked::Found
+                    }
                     format => format,
                 };
                 let (driver, report) = start_persistent(
@@ -715,6 +721,12 @@ pub(crate) fn drain_driver(
             Err(e @ DrainError::ShutDown) => return Err(e.into()),
         }
     }
+}
+
+/// A cache device of `size_bytes` holds a log's smallest ring (format 3).
+fn log_fits(size_bytes: u64, engine: &EngineConfig) -> bool {
+    crate::format::log::layout_for_device(size_bytes, engine.page_size_bytes)
+        .is_ok_and(|l| l.slot_count >= wcache_core::config::LOG_SLOTS_MIN)
 }
 
 /// Formats or recovers a persistent cache device, records that it is in
