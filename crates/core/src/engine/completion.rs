@@ -95,14 +95,8 @@ impl Engine {
     /// A command of a request completed; returns the request.
     fn complete_for_request(&mut self, ctx: IoCtx, result: Result<(), IoError>) -> u32 {
         match ctx {
-            IoCtx::Fill {
-                req,
-                slot,
-                old,
-                undo,
-                through,
-            } => {
-                self.complete_fill(req, slot, old, undo, through, result);
+            IoCtx::Fill { req, fill, through } => {
+                self.complete_fill(req, fill, through, result);
                 req
             }
             IoCtx::FillRun {
@@ -110,8 +104,8 @@ impl Engine {
                 through,
                 fills,
             } => {
-                for f in fills {
-                    self.complete_fill(req, f.slot, f.old, f.undo, through, result);
+                for fill in fills {
+                    self.complete_fill(req, fill, through, result);
                 }
                 req
             }
@@ -160,9 +154,7 @@ impl Engine {
     fn complete_fill(
         &mut self,
         req: u32,
-        slot: SlotIndex,
-        old: Option<(SlotIndex, SlotState)>,
-        undo: Undo,
+        FillPage { slot, old, undo }: FillPage,
         through: bool,
         result: Result<(), IoError>,
     ) {

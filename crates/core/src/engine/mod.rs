@@ -270,9 +270,7 @@ enum IoCtx {
     },
     Fill {
         req: u32,
-        slot: SlotIndex,
-        old: Option<(SlotIndex, SlotState)>,
-        undo: Undo,
+        fill: FillPage,
         /// Written through: the version becomes final with its request.
         through: bool,
     },

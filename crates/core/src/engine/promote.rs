@@ -294,7 +294,9 @@ impl Engine {
                 // undoing the version takes it out of the dirty set again.
                 for ctx in self.ios.iter_mut() {
                     match ctx {
-                        IoCtx::Fill { slot: s, undo, .. } if *s == slot => undo.made_dirty = true,
+                        IoCtx::Fill { fill, .. } if fill.slot == slot => {
+                            fill.undo.made_dirty = true
+                        }
                         IoCtx::FillRun { fills, .. } => {
                             for f in fills.iter_mut().filter(|f| f.slot == slot) {
                                 f.undo.made_dirty = true;

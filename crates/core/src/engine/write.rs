@@ -388,13 +388,11 @@ impl Engine {
         if base == PageBase::None && self.log_extend_run(ri, through, fill, src, record) {
             return;
         }
-        let FillPage { slot, old, undo } = fill;
+        let slot = fill.slot;
         self.req_mut(ri).pending += 1;
         let io = self.new_io(IoCtx::Fill {
             req: ri,
-            slot,
-            old,
-            undo,
+            fill,
             through,
         });
         self.push_page_write(IoCommand::WritePage {

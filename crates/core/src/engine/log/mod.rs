@@ -193,7 +193,6 @@ impl Log {
         2 * pages + 1
     }
 
-    /// The slot of the oldest batch still in the log (the head if none).
     /// The page slots of the oldest batch still in the log (the one the
     /// tail passes next).
     pub(super) fn front_span_slots(&self) -> impl Iterator<Item = SlotIndex> + '_ {
@@ -565,7 +564,7 @@ impl Engine {
         // Each page's completion looks up the page its old version held.
         for &io in &ios {
             match self.io_ctx(io) {
-                Some(IoCtx::Fill { slot, .. }) => self.slots.prefetch(self.slots.key(*slot)),
+                Some(IoCtx::Fill { fill, .. }) => self.slots.prefetch(self.slots.key(fill.slot)),
                 Some(IoCtx::FillRun { fills, .. }) => {
                     for f in fills {
                         self.slots.prefetch(self.slots.key(f.slot));

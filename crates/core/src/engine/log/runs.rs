@@ -61,10 +61,24 @@ impl Engine {
         };
         let log = self.log.as_mut().expect("log mode");
         log.logged.set(fill.slot, record.dirty);
-        let r = self.req(ri);
-        let pages = self.pages_of(r.offset_bytes, r.len_bytes) as usize;
         let ctx = self.ios.get_mut(io).expect("checked above");
-        join_run(ctx, fill, pages);
+        if let IoCtx::FillRun { fills, .. } = ctx {
+            fills.push(fill);
+            return true;
+        }
+        let IoCtx::Fill { fill: head, .. } = *ctx else {
+            unreachable!("a run's completion is a fill's");
+        };
+        // The run's second page: a `FillRun` with room for the write's pages.
+        let r = self.req(ri);
+        let mut fills = Vec::with_capacity(self.pages_of(r.offset_bytes, r.len_bytes) as usize);
+        fills.extend([head, fill]);
+        let run = IoCtx::FillRun {
+            req: ri,
+            through,
+            fills,
+        };
+        *self.ios.get_mut(io).expect("checked above") = run;
         true
     }
 }
@@ -117,33 +131,4 @@ fn follows(run: Run, slot: SlotIndex, src: Source, record: SlotRecord, ps: u32) 
         && first.key.page().0 + n == record.key.page().0
         && first.seq + n == record.seq
         && first.dirty == record.dirty
-}
-
-/// `fill` joins the completion `ctx` of a run (a `Fill` becomes a
-/// `FillRun` of its write's `pages` at most).
-fn join_run(ctx: &mut IoCtx, fill: FillPage, pages: usize) {
-    match ctx {
-        IoCtx::FillRun { fills, .. } => fills.push(fill),
-        IoCtx::Fill {
-            req,
-            slot,
-            old,
-            undo,
-            through,
-        } => {
-            let head = FillPage {
-                slot: *slot,
-                old: *old,
-                undo: *undo,
-            };
-            let mut fills = Vec::with_capacity(pages);
-            fills.extend([head, fill]);
-            *ctx = IoCtx::FillRun {
-                req: *req,
-                through: *through,
-                fills,
-            };
-        }
-        _ => unreachable!("a run's completion is a fill's"),
-    }
 }
