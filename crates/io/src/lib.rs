@@ -26,7 +26,7 @@ pub mod store;
 
 pub use backings::open_backing;
 pub use cache::{
-    Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, EngineSource, FormatAsked,
+    Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, EngineSource, FormatAsked, Io,
     Monitor, OfflineConfig, Volume, VolumeSpec,
 };
 pub use device::emulated::EmulatedDevice;

@@ -28,7 +28,7 @@ pub use devices::open_existing_cache_device;
 use devices::*;
 pub use errors::CacheError;
 pub use monitor::Monitor;
-pub use volume::Volume;
+pub use volume::{Io, Volume};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

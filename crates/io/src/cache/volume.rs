@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// One request of a front end to a volume: what, where, and the flags the
+/// engine's admission reads (`RequestFlags`: issuer, sync, critical, FUA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Io {
+    pub kind: RequestKind,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub flags: RequestFlags,
+}
+
 /// One volume of a running cache: what a front end reads, writes, flushes.
 /// Cheap to clone; every clone talks to the same driver. Calls block until
 /// the engine answers (`RequestError` if it failed), from many threads at once.
@@ -55,6 +65,30 @@ impl Volume {
         let result = run();
         self.latency.record(class, start.elapsed(), result.is_err());
         result
+    }
+
+    /// One request with its flags (issuer, sync, critical, FUA), blocking
+    /// until the engine answers: the call every front end can make.
+    /// `payload` holds the bytes of a read or write (`len_bytes` of them);
+    /// flush, trim and write-zeroes take `Payload::None`.
+    pub fn submit(&self, io: Io, payload: Payload<'_>) -> Result<(), RequestError> {
+        let class = match io.kind {
+            RequestKind::Read => RequestClass::Read,
+            RequestKind::Write => RequestClass::Write,
+            RequestKind::WriteZeroes => RequestClass::WriteZeroes,
+            RequestKind::Trim => RequestClass::Trim,
+            RequestKind::Flush => RequestClass::Flush,
+        };
+        self.timed(class, || {
+            self.driver.submit(
+                self.id,
+                io.kind,
+                io.offset_bytes,
+                io.len_bytes,
+                io.flags,
+                payload,
+            )
+        })
     }
 
     pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), RequestError> {
