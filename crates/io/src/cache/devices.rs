@@ -17,14 +17,25 @@ pub(super) type Devices = (
 /// Opens `config`'s backings, their journals and the cache device, each
 /// locked before the first write to any of them (a cache file that does
 /// not exist yet is locked once created, before its format).
-pub(super) fn open_devices(config: &CacheConfig) -> Result<Devices, CacheError> {
-    let backings = open_backings(
-        &config.volumes,
+/// `provided`: backings the front end opened (and locked) itself, by volume.
+pub(super) fn open_devices(
+    config: &CacheConfig,
+    provided: Vec<Option<Arc<dyn BlockDevice>>>,
+) -> Result<Devices, CacheError> {
+    let (own, given) = split_provided(&config.volumes, provided);
+    let opened = open_backings(
+        &own,
         (config.backing_sync, config.backing_timeout),
         config.backing_create_size_bytes,
         Some(config.block_size_bytes),
     )?;
-    let mut locks = lock_backings(&config.volumes)?;
+    let mut locks = lock_backings(&own)?;
+    let mut opened = opened.into_iter();
+    let backings = given
+        .into_iter()
+        .map(|g| g.or_else(|| opened.next()))
+        .collect::<Option<Vec<_>>>()
+        .expect("one opened backing for each volume not provided");
     let cache_path = match &config.cache {
         CacheDeviceSpec::File { path, .. } => Some(path),
         CacheDeviceSpec::Memory { .. } => None,
@@ -66,6 +77,22 @@ pub(super) fn open_devices(config: &CacheConfig) -> Result<Devices, CacheError> 
         }
     };
     Ok((backings, journals, cache, locks))
+}
+
+/// The volumes whose backings are opened here, and each volume's provided
+/// backing (`None`: opened here).
+fn split_provided(
+    volumes: &[VolumeSpec],
+    mut provided: Vec<Option<Arc<dyn BlockDevice>>>,
+) -> (Vec<VolumeSpec>, Vec<Option<Arc<dyn BlockDevice>>>) {
+    provided.resize(volumes.len(), None);
+    let own = volumes
+        .iter()
+        .zip(&provided)
+        .filter(|(_, p)| p.is_none())
+        .map(|(v, _)| v.clone())
+        .collect();
+    (own, provided)
 }
 
 /// An existing cache device must have the size the operator asked for, if asked.

@@ -351,13 +351,25 @@ impl Cache {
     /// configuration's dirty pages unless `force`) and records that it is
     /// in service (not clean until `close`).
     pub fn open(config: &CacheConfig) -> Result<Cache, CacheError> {
+        Cache::open_with(config, Vec::new())
+    }
+
+    /// `open`, where volume `i`'s backing is `provided[i]` when that is
+    /// `Some`: a device the front end opened itself (`wcache mount`'s files
+    /// of a directory), which `config.volumes[i].backing` then only names
+    /// (for the banner and the superblock's record of the volume). Such a
+    /// backing is neither created, nor locked here: its front end does both.
+    pub fn open_with(
+        config: &CacheConfig,
+        provided: Vec<Option<Arc<dyn BlockDevice>>>,
+    ) -> Result<Cache, CacheError> {
         config.check()?;
         let persistent = !config.cache.is_memory();
         if let Some(size_bytes) = config.cache.size_bytes_if_new() {
             // Refused before the file is created.
             check_cache_size(&config.engine, size_bytes, persistent)?;
         }
-        let (backings, journals, (cache, device), locks) = open_devices(config)?;
+        let (backings, journals, (cache, device), locks) = open_devices(config, provided)?;
         check_cache_size(&config.engine, device.size_bytes, persistent)?;
         let mut engine = config.engine.clone();
         engine.cache_slots = device.size_bytes / engine.page_size_bytes.max(1);
