@@ -1,0 +1,333 @@
+//! File data through the cache: a file's bytes are its window's pages in
+//! the mount's volume (`files.rs`). Writes go to the engine in whole pages
+//! (a partial page is read, patched and written under the file's lock),
+//! with the caller's flags: its process as issuer, sync when the caller
+//! waits for durability (O_SYNC, O_DSYNC), critical by the caller's rules.
+//! It must never let a byte beyond a file's size reappear: bytes of a page
+//! past the size are zeros, and pages a truncation may have left in the
+//! cache are zeroed through the cache before the file grows over them.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use fuser::Errno;
+use wcache_core::{IoError, RequestFlags, RequestKind, SubmitError};
+use wcache_io::{Io, Payload, RequestError, Volume};
+
+use crate::callers::Caller;
+use crate::files::{BackingFile, Files, WINDOW_BYTES};
+
+/// The errno a caller gets for a request that failed with `e`. Every
+/// variant is named, nested ones too: no catch-all arm.
+pub fn errno(e: &RequestError) -> Errno {
+    type E = RequestError;
+    match e {
+        E::Io(IoError::NoSpace) => Errno::ENOSPC,
+        E::Io(IoError::Io) => Errno::EIO,
+        // The window is checked before: a range beyond it is the mount's fault.
+        E::Submit(SubmitError::OutOfRange { .. }) => Errno::EIO,
+        E::Submit(SubmitError::LargerThanCache { .. }) => Errno::ENOSPC,
+        E::Submit(SubmitError::LargerThanLog { .. }) => Errno::ENOSPC,
+        E::Submit(SubmitError::LargerThanJournal { .. }) => Errno::ENOSPC,
+        E::Submit(SubmitError::UnknownVolume(_)) => Errno::EIO,
+        E::Submit(SubmitError::Busy(_)) => Errno::EIO,
+        E::PayloadLength { .. } => Errno::EIO,
+        E::ShutDown => Errno::EIO,
+    }
+}
+
+fn io_errno(e: std::io::Error) -> Errno {
+    Errno::from(e)
+}
+
+/// The mount's data path.
+pub struct Data {
+    pub volume: Volume,
+    pub files: Arc<Files>,
+    page: u64,
+}
+
+fn round_down(x: u64, page: u64) -> u64 {
+    x - x % page
+}
+
+fn round_up(x: u64, page: u64) -> u64 {
+    x.div_ceil(page) * page
+}
+
+impl Data {
+    pub fn new(volume: Volume, files: Arc<Files>, page_size_bytes: u64) -> Data {
+        Data {
+            volume,
+            files,
+            page: page_size_bytes,
+        }
+    }
+
+    fn flags(caller: Caller, sync: bool) -> RequestFlags {
+        RequestFlags {
+            fua: sync,
+            sync,
+            critical: caller.critical,
+            issuer: caller.issuer,
+        }
+    }
+
+    fn submit(
+        &self,
+        kind: RequestKind,
+        at: u64,
+        len: u64,
+        flags: RequestFlags,
+        payload: Payload<'_>,
+    ) -> Result<(), Errno> {
+        let io = Io {
+            kind,
+            offset_bytes: at,
+            len_bytes: len,
+            flags,
+        };
+        self.volume.submit(io, payload).map_err(|e| {
+            tracing::warn!("{kind:?} of {len} bytes at volume offset {at}: {e}");
+            errno(&e)
+        })
+    }
+
+    /// Up to `size` bytes from `offset`, short at the end of the file.
+    pub fn read(&self, file: &BackingFile, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let end = file.size().min(offset.saturating_add(size as u64));
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let Some(slot) = file.slot.get() else {
+            // Never written through the cache: the backing file has it all.
+            let mut buf = vec![0; (end - offset) as usize];
+            let n = file.pread(&mut buf, offset).map_err(io_errno)?;
+            buf.truncate(n);
+            return Ok(buf);
+        };
+        let window = (*slot as u64) << crate::files::WINDOW_BITS;
+        let (a, b) = (
+            round_down(offset, self.page),
+            round_up(end, self.page).min(WINDOW_BYTES),
+        );
+        if offset >= WINDOW_BYTES {
+            return Err(Errno::EFBIG);
+        }
+        let mut buf = vec![0; (b - a) as usize];
+        let flags = RequestFlags::default();
+        self.submit(
+            RequestKind::Read,
+            window + a,
+            b - a,
+            flags,
+            Payload::Read(&mut buf),
+        )?;
+        let from = (offset - a) as usize;
+        let to = (end.min(b) - a) as usize;
+        buf.truncate(to);
+        buf.drain(..from);
+        Ok(buf)
+    }
+
+    /// Writes `data` at `offset`; durable under the write policy when this
+    /// returns, and at once with `sync` (with the file's size).
+    pub fn write(
+        &self,
+        file: &Arc<BackingFile>,
+        offset: u64,
+        data: &[u8],
+        caller: Caller,
+        sync: bool,
+    ) -> Result<u32, Errno> {
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > WINDOW_BYTES {
+            return Err(Errno::EFBIG);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let window = self.files.window_of(file).map_err(|e| {
+            tracing::error!("{e}");
+            Errno::ENOSPC
+        })?;
+        let _io = file.io.lock().unwrap_or_else(|e| e.into_inner());
+        let old_size = file.size();
+        let flags = Data::flags(caller, sync);
+        if end > old_size {
+            self.grow(file, window, end, flags)?;
+        }
+        let (a, b) = (round_down(offset, self.page), round_up(end, self.page));
+        if a == offset && b == end {
+            self.submit(
+                RequestKind::Write,
+                window + a,
+                b - a,
+                flags,
+                Payload::Write(data),
+            )?;
+        } else {
+            let mut buf = vec![0u8; (b - a) as usize];
+            // The partial first and last pages: their bytes below the old size.
+            let last = b - self.page;
+            let mut partial = Vec::with_capacity(2);
+            if a < offset || (end < b && last == a) {
+                partial.push(a);
+            }
+            if end < b && last != a {
+                partial.push(last);
+            }
+            for page in partial {
+                if page < old_size {
+                    let at = (page - a) as usize;
+                    let part = &mut buf[at..at + self.page as usize];
+                    self.submit(
+                        RequestKind::Read,
+                        window + page,
+                        self.page,
+                        RequestFlags::default(),
+                        Payload::Read(part),
+                    )?;
+                    let valid = old_size.saturating_sub(page).min(self.page) as usize;
+                    part[valid..].fill(0);
+                }
+            }
+            let from = (offset - a) as usize;
+            buf[from..from + data.len()].copy_from_slice(data);
+            self.submit(
+                RequestKind::Write,
+                window + a,
+                b - a,
+                flags,
+                Payload::Write(&buf),
+            )?;
+        }
+        file.cached_end.fetch_max(b, Ordering::AcqRel);
+        if sync && end > old_size {
+            // O_SYNC/O_DSYNC: the new size is durable with the data.
+            self.sync_size(file)?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// The file grows to `to` (a write past its end, a truncation up, an
+    /// allocation): pages a truncation may have left in the cache over the
+    /// new range are zeroed through the cache first. Caller holds `file.io`.
+    fn grow(
+        &self,
+        file: &BackingFile,
+        window: u64,
+        to: u64,
+        flags: RequestFlags,
+    ) -> Result<(), Errno> {
+        let from = round_up(file.size(), self.page);
+        let stale = *file.stale.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s0, s1)) = stale {
+            let (z0, z1) = (from.max(s0), round_up(to, self.page).min(s1));
+            if z0 < z1 {
+                let zero = RequestFlags {
+                    fua: false,
+                    sync: false,
+                    ..flags
+                };
+                self.submit(
+                    RequestKind::WriteZeroes,
+                    window + z0,
+                    z1 - z0,
+                    zero,
+                    Payload::None,
+                )?;
+            }
+        }
+        let mut size = file.size.write().unwrap_or_else(|e| e.into_inner());
+        file.set_len(&mut size, to).map_err(io_errno)
+    }
+
+    fn sync_size(&self, file: &BackingFile) -> Result<(), Errno> {
+        if file.size_changed.swap(false, Ordering::AcqRel) {
+            if let Err(e) = file.sync_data() {
+                file.size_changed.store(true, Ordering::Release);
+                return Err(io_errno(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the file's size (truncate, or grow with zeros).
+    pub fn set_size(&self, file: &Arc<BackingFile>, to: u64, caller: Caller) -> Result<(), Errno> {
+        if to > WINDOW_BYTES && file.slot.get().is_some() {
+            return Err(Errno::EFBIG);
+        }
+        let _io = file.io.lock().unwrap_or_else(|e| e.into_inner());
+        let size = file.size();
+        let Some(slot) = file.slot.get() else {
+            let mut size = file.size.write().unwrap_or_else(|e| e.into_inner());
+            return file.set_len(&mut size, to).map_err(io_errno);
+        };
+        let window = (*slot as u64) << crate::files::WINDOW_BITS;
+        let flags = Data::flags(caller, false);
+        if to >= size {
+            return self.grow(file, window, to, flags);
+        }
+        let cached_end = file.cached_end.load(Ordering::Acquire);
+        if to % self.page != 0 && to < cached_end {
+            // The bytes of the last page past the new size become zeros.
+            let page = round_down(to, self.page);
+            let mut buf = vec![0u8; self.page as usize];
+            self.submit(
+                RequestKind::Read,
+                window + page,
+                self.page,
+                RequestFlags::default(),
+                Payload::Read(&mut buf),
+            )?;
+            buf[(to - page) as usize..].fill(0);
+            self.submit(
+                RequestKind::Write,
+                window + page,
+                self.page,
+                flags,
+                Payload::Write(&buf),
+            )?;
+        }
+        let cut = round_up(to, self.page);
+        if cut < cached_end {
+            // Advisory: dirty pages under ordered or journaled write-back stay (and `stale` covers them).
+            self.submit(
+                RequestKind::Trim,
+                window + cut,
+                cached_end - cut,
+                RequestFlags::default(),
+                Payload::None,
+            )?;
+            let mut stale = file.stale.lock().unwrap_or_else(|e| e.into_inner());
+            *stale = Some(match *stale {
+                Some((s0, s1)) => (s0.min(cut), s1.max(cached_end)),
+                None => (cut, cached_end),
+            });
+        }
+        let mut size = file.size.write().unwrap_or_else(|e| e.into_inner());
+        file.set_len(&mut size, to).map_err(io_errno)
+    }
+
+    /// fsync/fdatasync: every acknowledged write to the mount durable (the
+    /// engine's FLUSH, with the caller's flags: a critical caller's flush
+    /// promotes writes it waits for), then the file's size if it changed.
+    pub fn fsync(&self, file: Option<&BackingFile>, caller: Caller) -> Result<(), Errno> {
+        let flags = Data::flags(caller, true);
+        self.submit(
+            RequestKind::Flush,
+            0,
+            0,
+            RequestFlags {
+                fua: false,
+                ..flags
+            },
+            Payload::None,
+        )?;
+        match file {
+            Some(file) => self.sync_size(file),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The backing directory's files as one volume of the cache: each file
+//! that takes a write gets a window of the volume's address space (a
+//! slot: `WINDOW_BITS` of bytes), so a page of the cache is a page of one
+//! file, destaged by a `pwrite` to that file, clamped to the file's size.
+//! It exists so that the engine, its write policies, destage orders and
+//! admission run unchanged under a filesystem: to them the directory is a
+//! block device. It must never write a byte beyond a file's size (a
+//! truncated file stays truncated), nor into a file the table does not name.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use wcache_io::{BlockDevice, DeviceError};
+
+use crate::handle::FileHandle;
+use crate::table::{Table, TableError};
+
+/// Bytes of a file's window: a file is cached up to 64 GiB (beyond, its
+/// writes are refused with EFBIG: `docs/mount.md`).
+pub const WINDOW_BITS: u32 = 36;
+pub const WINDOW_BYTES: u64 = 1 << WINDOW_BITS;
+
+/// One backing file whose data goes through the cache.
+pub struct BackingFile {
+    /// Read-write, on the backing file.
+    pub fd: OwnedFd,
+    /// The file's size as the mount shows it: destages are clamped to it,
+    /// and a truncation holds it exclusively while it cuts the file.
+    pub size: RwLock<u64>,
+    /// The size changed since the last fsync (the backing file's metadata
+    /// must be made durable by the next one).
+    pub size_changed: AtomicBool,
+    /// The end of the highest page ever written to the cache for this file.
+    pub cached_end: AtomicU64,
+    /// Pages past a truncation that the cache may still hold (from, to):
+    /// zeroed through the cache before the file grows over them again.
+    pub stale: Mutex<Option<(u64, u64)>>,
+    /// Writes to this file, one at a time (read-modify-write of a page).
+    pub io: Mutex<()>,
+    /// The window, once the file took its first write.
+    pub slot: std::sync::OnceLock<u32>,
+}
+
+impl BackingFile {
+    pub fn new(fd: OwnedFd) -> io::Result<BackingFile> {
+        let size = std::fs::File::from(fd.try_clone()?).metadata()?.len();
+        Ok(BackingFile {
+            fd,
+            size: RwLock::new(size),
+            size_changed: AtomicBool::new(false),
+            cached_end: AtomicU64::new(0),
+            stale: Mutex::new(None),
+            io: Mutex::new(()),
+            slot: std::sync::OnceLock::new(),
+        })
+    }
+
+    pub fn size(&self) -> u64 {
+        *self.size.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn file(&self) -> std::mem::ManuallyDrop<std::fs::File> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: a File borrowed over our descriptor, never dropped (so never closed).
+        std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(self.fd.as_raw_fd()) })
+    }
+
+    pub fn pread(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file().read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    pub fn pwrite(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        self.file().write_all_at(data, offset)
+    }
+
+    /// Sets the backing file's size (under the size lock held by the caller).
+    pub fn set_len(&self, size: &mut u64, to: u64) -> io::Result<()> {
+        self.file().set_len(to)?;
+        *size = to;
+        self.size_changed.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub fn sync_data(&self) -> io::Result<()> {
+        self.file().sync_data()
+    }
+}
+
+/// The volume over the backing directory's files.
+pub struct Files {
+    dir: PathBuf,
+    table: Mutex<Table>,
+    slots: RwLock<HashMap<u32, Arc<BackingFile>>>,
+    next_slot: Mutex<u32>,
+    slots_max: u32,
+    /// Slots written since the last flush.
+    written: Mutex<HashSet<u32>>,
+    len_bytes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error(transparent)]
+    Table(#[from] TableError),
+    #[error("{dir}: {source}")]
+    Dir { dir: String, source: io::Error },
+    #[error("the mount's volume has {slots_max} file windows, all used since the mount started: remount to reuse them")]
+    Full { slots_max: u32 },
+    #[error("cannot name a file by its handle (name_to_handle_at): {0}")]
+    Handle(io::Error),
+}
+
+impl Files {
+    /// The files of `dir` as a volume of `len_bytes` (the engine's
+    /// largest): every file of its table is opened by handle (a file gone
+    /// since is left out: its pages have nowhere to go and are dropped).
+    pub fn open(dir: &Path, len_bytes: u64) -> Result<Files, FilesError> {
+        let dir_err = |source| FilesError::Dir {
+            dir: dir.display().to_string(),
+            source,
+        };
+        let dir_fd: OwnedFd = std::fs::File::open(dir).map_err(dir_err)?.into();
+        let table = Table::open(dir)?;
+        let mut slots = HashMap::new();
+        for (slot, handle) in &table.entries {
+            match handle.open(dir_fd.as_fd()) {
+                Ok(fd) => {
+                    let file = BackingFile::new(fd).map_err(dir_err)?;
+                    slots.insert(*slot, Arc::new(file));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ESTALE) => {
+                    tracing::info!(
+                        "file window {slot}: its file was deleted; its cached pages are dropped"
+                    );
+                }
+                Err(e) => return Err(dir_err(e)),
+            }
+        }
+        let next = table.entries.iter().map(|(s, _)| s + 1).max().unwrap_or(0);
+        Ok(Files {
+            dir: dir.to_path_buf(),
+            table: Mutex::new(table),
+            slots: RwLock::new(slots),
+            next_slot: Mutex::new(next),
+            slots_max: (len_bytes >> WINDOW_BITS).min(u32::MAX as u64) as u32,
+            written: Mutex::new(HashSet::new()),
+            len_bytes,
+        })
+    }
+
+    /// The cache device the table was made for (empty: a new table).
+    pub fn table_identity(&self) -> String {
+        self.lock_table().identity.clone()
+    }
+
+    /// Files in the table: how many windows may hold pages.
+    pub fn table_len(&self) -> usize {
+        self.lock_table().entries.len()
+    }
+
+    fn lock_table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets every window (the cache holds no page of any): the table
+    /// is emptied for `identity`, durably.
+    pub fn reset(&self, identity: &str) -> Result<(), FilesError> {
+        self.lock_table().reset(identity)?;
+        self.slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        *self.next_slot.lock().unwrap_or_else(|e| e.into_inner()) = 0;
+        Ok(())
+    }
+
+    /// `file`'s window (its byte offset in the volume), given one now if it
+    /// has none: its handle is in the table, durably, when this returns.
+    pub fn window_of(&self, file: &Arc<BackingFile>) -> Result<u64, FilesError> {
+        if let Some(slot) = file.slot.get() {
+            return Ok((*slot as u64) << WINDOW_BITS);
+        }
+        let mut next = self.next_slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = file.slot.get() {
+            return Ok((*slot as u64) << WINDOW_BITS);
+        }
+        if *next >= self.slots_max {
+            return Err(FilesError::Full {
+                slots_max: self.slots_max,
+            });
+        }
+        let handle = FileHandle::of(file.fd.as_fd()).map_err(FilesError::Handle)?;
+        let slot = *next;
+        self.lock_table().append(slot, &handle)?;
+        *next += 1;
+        self.slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(slot, Arc::clone(file));
+        let _ = file.slot.set(slot);
+        Ok((slot as u64) << WINDOW_BITS)
+    }
+
+    fn file_at(&self, slot: u32) -> Option<Arc<BackingFile>> {
+        self.slots
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&slot)
+            .cloned()
+    }
+
+    fn io_error(
+        &self,
+        op: &'static str,
+        offset: u64,
+        len: usize,
+        source: io::Error,
+    ) -> DeviceError {
+        DeviceError::Io {
+            device: self.name(),
+            op,
+            offset_bytes: offset,
+            len_bytes: len as u64,
+            source,
+        }
+    }
+
+    /// Runs `each(slot, offset in the file, range of the buffer)` over the
+    /// windows `[offset, offset + len)` crosses.
+    fn split(
+        offset: u64,
+        len: usize,
+        mut each: impl FnMut(u32, u64, std::ops::Range<usize>) -> Result<(), DeviceError>,
+    ) -> Result<(), DeviceError> {
+        let mut done = 0usize;
+        while done < len {
+            let at = offset + done as u64;
+            let in_window = at & (WINDOW_BYTES - 1);
+            let n = ((WINDOW_BYTES - in_window) as usize).min(len - done);
+            each((at >> WINDOW_BITS) as u32, in_window, done..done + n)?;
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+impl BlockDevice for Files {
+    fn len_bytes(&self) -> u64 {
+        self.len_bytes
+    }
+
+    /// Bytes of a file up to its size; zeros beyond it and in windows of
+    /// no file.
+    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DeviceError> {
+        Files::split(offset_bytes, buf.len(), |slot, at, range| {
+            let part = &mut buf[range];
+            let Some(file) = self.file_at(slot) else {
+                part.fill(0);
+                return Ok(());
+            };
+            let n = file
+                .pread(part, at)
+                .map_err(|e| self.io_error("read", offset_bytes, part.len(), e))?;
+            part[n..].fill(0);
+            Ok(())
+        })
+    }
+
+    /// A destage: the bytes below the file's size now are written; those
+    /// beyond are dropped (the file was truncated since they were cached).
+    /// A window of no file (its file deleted before a crash) takes nothing.
+    fn write_at(&self, data: &[u8], offset_bytes: u64) -> Result<(), DeviceError> {
+        Files::split(offset_bytes, data.len(), |slot, at, range| {
+            let Some(file) = self.file_at(slot) else {
+                return Ok(());
+            };
+            let size = file.size.read().unwrap_or_else(|e| e.into_inner());
+            let keep = size.saturating_sub(at).min(range.len() as u64) as usize;
+            if keep > 0 {
+                file.pwrite(&data[range.start..range.start + keep], at)
+                    .map_err(|e| self.io_error("write", offset_bytes, data.len(), e))?;
+                self.written
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(slot);
+            }
+            Ok(())
+        })
+    }
+
+    /// `fdatasync` of every file written since the last flush.
+    fn flush(&self) -> Result<(), DeviceError> {
+        let written: Vec<u32> =
+            std::mem::take(&mut *self.written.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_iter()
+                .collect();
+        for (i, slot) in written.iter().enumerate() {
+            let Some(file) = self.file_at(*slot) else {
+                continue;
+            };
+            if let Err(e) = file.sync_data() {
+                // Not flushed: they stay to be flushed again.
+                self.written
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(&written[i..]);
+                return Err(self.io_error("flush", (*slot as u64) << WINDOW_BITS, 0, e));
+            }
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> String {
+        format!("files:{}", self.dir.display())
+    }
+}
+
+impl Files {
+    /// The file table's path, for messages.
+    pub fn dir_name(&self) -> String {
+        self.dir
+            .join(crate::table::TABLE_NAME)
+            .display()
+            .to_string()
+    }
+}

@@ -1,0 +1,22 @@
+//! `wcache mount`: a filesystem front end (FUSE) that knows which process
+//! issued each write. Metadata passes through to a backing directory; file
+//! data goes through the cache, each file a window of one volume, with the
+//! caller as the request's issuer (`docs/mount.md`).
+//!
+//! Its parts: `mount` (start and stop), `fs` (the operations the kernel
+//! sends), `nodes` (inode numbers), `data` (file data through the cache),
+//! `files` (the directory as the cache's backing device), `table` and
+//! `handle` (each window's file, durably), `callers` (issuers and their
+//! criticality).
+
+pub mod callers;
+pub mod data;
+pub mod files;
+pub mod fs;
+pub mod handle;
+pub mod mount;
+pub mod nodes;
+pub mod table;
+
+pub use callers::{Caller, Callers, CriticalRules};
+pub use mount::{MountConfig, MountError, Mounted};

@@ -1,0 +1,251 @@
+//! Starting and stopping a mount: the checks of the backing directory and
+//! the mountpoint, the directory's lock, the cache opened with the files
+//! as its one volume, the pages a crash left in the cache destaged to
+//! their files before anything is served (so the file table starts empty
+//! on every mount), then the FUSE session until an unmount or a stop.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wcache_core::types::PAGE_INDEX_MAX;
+use wcache_io::lock::{DeviceLock, LockError, LockMode};
+use wcache_io::{
+    BlockDevice, Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, VolumeSpec,
+};
+
+use crate::callers::{Callers, CriticalRules};
+use crate::data::Data;
+use crate::files::{Files, FilesError};
+use crate::fs::WcacheFs;
+use crate::nodes::Nodes;
+
+/// The volume's name in the cache (and in `wcache status`).
+pub const VOLUME_NAME: &str = "files";
+/// A drain at start gives up when no page was destaged for this long.
+const DRAIN_STALL: Duration = Duration::from_secs(60);
+
+/// Everything `wcache mount` needs.
+pub struct MountConfig {
+    pub backing_dir: PathBuf,
+    pub mountpoint: PathBuf,
+    /// The cache; its volumes are set here (the files of `backing_dir`).
+    pub cache: CacheConfig,
+    /// Under write-back-journaled: where the files volume's journal lives.
+    pub journal: Option<String>,
+    pub rules: CriticalRules,
+    /// FUSE request threads.
+    pub threads: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("backing directory {path}: {why}")]
+    BackingDir { path: String, why: String },
+    #[error("mountpoint {path}: {why}")]
+    Mountpoint { path: String, why: String },
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    #[error("the cache holds {dirty} dirty pages, but the file table {table} was made for another cache ({other:?}): their files are unknown; start with --force to DISCARD them")]
+    ForeignTable {
+        dirty: u64,
+        table: String,
+        other: String,
+    },
+    #[error("cannot mount on {path}: {source}")]
+    Fuse {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// A running mount.
+pub struct Mounted {
+    session: Option<fuser::BackgroundSession>,
+    cache: Cache,
+    pub callers: Arc<Callers>,
+    pub mountpoint: PathBuf,
+    _lock: DeviceLock,
+}
+
+fn check_backing_dir(path: &Path) -> Result<PathBuf, MountError> {
+    let bad = |why: String| MountError::BackingDir {
+        path: path.display().to_string(),
+        why,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(bad("not a directory".into()));
+    }
+    std::fs::canonicalize(path).map_err(|e| bad(e.to_string()))
+}
+
+/// The mountpoint must be an empty directory that nothing is mounted on.
+fn check_mountpoint(path: &Path) -> Result<(), MountError> {
+    let bad = |why: String| MountError::Mountpoint {
+        path: path.display().to_string(),
+        why,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(bad("not a directory".into()));
+    }
+    let full = std::fs::canonicalize(path).map_err(|e| bad(e.to_string()))?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let in_use = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| Path::new(&m.replace("\\040", " ")) == full);
+    if in_use {
+        return Err(bad("something is mounted there already".into()));
+    }
+    let mut entries = std::fs::read_dir(path).map_err(|e| bad(e.to_string()))?;
+    if entries.next().is_some() {
+        return Err(bad("not empty".into()));
+    }
+    Ok(())
+}
+
+/// The cache device's identity, for the file table.
+fn cache_identity(config: &CacheConfig) -> String {
+    match &config.cache {
+        CacheDeviceSpec::File { path, .. } => std::fs::canonicalize(path)
+            .unwrap_or_else(|_| path.clone())
+            .display()
+            .to_string(),
+        CacheDeviceSpec::Memory { .. } => "mem".to_string(),
+    }
+}
+
+/// Opens the cache over `files`, destaging what an earlier mount left in
+/// it, so that the file table can start empty.
+fn open_cache(config: &CacheConfig, files: &Arc<Files>, force: bool) -> Result<Cache, MountError> {
+    let provided = || vec![Some(Arc::clone(files) as Arc<dyn BlockDevice>)];
+    let identity = cache_identity(config);
+    let cache = Cache::open_with(config, provided())?;
+    let dirty = cache.dirty_pages();
+    let table = files.table_identity();
+    if dirty > 0 && table != identity && !force {
+        return Err(MountError::ForeignTable {
+            dirty,
+            table: files.dir_name(),
+            other: table,
+        });
+    }
+    if files.table_len() == 0 && table == identity {
+        return Ok(cache);
+    }
+    if dirty > 0 && table == identity {
+        tracing::info!(
+            "destaging {dirty} dirty pages an earlier mount left in the cache to their files"
+        );
+        cache.drain(DRAIN_STALL, |left| {
+            tracing::debug!("{left} dirty pages left")
+        })?;
+    }
+    // Closed clean with no dirty page (every record freed), then the table emptied.
+    let closed = cache.close()?;
+    if closed.dirty_pages > 0 && !force {
+        return Err(MountError::Cache(CacheError::Missing(format!(
+            "{} dirty pages could not be destaged",
+            closed.dirty_pages
+        ))));
+    }
+    files.reset(&identity)?;
+    let config = CacheConfig {
+        force: true,
+        ..config.clone()
+    };
+    Ok(Cache::open_with(&config, provided())?)
+}
+
+impl Mounted {
+    /// Checks, locks, opens the cache, and mounts.
+    pub fn start(config: MountConfig) -> Result<Mounted, MountError> {
+        let dir = check_backing_dir(&config.backing_dir)?;
+        check_mountpoint(&config.mountpoint)?;
+        let lock = DeviceLock::acquire(&dir, LockMode::Exclusive, "backing directory")?;
+        let page = config.cache.engine.page_size_bytes;
+        let files = Arc::new(Files::open(&dir, (PAGE_INDEX_MAX >> 1) * page)?);
+        let mut cache_config = config.cache.clone();
+        cache_config.volumes = vec![VolumeSpec {
+            name: VOLUME_NAME.to_string(),
+            backing: format!("files:{}", dir.display()),
+            journal: config.journal.clone(),
+        }];
+        cache_config.block_size_bytes = page as u32;
+        let cache = open_cache(&cache_config, &files, config.cache.force)?;
+        let callers = Arc::new(Callers::new(config.rules.clone()));
+        let root: OwnedFd = crate::nodes::open_at(
+            libc::AT_FDCWD,
+            &crate::nodes::cstr(dir.as_os_str()).map_err(|e| fuse_err(&dir, e))?,
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+        )
+        .map_err(|e| fuse_err(&dir, e))?;
+        let nodes = Nodes::new(root).map_err(|e| fuse_err(&dir, e))?;
+        let data = Data::new(cache.volumes()[0].clone(), files, page);
+        let fs = WcacheFs::new(nodes, data, Arc::clone(&callers));
+        let session = mount_session(fs, &config.mountpoint, config.threads, &dir)?;
+        Ok(Mounted {
+            session: Some(session),
+            cache,
+            callers,
+            mountpoint: config.mountpoint,
+            _lock: lock,
+        })
+    }
+
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// Unmounts (lazily if files are still open) and closes the cache: a
+    /// clean shutdown is recorded; dirty pages stay for the next mount.
+    pub fn stop(mut self) -> Result<CloseReport, MountError> {
+        if let Some(session) = self.session.take() {
+            if let Err(e) = session.umount_and_join() {
+                tracing::warn!("unmount of {}: {e}", self.mountpoint.display());
+            }
+        }
+        Ok(self.cache.close()?)
+    }
+}
+
+fn fuse_err(path: &Path, source: std::io::Error) -> MountError {
+    MountError::Fuse {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn mount_session(
+    fs: WcacheFs,
+    mountpoint: &Path,
+    threads: usize,
+    dir: &Path,
+) -> Result<fuser::BackgroundSession, MountError> {
+    use fuser::MountOption as O;
+    let mut options = fuser::Config::default();
+    options.mount_options = vec![
+        O::FSName(format!("wcache:{}", dir.display())),
+        O::Subtype("wcache".into()),
+        O::DefaultPermissions,
+        O::RW,
+        O::NoDev,
+        O::NoSuid,
+    ];
+    // Every user may use the mount (PostgreSQL runs as its own user);
+    // the kernel checks permissions (default_permissions).
+    options.acl = fuser::SessionACL::All;
+    options.n_threads = Some(threads.max(1));
+    options.clone_fd = true;
+    fuser::Session::new(fs, mountpoint, &options)
+        .and_then(fuser::Session::spawn)
+        .map_err(|e| fuse_err(mountpoint, e))
+}

@@ -1,0 +1,217 @@
+//! `wcache mount` on a real FUSE mount: files written, read back, grown,
+//! truncated, renamed and removed through the cache, their bytes on the
+//! backing files after an unmount (and after a remount with pages left
+//! dirty in the cache); sync writes and fsync counted by the engine as
+//! sync; the mountpoint and the backing directory checked.
+
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use wcache_core::config::StalenessConfig;
+use wcache_core::policy::destage_rate::RateConfig;
+use wcache_core::{EngineConfig, WritePolicyKind};
+use wcache_fuse::{CriticalRules, MountConfig, MountError, Mounted};
+use wcache_io::{CacheConfig, CacheDeviceSpec, DriverConfig, FormatAsked, SyncMode};
+
+fn cache_config(cache: &Path, format: FormatAsked) -> CacheConfig {
+    CacheConfig {
+        cache: CacheDeviceSpec::File {
+            path: cache.to_path_buf(),
+            create_size_bytes: 64 << 20,
+            size_given: false,
+            sync: SyncMode::Fdatasync,
+            direct: false,
+            measure_sync: false,
+        },
+        volumes: Vec::new(),
+        backing_sync: SyncMode::Fdatasync,
+        backing_create_size_bytes: None,
+        engine: EngineConfig {
+            page_size_bytes: 4096,
+            group_size_bytes: 64 * 1024,
+            write_policy: WritePolicyKind::WriteBack,
+            // Dirty pages stay in the cache until the test says.
+            rate: RateConfig {
+                low_threshold_pct: 95.0,
+                high_threshold_pct: 99.0,
+                ..RateConfig::default()
+            },
+            staleness: StalenessConfig {
+                max_dirty_age_ns: 0,
+                idle_destages: 0,
+                ..StalenessConfig::default()
+            },
+            ..EngineConfig::default()
+        },
+        driver: DriverConfig {
+            io_threads: 2,
+            ..DriverConfig::default()
+        },
+        block_size_bytes: 4096,
+        force: false,
+        format,
+        volatile_write_back: false,
+        backing_timeout: None,
+    }
+}
+
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    backing: std::path::PathBuf,
+    mnt: std::path::PathBuf,
+    cache: std::path::PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let backing = tmp.path().join("backing");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&backing).unwrap();
+    fs::create_dir(&mnt).unwrap();
+    let cache = tmp.path().join("cache.img");
+    Dirs {
+        _tmp: tmp,
+        backing,
+        mnt,
+        cache,
+    }
+}
+
+fn mount(d: &Dirs, format: FormatAsked) -> Mounted {
+    Mounted::start(MountConfig {
+        backing_dir: d.backing.clone(),
+        mountpoint: d.mnt.clone(),
+        cache: cache_config(&d.cache, format),
+        journal: None,
+        rules: CriticalRules::default(),
+        threads: 2,
+    })
+    .expect("mount")
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+fn engine(m: &Mounted, name: &str) -> u64 {
+    m.cache()
+        .operator()
+        .snapshot()
+        .engine_value(name)
+        .unwrap_or(0)
+}
+
+#[test]
+fn files_round_trip_through_the_cache_on_both_formats() {
+    for format in [FormatAsked::FoundNewLog, FormatAsked::Records] {
+        let d = dirs();
+        let m = mount(&d, format);
+        let a = d.mnt.join("a.dat");
+        // Odd sizes and offsets: a partial first and last page.
+        let first = pattern(10_000, 1);
+        fs::write(&a, &first).unwrap();
+        let f = OpenOptions::new().read(true).write(true).open(&a).unwrap();
+        f.write_all_at(&pattern(5000, 2), 7001).unwrap();
+        let mut want = first.clone();
+        want.resize(12_001, 0);
+        want[7001..12_001].copy_from_slice(&pattern(5000, 2));
+        assert_eq!(fs::read(&a).unwrap(), want);
+        assert_eq!(fs::metadata(&a).unwrap().len(), 12_001);
+        // The cache holds the writes (write-back, thresholds not reached).
+        assert!(m.cache().dirty_pages() > 0, "writes went through the cache");
+        // Truncate into a page, then grow again: the cut bytes read as zeros.
+        f.set_len(5000).unwrap();
+        f.set_len(9000).unwrap();
+        let mut grown = want[..5000].to_vec();
+        grown.resize(9000, 0);
+        assert_eq!(fs::read(&a).unwrap(), grown);
+        drop(f);
+        // Metadata passes through.
+        fs::create_dir(d.mnt.join("sub")).unwrap();
+        fs::rename(&a, d.mnt.join("sub/b.dat")).unwrap();
+        fs::write(d.mnt.join("gone"), b"x").unwrap();
+        fs::remove_file(d.mnt.join("gone")).unwrap();
+        let mut names: Vec<String> = fs::read_dir(&d.mnt)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, vec!["sub"], "the file table is hidden");
+        let report = m.stop().unwrap();
+        assert!(report.recorded_clean);
+        // The next mount destages what stayed dirty; the backing file has it all.
+        let m = mount(&d, format);
+        assert_eq!(m.cache().dirty_pages(), 0);
+        assert_eq!(fs::read(d.backing.join("sub/b.dat")).unwrap(), grown);
+        assert_eq!(fs::read(d.mnt.join("sub/b.dat")).unwrap(), grown);
+        m.stop().unwrap();
+    }
+}
+
+#[test]
+fn o_dsync_writes_and_fsync_reach_the_engine_as_sync() {
+    let d = dirs();
+    let m = mount(&d, FormatAsked::FoundNewLog);
+    let path = d.mnt.join("wal");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .custom_flags(libc::O_DSYNC)
+        .open(&path)
+        .unwrap();
+    let flushes = engine(&m, "flushes");
+    for i in 0..8u8 {
+        f.write_all(&pattern(8192, i)).unwrap();
+    }
+    let mut g = OpenOptions::new().append(true).open(&path).unwrap();
+    g.write_all(&pattern(100, 9)).unwrap();
+    g.sync_all().unwrap();
+    assert!(
+        engine(&m, "flushes") > flushes,
+        "fsync is a FLUSH to the engine"
+    );
+    let mut back = Vec::new();
+    let mut r = fs::File::open(&path).unwrap();
+    r.seek(SeekFrom::Start(0)).unwrap();
+    r.read_to_end(&mut back).unwrap();
+    assert_eq!(back.len(), 8 * 8192 + 100);
+    assert_eq!(&back[8 * 8192..], &pattern(100, 9)[..]);
+    m.stop().unwrap();
+}
+
+#[test]
+fn a_bad_backing_directory_or_mountpoint_is_named() {
+    let d = dirs();
+    let start = |backing: &Path, mnt: &Path| {
+        Mounted::start(MountConfig {
+            backing_dir: backing.to_path_buf(),
+            mountpoint: mnt.to_path_buf(),
+            cache: cache_config(&d.cache, FormatAsked::FoundNewLog),
+            journal: None,
+            rules: CriticalRules::default(),
+            threads: 1,
+        })
+    };
+    let missing = d.backing.join("nope");
+    let e = start(&missing, &d.mnt).err().expect("refused");
+    assert!(matches!(e, MountError::BackingDir { .. }), "{e}");
+    assert!(e.to_string().contains("nope"), "{e}");
+    fs::write(d.mnt.join("x"), b"x").unwrap();
+    let e = start(&d.backing, &d.mnt).err().expect("refused");
+    assert!(e.to_string().contains("not empty"), "{e}");
+    fs::remove_file(d.mnt.join("x")).unwrap();
+    let m = start(&d.backing, &d.mnt).expect("mounts");
+    let other = d.backing.join("../mnt2");
+    fs::create_dir(&other).unwrap();
+    let e = start(&d.backing, &other).err().expect("refused");
+    assert!(
+        e.to_string().contains("backing directory"),
+        "the directory is locked: {e}"
+    );
+    m.stop().unwrap();
+    assert!(!d.cache.with_extension("x").exists());
+}
