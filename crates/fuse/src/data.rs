@@ -151,7 +151,7 @@ impl Data {
             tracing::error!("{e}");
             Errno::ENOSPC
         })?;
-        let _io = file.io.lock().unwrap_or_else(|e| e.into_inner());
+        let _io = file.io.lock(caller, &self.volume);
         let old_size = file.size();
         let flags = Data::flags(caller, sync);
         if end > old_size {
@@ -258,7 +258,7 @@ impl Data {
         if to > WINDOW_BYTES && file.slot.get().is_some() {
             return Err(Errno::EFBIG);
         }
-        let _io = file.io.lock().unwrap_or_else(|e| e.into_inner());
+        let _io = file.io.lock(caller, &self.volume);
         let size = file.size();
         let Some(slot) = file.slot.get() else {
             let mut size = file.size.write().unwrap_or_else(|e| e.into_inner());

@@ -17,6 +17,10 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use wcache_io::{BlockDevice, DeviceError};
 
+use wcache_models::DevOpKind;
+
+use crate::disk::Disk;
+use crate::file_lock::FileLock;
 use crate::handle::FileHandle;
 use crate::table::{Table, TableError};
 
@@ -41,21 +45,27 @@ pub struct BackingFile {
     /// zeroed through the cache before the file grows over them again.
     pub stale: Mutex<Option<(u64, u64)>>,
     /// Writes to this file, one at a time (read-modify-write of a page).
-    pub io: Mutex<()>,
+    pub io: FileLock,
     /// The window, once the file took its first write.
     pub slot: std::sync::OnceLock<u32>,
+    /// The emulated disk its data I/O is timed on, if any; its inode there.
+    disk: Option<(Arc<Disk>, u64)>,
 }
 
 impl BackingFile {
-    pub fn new(fd: OwnedFd) -> io::Result<BackingFile> {
-        let size = std::fs::File::from(fd.try_clone()?).metadata()?.len();
+    pub fn new(fd: OwnedFd, disk: Option<Arc<Disk>>) -> io::Result<BackingFile> {
+        let meta = std::fs::File::from(fd.try_clone()?).metadata()?;
+        let size = meta.len();
+        use std::os::unix::fs::MetadataExt;
+        let disk = disk.map(|d| (d, meta.ino()));
         Ok(BackingFile {
+            disk,
             fd,
             size: RwLock::new(size),
             size_changed: AtomicBool::new(false),
             cached_end: AtomicU64::new(0),
             stale: Mutex::new(None),
-            io: Mutex::new(()),
+            io: FileLock::default(),
             slot: std::sync::OnceLock::new(),
         })
     }
@@ -70,7 +80,20 @@ impl BackingFile {
         std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(self.fd.as_raw_fd()) })
     }
 
+    /// `io` timed as one operation of the emulated disk, if any.
+    fn timed<R>(&self, kind: DevOpKind, at: u64, len: usize, io: impl FnOnce() -> R) -> R {
+        match &self.disk {
+            Some((disk, ino)) => disk.timed(kind, *ino, at, len as u64, io),
+            None => io(),
+        }
+    }
+
     pub fn pread(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let len = buf.len();
+        self.timed(DevOpKind::Read, offset, len, || self.pread_all(buf, offset))
+    }
+
+    fn pread_all(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut done = 0;
         while done < buf.len() {
             match self.file().read_at(&mut buf[done..], offset + done as u64) {
@@ -84,7 +107,9 @@ impl BackingFile {
     }
 
     pub fn pwrite(&self, data: &[u8], offset: u64) -> io::Result<()> {
-        self.file().write_all_at(data, offset)
+        self.timed(DevOpKind::Write, offset, data.len(), || {
+            self.file().write_all_at(data, offset)
+        })
     }
 
     /// Sets the backing file's size (under the size lock held by the caller).
@@ -96,7 +121,7 @@ impl BackingFile {
     }
 
     pub fn sync_data(&self) -> io::Result<()> {
-        self.file().sync_data()
+        self.timed(DevOpKind::Flush, 0, 0, || self.file().sync_data())
     }
 }
 
@@ -110,6 +135,7 @@ pub struct Files {
     /// Slots written since the last flush.
     written: Mutex<HashSet<u32>>,
     len_bytes: u64,
+    disk: Option<Arc<Disk>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -128,18 +154,19 @@ impl Files {
     /// The files of `dir` as a volume of `len_bytes` (the engine's
     /// largest): every file of its table is opened by handle (a file gone
     /// since is left out: its pages have nowhere to go and are dropped).
-    pub fn open(dir: &Path, len_bytes: u64) -> Result<Files, FilesError> {
+    pub fn open(dir: &Path, len_bytes: u64, disk: Option<Arc<Disk>>) -> Result<Files, FilesError> {
         let dir_err = |source| FilesError::Dir {
             dir: dir.display().to_string(),
             source,
         };
         let dir_fd: OwnedFd = std::fs::File::open(dir).map_err(dir_err)?.into();
+
         let table = Table::open(dir)?;
         let mut slots = HashMap::new();
         for (slot, handle) in &table.entries {
             match handle.open(dir_fd.as_fd()) {
                 Ok(fd) => {
-                    let file = BackingFile::new(fd).map_err(dir_err)?;
+                    let file = BackingFile::new(fd, disk.clone()).map_err(dir_err)?;
                     slots.insert(*slot, Arc::new(file));
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ESTALE) => {
@@ -159,6 +186,7 @@ impl Files {
             slots_max: (len_bytes >> WINDOW_BITS).min(u32::MAX as u64) as u32,
             written: Mutex::new(HashSet::new()),
             len_bytes,
+            disk,
         })
     }
 
@@ -325,7 +353,10 @@ impl BlockDevice for Files {
     }
 
     fn name(&self) -> String {
-        format!("files:{}", self.dir.display())
+        match &self.disk {
+            Some(disk) => format!("files:{} on {}", self.dir.display(), disk.name()),
+            None => format!("files:{}", self.dir.display()),
+        }
     }
 }
 

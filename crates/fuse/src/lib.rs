@@ -4,13 +4,17 @@
 //! caller as the request's issuer (`docs/mount.md`).
 //!
 //! Its parts: `mount` (start and stop), `fs` (the operations the kernel
-//! sends), `nodes` (inode numbers), `data` (file data through the cache),
+//! sends), `nodes` (inode numbers), `data` (file data through the cache), `file_lock` (a file's
+//! writes one at a time, passing criticality on),
 //! `files` (the directory as the cache's backing device), `table` and
-//! `handle` (each window's file, durably), `callers` (issuers and their
+//! `handle` (each window's file, durably), `disk` (an emulated slow
+//! disk under the files), `callers` (issuers and their
 //! criticality).
 
 pub mod callers;
 pub mod data;
+pub mod disk;
+pub mod file_lock;
 pub mod files;
 pub mod fs;
 pub mod handle;

@@ -17,6 +17,7 @@ use wcache_io::{
 
 use crate::callers::{Callers, CriticalRules};
 use crate::data::Data;
+use crate::disk::Disk;
 use crate::files::{Files, FilesError};
 use crate::fs::WcacheFs;
 use crate::nodes::Nodes;
@@ -37,6 +38,9 @@ pub struct MountConfig {
     pub rules: CriticalRules,
     /// FUSE request threads.
     pub threads: usize,
+    /// Time the backing files' data I/O on this device model in real time
+    /// (`hdd`, `raid5`, ...: `disk.rs`); None: the directory's own speed.
+    pub emulate: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -171,7 +175,20 @@ impl Mounted {
         check_mountpoint(&config.mountpoint)?;
         let lock = DeviceLock::acquire(&dir, LockMode::Exclusive, "backing directory")?;
         let page = config.cache.engine.page_size_bytes;
-        let files = Arc::new(Files::open(&dir, (PAGE_INDEX_MAX >> 1) * page)?);
+        let disk = match &config.emulate {
+            Some(model) => Some(Arc::new(Disk::new(model).map_err(|e| {
+                MountError::BackingDir {
+                    path: dir.display().to_string(),
+                    why: e.to_string(),
+                }
+            })?)),
+            None => None,
+        };
+        let files = Arc::new(Files::open(
+            &dir,
+            (PAGE_INDEX_MAX >> 1) * page,
+            disk.clone(),
+        )?);
         let mut cache_config = config.cache.clone();
         cache_config.volumes = vec![VolumeSpec {
             name: VOLUME_NAME.to_string(),
@@ -188,7 +205,7 @@ impl Mounted {
             0,
         )
         .map_err(|e| fuse_err(&dir, e))?;
-        let nodes = Nodes::new(root).map_err(|e| fuse_err(&dir, e))?;
+        let nodes = Nodes::new(root, disk).map_err(|e| fuse_err(&dir, e))?;
         let data = Data::new(cache.volumes()[0].clone(), files, page);
         let fs = WcacheFs::new(nodes, data, Arc::clone(&callers));
         let session = mount_session(fs, &config.mountpoint, config.threads, &dir)?;

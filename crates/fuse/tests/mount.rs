@@ -87,6 +87,7 @@ fn mount(d: &Dirs, format: FormatAsked) -> Mounted {
         journal: None,
         rules: CriticalRules::default(),
         threads: 2,
+        emulate: None,
     })
     .expect("mount")
 }
@@ -194,6 +195,7 @@ fn a_bad_backing_directory_or_mountpoint_is_named() {
             journal: None,
             rules: CriticalRules::default(),
             threads: 1,
+            emulate: None,
         })
     };
     let missing = d.backing.join("nope");

@@ -91,6 +91,34 @@ impl Volume {
         })
     }
 
+    /// Whether `issuer` is critical now by the engine's tables (a hint, or
+    /// an inheritance in force): for a front end deciding whether a waiter
+    /// passes its criticality on.
+    pub fn issuer_is_critical(&self, issuer: u32) -> bool {
+        let (hinted, inherited) = self.driver.inspect_engine(|e| e.issuer_criticality(issuer));
+        hinted || inherited
+    }
+
+    /// Process criticality inheritance (Kim et al. §4.2.1): `issuer` holds
+    /// something a critical request waits for, and is critical until
+    /// `end_inherited_criticality` (counted: one end per call). Its bypass
+    /// writes in flight are promoted where the admission policy says.
+    pub fn inherit_criticality(
+        &self,
+        issuer: u32,
+    ) -> Result<u32, wcache_core::engine::CriticalityError> {
+        self.driver.change_engine(|e| e.inherit_criticality(issuer))
+    }
+
+    /// One cause of `issuer`'s inherited criticality ended.
+    pub fn end_inherited_criticality(
+        &self,
+        issuer: u32,
+    ) -> Result<u32, wcache_core::engine::CriticalityError> {
+        self.driver
+            .change_engine(|e| e.end_inherited_criticality(issuer))
+    }
+
     pub fn read(&self, offset_bytes: u64, buf: &mut [u8]) -> Result<(), RequestError> {
         self.timed(RequestClass::Read, || {
             self.driver.read(self.id, offset_bytes, buf)

@@ -84,6 +84,39 @@ impl EmulatedDevice {
         EmulatedDevice::new(model, store)
     }
 
+    /// The model alone, for a front end that places its own I/O on it
+    /// (`timed`): its store takes nothing and reads nothing.
+    pub fn model_only(name: &str) -> Result<EmulatedDevice, DeviceError> {
+        let model = build_device(name).map_err(|e| DeviceError::Open {
+            device: format!("emulated-{name}"),
+            what: e.to_string(),
+        })?;
+        let store = Arc::new(NoStore(model.capacity_bytes()));
+        EmulatedDevice::new(model, store)
+    }
+
+    /// The model's capacity (where `timed` may place an operation).
+    pub fn model_capacity_bytes(&self) -> u64 {
+        self.lock().model.capacity_bytes()
+    }
+
+    /// Runs `io` as one operation of the model at `offset_bytes`: it is
+    /// submitted to the model now, `io` runs, and this returns once the
+    /// model says the operation is done (as `read_at` and `write_at` do
+    /// around their store's call).
+    pub fn timed<R>(
+        &self,
+        kind: DevOpKind,
+        offset_bytes: u64,
+        len_bytes: u64,
+        io: impl FnOnce() -> R,
+    ) -> R {
+        let id = self.submit(kind, offset_bytes, len_bytes);
+        let result = io();
+        self.wait(id);
+        result
+    }
+
     fn lock(&self) -> MutexGuard<'_, ModelState> {
         // A panic while holding the lock leaves the model consistent enough
         // for timing purposes; keep going rather than poisoning every caller.
@@ -152,6 +185,28 @@ impl EmulatedDevice {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+}
+
+/// The store of a model alone: `len` bytes that hold nothing.
+struct NoStore(u64);
+
+impl BlockDevice for NoStore {
+    fn len_bytes(&self) -> u64 {
+        self.0
+    }
+    fn read_at(&self, buf: &mut [u8], _offset_bytes: u64) -> Result<(), DeviceError> {
+        buf.fill(0);
+        Ok(())
+    }
+    fn write_at(&self, _data: &[u8], _offset_bytes: u64) -> Result<(), DeviceError> {
+        Ok(())
+    }
+    fn flush(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+    fn name(&self) -> String {
+        "no store".into()
     }
 }
 
