@@ -49,4 +49,4 @@ print("IOPS %.0f  p50 %.1f us  p99 %.1f us" % (j['iops'], j['clat_ns']['percenti
 per = [int(l.split(',')[1]) for l in open('iops_iops.1.log')]
 print("per second:", per)
 PY
-grep -E "destages of" serve.log | tail -1 | sed 's/.*INFO wcache::serve: /   /'
+grep -E "destages of" serve.log | tail -1 | sed 's/.*INFO wcache_io::service::report: /   /'

@@ -11,7 +11,9 @@
 //! every front end uses (open or format, recover, serve volumes, drain, close);
 //! `lock` makes every device it uses its own while it does;
 //! `ops` is how a running cache is operated (status, statistics, online
-//! drain and policy changes, the control socket).
+//! drain and policy changes, the control socket); `service` is the
+//! lifecycle of a serving process every front end runs (signals, bounded
+//! stop, control socket and metrics, banner and close report).
 //! Nothing here makes a cache decision: that is the engine's job.
 
 pub mod backings;
@@ -22,6 +24,7 @@ pub mod driver;
 pub mod format;
 pub mod lock;
 pub mod ops;
+pub mod service;
 pub mod store;
 
 pub use backings::open_backing;

@@ -1,28 +1,23 @@
 //! The listening sockets of `wcache serve` (the NBD Unix socket and TCP
-//! address, the control socket, the metrics endpoint): bound before the
-//! cache is opened, so that a socket that cannot be bound refuses the start
-//! before any device is written, and put in place once it is open. A
-//! socket file is replaced only when nothing answers on it. Once the NBD
-//! socket is in place the service manager is told the server is ready
-//! (systemd's Type=notify). Wiring only.
+//! address, and the operator's: `wcache_io::service::OpsListeners`): bound
+//! before the cache is opened, so that a socket that cannot be bound
+//! refuses the start before any device is written, and put in place once
+//! it is open. A socket file is replaced only when nothing answers on it.
+//! Once the NBD socket is in place the service manager is told the server
+//! is ready (systemd's Type=notify). Wiring only.
 
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-use sd_notify::NotifyState;
 use wcache_io::lock::socket_answering;
-use wcache_io::ops::control::{ControlListener, ControlServer};
-use wcache_io::ops::prometheus::MetricsServer;
-use wcache_io::ops::Operator;
+use wcache_io::service::{notify_ready, OpsListeners};
 use wcache_io::Volume;
 use wcache_nbd::Server;
 
 use crate::serve::{ServeArgs, ServeError};
 use crate::tools::AnyError;
 
-/// Binds the Unix socket and the TCP address asked for; returns the socket
-/// path (removed at the end) and an NBD URI per volume and listener.
 /// The listening sockets, bound before the cache is opened so that a
 /// socket that cannot be bound refuses the start before any device is
 /// written (recovery rewrites the superblock). The Unix socket is bound
@@ -32,34 +27,7 @@ pub(crate) struct Listeners {
     /// (path, temporary path, listener)
     unix: Option<(PathBuf, PathBuf, UnixListener)>,
     tcp: Option<(String, TcpListener)>,
-    control: Option<ControlListener>,
-    metrics: Option<TcpListener>,
-}
-
-/// The operator's endpoints of a running server: the control socket and,
-/// when asked, the metrics endpoint.
-pub(crate) struct OpsEndpoints {
-    control: ControlServer,
-    metrics: Option<MetricsServer>,
-}
-
-impl OpsEndpoints {
-    pub(crate) fn print(&self) {
-        say!(
-            "  control: {} (wcache status|stats|flush|set --control PATH)",
-            self.control.path().display()
-        );
-        if let Some(m) = &self.metrics {
-            say!("  metrics: http://{}/metrics", m.addr());
-        }
-    }
-
-    pub(crate) fn stop(self) {
-        self.control.stop();
-        if let Some(m) = self.metrics {
-            m.stop();
-        }
-    }
+    ops: Option<OpsListeners>,
 }
 
 impl Listeners {
@@ -77,8 +45,7 @@ impl Listeners {
         let mut listeners = Listeners {
             unix: None,
             tcp: None,
-            control: None,
-            metrics: None,
+            ops: None,
         };
         if let Some(path) = socket {
             if let Some(holder) = socket_answering(&path) {
@@ -110,24 +77,11 @@ impl Listeners {
             })?;
             listeners.tcp = Some((addr.clone(), listener));
         }
-        if let Some(addr) = &args.metrics {
-            match TcpListener::bind(addr) {
-                Ok(bound) => listeners.metrics = Some(bound),
-                Err(source) => {
-                    listeners.discard();
-                    let what = format!("metrics address {addr}");
-                    return Err(ServeError::Listen { what, source });
-                }
-            }
-        }
-        match ControlListener::bind(&control) {
-            Ok(bound) => listeners.control = Some(bound),
-            Err(source) => {
+        match OpsListeners::bind(&control, args.metrics.as_deref()) {
+            Ok(bound) => listeners.ops = Some(bound),
+            Err(e) => {
                 listeners.discard();
-                return Err(ServeError::Listen {
-                    what: format!("control socket {}", control.display()),
-                    source,
-                });
+                return Err(e.into());
             }
         }
         Ok(listeners)
@@ -143,24 +97,15 @@ impl Listeners {
         if let Some((_, temp, _)) = &self.unix {
             let _ = std::fs::remove_file(temp);
         }
-        if let Some(control) = self.control.take() {
-            control.discard();
+        if let Some(ops) = self.ops.take() {
+            ops.discard();
         }
     }
 
-    /// Puts the control socket in place and serves metrics, through
-    /// `operator` (before the NBD socket, whose appearance means ready).
-    pub(crate) fn start_ops(&mut self, operator: Operator) -> Result<OpsEndpoints, AnyError> {
-        let metrics = match self.metrics.take() {
-            Some(listener) => Some(MetricsServer::start(listener, operator.clone())?),
-            None => None,
-        };
-        let control = self.control.take().expect("bound in Listeners::bind");
-        let what = format!("control socket {}", control.path().display());
-        let control = control
-            .start(operator)
-            .map_err(|source| ServeError::Listen { what, source })?;
-        Ok(OpsEndpoints { control, metrics })
+    /// The operator's sockets, for the service to start (before the NBD
+    /// socket is put in place, whose appearance means ready).
+    pub(crate) fn take_ops(&mut self) -> OpsListeners {
+        self.ops.take().expect("bound in Listeners::bind")
     }
 
     /// Hand the sockets to `server`, `announce` the URIs of the volumes,
@@ -206,16 +151,7 @@ impl Listeners {
                 source,
             })?;
         }
-        let status = format!("serving {} export(s)", volumes.len());
-        notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+        notify_ready(&format!("serving {} export(s)", volumes.len()));
         Ok(())
-    }
-}
-
-/// Tells the service manager (systemd, when it set NOTIFY_SOCKET) how the
-/// server is: ready, stopping. A failure is logged, never fatal.
-pub(crate) fn notify(state: &[NotifyState]) {
-    if let Err(e) = sd_notify::notify(state) {
-        tracing::warn!("cannot notify the service manager (NOTIFY_SOCKET): {e}");
     }
 }
