@@ -15,6 +15,8 @@ command -v nbdkit >/dev/null || need_apt+=(nbdkit)
 command -v nbdinfo >/dev/null || need_apt+=(libnbd-bin)
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v tmux >/dev/null || need_apt+=(tmux)
+# A real program on wcache mount (crates/fuse/tests/mount.rs).
+command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
 command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need_apt+=(e2fsprogs)
 # The systemd unit's security score (crates/cli/tests/systemd.rs).
 command -v systemd-analyze >/dev/null || need_apt+=(systemd)
