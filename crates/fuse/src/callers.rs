@@ -6,6 +6,7 @@
 //! request costs no `/proc` read in the common case.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -112,6 +113,57 @@ impl Callers {
                 && cgroup(issuer).is_some_and(|c| rules.matches_cgroup(&c)));
         Caller { issuer, critical }
     }
+}
+
+/// The control socket's `critical-caller` for a mount: `by` is `pid` (the
+/// engine's hint for that process: it must exist), `command`, `cgroup`
+/// (it must exist under /sys/fs/cgroup) or `realtime-io`; answers the rules
+/// in force.
+pub fn critical_callers_hook(
+    callers: std::sync::Arc<Callers>,
+    operator: wcache_io::ops::Operator,
+) -> wcache_io::ops::CriticalCallersHook {
+    Box::new(move |by, value, critical| {
+        let mut rules = callers.rules();
+        let edit = |list: &mut Vec<String>| {
+            list.retain(|v| v != value);
+            if critical {
+                list.push(value.to_string());
+            }
+        };
+        match by {
+            "pid" => {
+                let pid: u32 = value
+                    .parse()
+                    .map_err(|_| format!("pid {value:?}: not a process number"))?;
+                let process = thread_group(pid).ok_or(format!("no process {pid}"))?;
+                operator
+                    .set_critical_issuer(process, critical)
+                    .map_err(|e| e.to_string())?;
+            }
+            "command" if value.is_empty() => return Err("an empty command name".into()),
+            "command" => edit(&mut rules.commands),
+            "cgroup" => {
+                let path = value.trim_start_matches('/');
+                if critical && !Path::new("/sys/fs/cgroup").join(path).is_dir() {
+                    return Err(format!("no cgroup {value} (under /sys/fs/cgroup)"));
+                }
+                edit(&mut rules.cgroups)
+            }
+            "realtime-io" => rules.realtime_io = critical,
+            other => {
+                return Err(format!(
+                    "unknown key {other:?}; valid: pid, command, cgroup, realtime-io"
+                ))
+            }
+        }
+        callers.set_rules(rules.clone());
+        Ok(serde_json::json!({
+            "commands": rules.commands,
+            "cgroups": rules.cgroups,
+            "realtime_io": rules.realtime_io,
+        }))
+    })
 }
 
 /// The thread group (process) of thread `tid`.

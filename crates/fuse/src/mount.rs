@@ -15,7 +15,7 @@ use wcache_io::{
     BlockDevice, Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, VolumeSpec,
 };
 
-use crate::callers::{Callers, CriticalRules};
+use crate::callers::{critical_callers_hook, Callers, CriticalRules};
 use crate::data::Data;
 use crate::disk::Disk;
 use crate::files::{Files, FilesError};
@@ -198,6 +198,11 @@ impl Mounted {
         cache_config.block_size_bytes = page as u32;
         let cache = open_cache(&cache_config, &files, config.cache.force)?;
         let callers = Arc::new(Callers::new(config.rules.clone()));
+        let operator = cache.operator();
+        operator.on_critical_callers(critical_callers_hook(
+            Arc::clone(&callers),
+            operator.clone(),
+        ));
         let root: OwnedFd = crate::nodes::open_at(
             libc::AT_FDCWD,
             &crate::nodes::cstr(dir.as_os_str()).map_err(|e| fuse_err(&dir, e))?,

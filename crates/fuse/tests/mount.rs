@@ -274,3 +274,44 @@ fn sqlite3_works_on_the_mount_and_its_database_survives_a_remount() {
     );
     m.stop().unwrap();
 }
+
+/// The control socket's `critical-caller` on a mount: rules by command and
+/// cgroup change the callers' criticality; a pid sets the engine's hint
+/// for its process; a pid or cgroup that does not exist, an unknown key:
+/// a clear error, nothing changed.
+#[test]
+fn critical_callers_are_set_by_pid_command_and_cgroup_and_bad_ones_named() {
+    let d = dirs();
+    let m = mount(&d, FormatAsked::FoundNewLog);
+    let op = m.cache().operator();
+    let me = std::process::id();
+    assert!(!m.callers.of(me).critical);
+    let rules = op
+        .critical_caller("command", "mount*", true)
+        .expect("a command rule");
+    assert_eq!(rules["commands"][0], "mount*");
+    assert!(
+        m.callers.of(me).critical,
+        "this test binary is called mount-..."
+    );
+    op.critical_caller("command", "mount*", false).unwrap();
+    assert!(!m.callers.of(me).critical);
+    let own = wcache_fuse::callers::cgroup(me).unwrap();
+    op.critical_caller("cgroup", &own, true).unwrap();
+    assert!(m.callers.of(me).critical);
+    op.critical_caller("cgroup", &own, false).unwrap();
+    op.critical_caller("pid", &me.to_string(), true).unwrap();
+    assert!(m.cache().volumes()[0].issuer_is_critical(me));
+    for (by, value, says) in [
+        ("pid", "4000000000", "no process 4000000000"),
+        ("pid", "abc", "not a process number"),
+        ("cgroup", "/no/such/group", "no cgroup /no/such/group"),
+        ("command", "", "an empty command name"),
+        ("user", "x", "unknown key \"user\""),
+    ] {
+        let e = op.critical_caller(by, value, true).expect_err(by);
+        assert!(e.to_string().contains(says), "{by} {value}: {e}");
+    }
+    assert!(m.callers.rules().cgroups.is_empty() && m.callers.rules().commands.is_empty());
+    m.stop().unwrap();
+}

@@ -343,6 +343,17 @@ fn answer(command: Command, operator: &Operator, stop: &AtomicBool, w: &mut Unix
                 Err(e) => op_error(&e),
             }
         }
+        Command::CriticalCaller {
+            by,
+            value,
+            critical,
+        } => match operator.critical_caller(&by, &value, critical) {
+            Ok(rules) => {
+                tracing::info!("critical-caller {by} {value:?}: {critical}");
+                Response::ok(rules)
+            }
+            Err(e) => op_error(&e),
+        },
         Command::CriticalIssuer { issuer, critical } => {
             match operator.set_critical_issuer(issuer, critical) {
                 Ok(done) => {

@@ -16,8 +16,8 @@ pub mod snapshot;
 
 pub use latency::{RequestClass, VolumeLatency};
 pub use operator::{
-    ClientStatus, ClientsHook, ConsistencyPointDone, ExportStatus, FlushProgress, OpError,
-    Operator, SetDone, Status, StopDone, StopHook, SET_KEYS,
+    ClientStatus, ClientsHook, ConsistencyPointDone, CriticalCallersHook, ExportStatus,
+    FlushProgress, OpError, Operator, SetDone, Status, StopDone, StopHook, SET_KEYS,
 };
 pub use reporter::ErrorReporter;
 pub use snapshot::{Metric, RequestStats, Snapshot};

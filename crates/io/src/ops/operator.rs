@@ -86,6 +86,13 @@ pub enum OpError {
     NotJournaled(#[from] NotJournaled),
     #[error("this front end cannot be stopped through its control socket")]
     NoStop,
+    #[error(
+        "this front end does not know which process sent a request (NBD); critical callers \
+         are wcache mount's (by issuer: critical-issuer)"
+    )]
+    NoCallers,
+    #[error("critical-caller: {0}")]
+    CriticalCaller(String),
 }
 
 /// One volume as the operator sees it.
@@ -202,6 +209,12 @@ pub struct StopDone {
 /// How a front end stops itself when asked (`Operator::on_stop`).
 pub type StopHook = Box<dyn Fn() + Send + Sync>;
 
+/// How a front end changes its rules for critical callers
+/// (`Operator::on_critical_callers`): `(by, value, critical)` to the rules
+/// now in force, or why not.
+pub type CriticalCallersHook =
+    Box<dyn Fn(&str, &str, bool) -> Result<serde_json::Value, String> + Send + Sync>;
+
 /// One client of a front end, as `status` lists it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClientStatus {
@@ -231,6 +244,7 @@ struct Inner {
     flushing: AtomicBool,
     stop: Mutex<Option<StopHook>>,
     clients: Mutex<Option<ClientsHook>>,
+    critical_callers: Mutex<Option<CriticalCallersHook>>,
 }
 
 impl Operator {
@@ -253,6 +267,7 @@ impl Operator {
                 flushing: AtomicBool::new(false),
                 stop: Mutex::new(None),
                 clients: Mutex::new(None),
+                critical_callers: Mutex::new(None),
             }),
         }
     }
@@ -400,6 +415,33 @@ impl Operator {
     fn clients(&self) -> Vec<ClientStatus> {
         let hook = self.inner.clients.lock().unwrap_or_else(|p| p.into_inner());
         hook.as_ref().map(|list| list()).unwrap_or_default()
+    }
+
+    /// How the front end changes its rules for critical callers.
+    pub fn on_critical_callers(&self, hook: CriticalCallersHook) {
+        *self
+            .inner
+            .critical_callers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// `critical-caller`: a rule added or removed by the front end.
+    pub fn critical_caller(
+        &self,
+        by: &str,
+        value: &str,
+        critical: bool,
+    ) -> Result<serde_json::Value, OpError> {
+        let hook = self
+            .inner
+            .critical_callers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let Some(change) = hook.as_ref() else {
+            return Err(OpError::NoCallers);
+        };
+        change(by, value, critical).map_err(OpError::CriticalCaller)
     }
 
     /// How the front end stops when `stop` is asked (as at SIGTERM).

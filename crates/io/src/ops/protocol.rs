@@ -74,6 +74,15 @@ pub enum Command {
         issuer: u32,
         critical: bool,
     },
+    /// Add (true) or remove (false) a rule that makes a front end's callers
+    /// critical: `by` is `pid`, `command` (a name, `*` ends a prefix) or
+    /// `cgroup` (a path, its subtree too). Front ends that know their
+    /// callers' processes only (`wcache mount`).
+    CriticalCaller {
+        by: String,
+        value: String,
+        critical: bool,
+    },
     /// Stop the server as SIGTERM does; with `flush`, first drain every
     /// dirty page while writes are refused.
     Stop {
@@ -92,13 +101,15 @@ impl Command {
             Command::Set { .. } => "set",
             Command::ConsistencyPoint => "consistency-point",
             Command::CriticalIssuer { .. } => "critical-issuer",
+            Command::CriticalCaller { .. } => "critical-caller",
             Command::Stop { .. } => "stop",
         }
     }
 }
 
 /// Every command name, for error messages.
-pub const COMMANDS: &str = "status, stats, flush, set, consistency-point, critical-issuer, stop";
+pub const COMMANDS: &str =
+    "status, stats, flush, set, consistency-point, critical-issuer, critical-caller, stop";
 
 /// Why a request was not carried out. `code` is stable; the message is for people.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -170,6 +181,14 @@ pub fn parse_request(line: &[u8]) -> Result<Command, ProtocolError> {
             })?,
             critical: request.critical.ok_or(ProtocolError::Missing {
                 cmd: "critical-issuer",
+                field: "critical",
+            })?,
+        },
+        "critical-caller" => Command::CriticalCaller {
+            by: need(request.key, "critical-caller", "key")?,
+            value: need(request.value, "critical-caller", "value")?,
+            critical: request.critical.ok_or(ProtocolError::Missing {
+                cmd: "critical-caller",
                 field: "critical",
             })?,
         },
