@@ -17,6 +17,7 @@ command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v tmux >/dev/null || need_apt+=(tmux)
 # A real program on wcache mount (crates/fuse/tests/mount.rs).
 command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
+[ -x /usr/lib/postgresql/15/bin/initdb ] || need_apt+=(postgresql)
 command -v mkfs.ext4 >/dev/null || [ -x /sbin/mkfs.ext4 ] || need_apt+=(e2fsprogs)
 # The systemd unit's security score (crates/cli/tests/systemd.rs).
 command -v systemd-analyze >/dev/null || need_apt+=(systemd)

@@ -231,11 +231,36 @@ impl Mounted {
     /// clean shutdown is recorded; dirty pages stay for the next mount.
     pub fn stop(mut self) -> Result<CloseReport, MountError> {
         if let Some(session) = self.session.take() {
-            if let Err(e) = session.umount_and_join() {
-                tracing::warn!("unmount of {}: {e}", self.mountpoint.display());
+            if self.unmount() {
+                if let Err(e) = session.join() {
+                    tracing::warn!("the FUSE session of {}: {e}", self.mountpoint.display());
+                }
             }
+            // Else its thread serves the open files until they close, or the process exits.
         }
         Ok(self.cache.close()?)
+    }
+
+    /// Unmounts; where files are still open, detaches the mount (their
+    /// next requests fail once the cache is closed). True if unmounted.
+    fn unmount(&self) -> bool {
+        let shown = self.mountpoint.display();
+        let Ok(path) = crate::nodes::cstr(self.mountpoint.as_os_str()) else {
+            return false;
+        };
+        // SAFETY: a valid C string.
+        if unsafe { libc::umount2(path.as_ptr(), 0) } == 0 {
+            return true;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EBUSY) {
+            tracing::warn!("files are still open on {shown}: detached; their next requests fail");
+            // SAFETY: as above.
+            unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
+        } else {
+            tracing::warn!("unmount of {shown}: {e}");
+        }
+        false
     }
 }
 

@@ -315,3 +315,152 @@ fn critical_callers_are_set_by_pid_command_and_cgroup_and_bad_ones_named() {
     assert!(m.callers.rules().cgroups.is_empty() && m.callers.rules().commands.is_empty());
     m.stop().unwrap();
 }
+
+/// PostgreSQL on the mount: initdb (as the `postgres` user: files owned by
+/// their creator), a server started on the mount, a few transactions
+/// (WAL fsyncs reach the engine), a fast stop; after an unmount and a
+/// remount the server starts again and the rows are there.
+#[test]
+fn postgresql_initdb_and_transactions_on_the_mount() {
+    let bin = Path::new("/usr/lib/postgresql/15/bin");
+    assert!(
+        bin.join("initdb").exists(),
+        "the test command installs postgresql"
+    );
+    let d = dirs();
+    let m = mount(&d, FormatAsked::FoundNewLog);
+    let data = d.mnt.join("pg");
+    fs::create_dir(&data).unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["postgres:postgres"])
+        .arg(&data)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    // The temporary directory's parents must let postgres in.
+    let mut up = d.mnt.clone();
+    while up.pop() {
+        let _ = std::process::Command::new("chmod")
+            .arg("o+x")
+            .arg(&up)
+            .status();
+    }
+    let as_pg = |args: &[&str]| {
+        let out = std::process::Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let pg = |name: &str| bin.join(name).display().to_string();
+    let data_s = data.display().to_string();
+    let sock = d.mnt.parent().unwrap().join("sock");
+    fs::create_dir_all(&sock).unwrap();
+    std::process::Command::new("chmod")
+        .arg("777")
+        .arg(&sock)
+        .status()
+        .unwrap();
+    let opts = format!("-k {} -p 54329 -c listen_addresses=''", sock.display());
+    // A failing test must not leave a server running on a dead mount.
+    struct StopServer(String, String);
+    impl Drop for StopServer {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("runuser")
+                .args([
+                    "-u",
+                    "postgres",
+                    "--",
+                    &self.0,
+                    "-D",
+                    &self.1,
+                    "-m",
+                    "immediate",
+                    "stop",
+                ])
+                .output();
+        }
+    }
+    let _stop = StopServer(pg("pg_ctl"), data_s.clone());
+    as_pg(&[
+        &pg("initdb"),
+        "-D",
+        &data_s,
+        "-A",
+        "trust",
+        "-U",
+        "postgres",
+    ]);
+    let uid = |p: &Path| std::os::unix::fs::MetadataExt::uid(&fs::metadata(p).unwrap());
+    let owner = uid(&d.backing.join("pg/PG_VERSION"));
+    assert_eq!(
+        owner,
+        uid(&data),
+        "files belong to their creator (postgres)"
+    );
+    assert_ne!(owner, 0, "not to root");
+    // The server's output to a log file: it would hold our pipes open.
+    let log = sock.join("pg.log").display().to_string();
+    as_pg(&[
+        &pg("pg_ctl"),
+        "-D",
+        &data_s,
+        "-o",
+        &opts,
+        "-l",
+        &log,
+        "-w",
+        "start",
+    ]);
+    let flushes = engine(&m, "flushes");
+    let psql = |sql: &str| {
+        as_pg(&[
+            &pg("psql"),
+            "-h",
+            &sock.display().to_string(),
+            "-p",
+            "54329",
+            "-At",
+            "-c",
+            sql,
+            "postgres",
+        ])
+    };
+    psql("CREATE TABLE t(k int primary key, v text)");
+    for i in 0..20 {
+        psql(&format!(
+            "INSERT INTO t SELECT g, md5(g::text) FROM generate_series({}, {}) g",
+            i * 100,
+            i * 100 + 99
+        ));
+    }
+    assert_eq!(psql("SELECT count(*) FROM t"), "2000");
+    assert!(
+        engine(&m, "flushes") > flushes,
+        "commits fsync the WAL through the engine"
+    );
+    as_pg(&[&pg("pg_ctl"), "-D", &data_s, "-m", "fast", "-w", "stop"]);
+    m.stop().unwrap();
+    let m = mount(&d, FormatAsked::FoundNewLog);
+    as_pg(&[
+        &pg("pg_ctl"),
+        "-D",
+        &data_s,
+        "-o",
+        &opts,
+        "-l",
+        &log,
+        "-w",
+        "start",
+    ]);
+    assert_eq!(psql("SELECT count(*), sum(k) FROM t"), "2000|1999000");
+    as_pg(&[&pg("pg_ctl"), "-D", &data_s, "-m", "fast", "-w", "stop"]);
+    m.stop().unwrap();
+}
