@@ -40,7 +40,7 @@ mod flusher;
 mod log;
 mod pool;
 mod submit;
-pub use data_path::DataPath;
+pub use {async_write::DriverBatch, data_path::DataPath, submit::Io};
 mod frees;
 mod gate;
 mod waiter;
@@ -97,7 +97,7 @@ impl Default for DriverConfig {
     }
 }
 
-/// What `Driver::write_async` calls, once, with the outcome, the buffer,
+/// What `DriverBatch::write_async` calls, once, with the outcome, the buffer,
 /// and `more`: true when another answer follows at once on this thread (a
 /// caller may batch its replies until one comes with `more` false).
 pub type WriteDone = Box<dyn FnOnce(Result<(), RequestError>, Vec<u8>, bool) + Send>;

@@ -30,7 +30,7 @@ pub mod store;
 pub use backings::open_backing;
 pub use cache::{
     Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, EngineSource, FormatAsked, Io,
-    Monitor, OfflineConfig, Volume, VolumeSpec,
+    Monitor, OfflineConfig, Volume, VolumeSpec, WriteBatch,
 };
 pub use device::emulated::EmulatedDevice;
 pub use device::faulty::{FaultPlan, FaultyDevice};
@@ -39,8 +39,8 @@ pub use device::mem::MemDevice;
 pub use device::nbd::{NbdAddress, NbdDevice, NbdOptions, NbdState, NbdStatus};
 pub use device::{BlockDevice, DeviceError};
 pub use driver::{
-    DataPath, DrainError, Driver, DriverConfig, DriverStats, Payload, RequestError, StartError,
-    WriteDone,
+    DataPath, DrainError, Driver, DriverBatch, DriverConfig, DriverStats, Payload, RequestError,
+    StartError, WriteDone,
 };
 pub use store::{CacheStore, Scan, StoreError};
 

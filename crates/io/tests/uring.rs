@@ -1,4 +1,4 @@
-//! The event-driven data path (`Driver::write_async` over io_uring):
+//! The event-driven data path (`DriverBatch::write_async` over io_uring):
 //! concurrent writes — whole pages from aligned and unaligned buffers,
 //! partial pages, FUA, held back and submitted in waves — each answered
 //! exactly once, read back, and found again after a restart without a
@@ -12,11 +12,13 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use wcache_core::types::VolumeId;
-use wcache_core::{EngineConfig, WritePolicyKind};
+use wcache_core::{EngineConfig, RequestFlags, RequestKind, WritePolicyKind};
 use wcache_io::device::file::{FileDevice, FileOptions, SyncMode};
 use wcache_io::format::{EngineRecord, VolumeEntry};
 use wcache_io::store::Asked;
-use wcache_io::{BlockDevice, CacheStore, DataPath, Driver, DriverConfig, MemDevice, RequestError};
+use wcache_io::{
+    BlockDevice, CacheStore, DataPath, Driver, DriverConfig, Io, MemDevice, RequestError, WriteDone,
+};
 
 const PAGE_BYTES: u64 = 4096;
 const VOLUME_BYTES: u64 = 1 << 20;
@@ -102,6 +104,19 @@ fn uring_in_use(driver: &Driver) -> bool {
 
 type Answer = (u64, Result<(), RequestError>, Vec<u8>);
 
+/// A write of `len_bytes` at `offset_bytes`, FUA or not.
+fn write_io(offset_bytes: u64, len_bytes: usize, fua: bool) -> Io {
+    Io {
+        kind: RequestKind::Write,
+        offset_bytes,
+        len_bytes: len_bytes as u64,
+        flags: RequestFlags {
+            fua,
+            ..RequestFlags::default()
+        },
+    }
+}
+
 /// One thread's waves of writes over its own regions; returns its pages'
 /// bytes as acknowledged (offset of its first page, bytes).
 fn writer(driver: &Driver, thread: u64, seed: u64) -> (u64, Vec<u8>) {
@@ -112,6 +127,8 @@ fn writer(driver: &Driver, thread: u64, seed: u64) -> (u64, Vec<u8>) {
     let (tx, rx) = mpsc::channel::<Answer>();
     for _ in 0..WAVES {
         let mut sent = Vec::new();
+        // Most writes of a wave held in one batch, the others sent at once.
+        let batch = driver.write_batch();
         for region in 0..REGIONS {
             let base = (region * REGION_PAGES) as usize * p;
             // Whole pages (1..=4) or a partial range inside the region.
@@ -132,20 +149,20 @@ fn writer(driver: &Driver, thread: u64, seed: u64) -> (u64, Vec<u8>) {
             let tx = tx.clone();
             let id = region;
             let offset = first_page * PAGE_BYTES + at as u64;
-            driver.write_async(
-                VolumeId(0),
-                offset,
-                buffer,
-                start,
-                len,
-                rng.gen_bool(0.1),
-                rng.gen_bool(0.7),
-                Box::new(move |result, buffer, _more| {
-                    let _ = tx.send((id, result, buffer));
-                }),
-            );
+            let io = write_io(offset, len, rng.gen_bool(0.1));
+            let done: WriteDone = Box::new(move |result, buffer, _more| {
+                let _ = tx.send((id, result, buffer));
+            });
+            if rng.gen_bool(0.7) {
+                batch.write_async(VolumeId(0), io, buffer, start, done);
+            } else {
+                // A batch of one: sent at the end of the statement.
+                driver
+                    .write_batch()
+                    .write_async(VolumeId(0), io, buffer, start, done);
+            }
         }
-        driver.submit_held_writes();
+        drop(batch); // the held writes go out
         let mut answered = vec![0u32; REGIONS as usize];
         for _ in 0..REGIONS {
             let (id, result, buffer) = rx.recv().expect("every write is answered");
@@ -247,14 +264,11 @@ fn write_async_refuses_a_range_beyond_its_buffer() {
         backing,
     );
     let (tx, rx) = mpsc::channel();
-    driver.write_async(
+    driver.write_batch().write_async(
         VolumeId(0),
-        0,
+        write_io(0, 4096, false),
         vec![0u8; 4096],
         1,
-        4096,
-        false,
-        false,
         Box::new(move |result, buffer, _| {
             let _ = tx.send((result, buffer.len()));
         }),

@@ -1,5 +1,6 @@
-//! The `Export` trait: what a volume must offer to be served over NBD, and
-//! `MemExport`, an in-memory volume for tests and benchmarks.
+//! The `Export` trait: what a volume must offer to be served over NBD (with
+//! `WriteBatch`, writes started together), and `MemExport`, an in-memory
+//! volume for tests and benchmarks.
 //!
 //! This module exists so that the cache engine (or anything else) can be put
 //! behind the NBD server without the server knowing what it is. Exports are
@@ -65,6 +66,34 @@ const EDQUOT: i32 = 122;
 /// (the server then sends the replies together, after the last).
 pub type WriteDone = Box<dyn FnOnce(Result<(), ExportError>, Vec<u8>, bool) + Send>;
 
+/// A WRITE for `Export::write_async`: `buffer[start..start + len]` at
+/// `offset` (the server aligns `start` in memory to 4 KiB), durable when
+/// acknowledged if `fua`.
+pub struct AsyncWrite {
+    pub offset: u64,
+    pub buffer: Vec<u8>,
+    pub start: usize,
+    pub len: usize,
+    pub fua: bool,
+}
+
+/// Writes started together (`Export::write_batch`); dropping the batch
+/// sends the device writes it held back.
+pub trait WriteBatch {
+    /// `Export::write_async`, its device writes perhaps held until the
+    /// batch is dropped.
+    fn write_async(&self, write: AsyncWrite, done: WriteDone);
+}
+
+/// The default batch: nothing held, each write is `Export::write_async`.
+struct Unbatched<'a, E: Export + ?Sized>(&'a E);
+
+impl<E: Export + ?Sized> WriteBatch for Unbatched<'_, E> {
+    fn write_async(&self, write: AsyncWrite, done: WriteDone) {
+        self.0.write_async(write, done)
+    }
+}
+
 /// A block address space served over NBD.
 ///
 /// Durability contract (from the NBD spec): when `write`, `trim` or
@@ -105,30 +134,32 @@ pub trait Export: Send + Sync {
     fn write_async_on_reader_max_bytes(&self) -> usize {
         64 * 1024
     }
-    /// Starts a write of `buffer[start..start + len]` at `offset` (the
-    /// server aligns `start` in memory to 4 KiB); `done` is called once,
-    /// perhaps before this returns, with the outcome (the same promise as
-    /// `write`'s return) and the buffer. The export may hold the device
-    /// writes back until `submit_held_writes`, which the server calls
-    /// before it waits for anything (the client, a worker, room). Default:
-    /// `write`, then `done`.
-    fn write_async(
-        &self,
-        offset: u64,
-        buffer: Vec<u8>,
-        start: usize,
-        len: usize,
-        fua: bool,
-        done: WriteDone,
-    ) {
+    /// Starts `write`; `done` is called once, perhaps before this
+    /// returns, with the outcome (the same promise as `write`'s return)
+    /// and the buffer. Its device writes are sent before this returns.
+    /// Default: `write`, then `done`.
+    fn write_async(&self, write: AsyncWrite, done: WriteDone) {
+        let AsyncWrite {
+            offset,
+            buffer,
+            start,
+            len,
+            fua,
+        } = write;
         let result = match buffer.get(start..start.saturating_add(len)) {
             Some(data) => self.write(offset, data, fua),
             None => Err(ExportError::Invalid),
         };
         done(result, buffer, false)
     }
-    /// Sends the writes `write_async` held back. Default: nothing held.
-    fn submit_held_writes(&self) {}
+    /// A batch of writes started together (a connection's reader starts
+    /// those it receives in a row in one): the export may hold their device
+    /// writes back until the batch is dropped, which must send them. The
+    /// server drops it before anything that may wait (the client, a worker,
+    /// room). Default: each write is `write_async`.
+    fn write_batch(&self) -> Box<dyn WriteBatch + '_> {
+        Box::new(Unbatched(self))
+    }
     /// Make every completed write durable.
     fn flush(&self) -> Result<(), ExportError>;
     /// Hint that a range is unused; may do nothing.

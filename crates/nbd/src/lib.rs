@@ -15,7 +15,7 @@ pub mod server;
 mod socket;
 
 pub use clients::{ClientInfo, Clients};
-pub use export::{Export, ExportError, MemExport, WriteDone};
+pub use export::{AsyncWrite, Export, ExportError, MemExport, WriteBatch, WriteDone};
 pub use proto::NbdErrno;
 pub use server::{Server, ServerBuilder, ServerConfig, ServerError, ServerStats};
 

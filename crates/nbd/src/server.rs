@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::export::Export;
 use job_queue::JobQueue;
-use writes::{more_input, receive_async_write, start_write, start_write_async};
+use writes::{more_input, receive_async_write, start_write, ReaderBatch, Start};
 
 mod job_queue;
 mod writes;
@@ -512,7 +512,7 @@ fn serve_connection_inner(shared: &Arc<Shared>, socket: Socket) {
     });
     let info = export_info(entry);
     transmission(shared, &connection, &mut reader, info);
-    connection.flush_replies();
+    connection.send_queued();
     connection.wait_idle();
     let _ = connection.control.shutdown(Shutdown::Both);
     tracing::info!(peer = %peer, export = %export_name, "NBD client disconnected");
@@ -646,13 +646,14 @@ fn transmission(
     };
     // The buffer of requests run on this thread, reused.
     let mut inline_buffer: Vec<u8> = Vec::new();
+    let mut batch = ReaderBatch::new(&*connection.export);
     loop {
         if connection.broken.load(Ordering::SeqCst) {
             return;
         }
         if reader.buffer().len() < REQUEST_HEADER_LEN {
             // About to wait for the client: send the replies batched so far.
-            connection.flush_replies();
+            batch.flush(connection);
         }
         if reader.read_exact(&mut header_bytes).is_err() {
             return; // Client gone, or server stopping (read side shut down).
@@ -672,7 +673,7 @@ fn transmission(
                 if let Payload::Discard(length) = decision.payload {
                     // Refused WRITE: skip its payload (io::copy uses a fixed-size
                     // buffer) so the next header is found.
-                    connection.flush_replies();
+                    batch.flush(connection);
                     let mut payload = reader.by_ref().take(u64::from(length));
                     match io::copy(&mut payload, &mut io::sink()) {
                         Ok(copied) if copied == u64::from(length) => {}
@@ -691,7 +692,8 @@ fn transmission(
             _ => (0, 0),
         };
         if let (Command::Write { length, .. }, true) = (command, connection.export.writes_async()) {
-            let Some(job) = receive_async_write(connection, reader, decision.cookie, command)
+            let Some(job) =
+                receive_async_write(connection, &mut batch, reader, decision.cookie, command)
             else {
                 return; // Client vanished mid-payload.
             };
@@ -699,9 +701,9 @@ fn transmission(
                 // Alone on its connection (nothing more received or on the
                 // way: a client at QD1): run to completion here, where a
                 // hand-off would only add a wake-up and its latency.
-                start_write(shared, job, false);
+                start_write(shared, job, Start::Inline);
             } else if length as usize <= connection.export.write_async_on_reader_max_bytes() {
-                start_write_async(shared, job);
+                start_write(shared, job, Start::Batched(batch.get()));
             } else if let Err(job) = shared.queue.push(job) {
                 job.connection.release(job.charge_bytes);
                 return;
@@ -718,7 +720,7 @@ fn transmission(
             let start = area_start(&inline_buffer, command);
             let area = &mut inline_buffer[start..];
             if let Payload::Receive(length) = decision.payload {
-                if !receive(connection, reader, &mut area[..length as usize]) {
+                if !receive(connection, &mut batch, reader, &mut area[..length as usize]) {
                     return; // Client vanished mid-payload.
                 }
             }
@@ -727,7 +729,7 @@ fn transmission(
                 .requests_inline
                 .fetch_add(1, Ordering::Relaxed);
             // The request may wait for writes held back (a FLUSH does).
-            connection.export.submit_held_writes();
+            batch.end();
             let started = Instant::now();
             let error = run_export(&*connection.export, command, area);
             policy.note(started.elapsed());
@@ -746,13 +748,13 @@ fn transmission(
             continue;
         }
         // admit() may wait for workers: nothing batched may wait with it.
-        connection.flush_replies();
+        batch.flush(connection);
         connection.admit(charge_bytes);
         let mut buffer = connection.take_buffer(buffer_len + slack);
         let reply_start = area_start(&buffer, command);
         if let Payload::Receive(length) = decision.payload {
             let payload = &mut buffer[reply_start..reply_start + length as usize];
-            if !receive(connection, reader, payload) {
+            if !receive(connection, &mut batch, reader, payload) {
                 connection.release(charge_bytes);
                 return; // Client vanished mid-payload.
             }
@@ -814,10 +816,16 @@ fn area_start(buffer: &[u8], command: Command) -> usize {
         .align_offset(DIRECT_IO_ALIGNMENT_BYTES)
 }
 
-/// Reads a WRITE payload; the batched replies go first if the read may wait.
-fn receive(connection: &Connection, reader: &mut BufReader<ReadHalf>, buffer: &mut [u8]) -> bool {
+/// Reads a WRITE payload; the batch ends and the batched replies go
+/// first if the read may wait.
+fn receive(
+    connection: &Connection,
+    batch: &mut ReaderBatch<'_>,
+    reader: &mut BufReader<ReadHalf>,
+    buffer: &mut [u8],
+) -> bool {
     if reader.buffer().len() < buffer.len() {
-        connection.flush_replies();
+        batch.flush(connection);
     }
     reader.read_exact(buffer).is_ok()
 }
@@ -966,13 +974,6 @@ impl Connection {
         }
     }
 
-    /// Send the batched replies, and the writes the export held back
-    /// (`Export::submit_held_writes`): called before anything that may wait.
-    fn flush_replies(&self) {
-        self.export.submit_held_writes();
-        self.send_queued();
-    }
-
     fn write_out(&self, writer: &mut Writer, bytes: &[u8]) {
         if self.broken.load(Ordering::SeqCst) {
             writer.pending.clear();
@@ -1005,9 +1006,7 @@ struct Job {
 fn worker_loop(shared: &Arc<Shared>) {
     while let Some(job) = shared.queue.pop() {
         if job.payload_start.is_some() {
-            let export = Arc::clone(&job.connection.export);
-            start_write_async(shared, job);
-            export.submit_held_writes();
+            start_write(shared, job, Start::Alone);
             continue;
         }
         run_job(shared, job);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use wcache_nbd::{Export, ExportError, MemExport, Server};
+use wcache_nbd::{AsyncWrite, Export, ExportError, MemExport, Server, WriteBatch, WriteDone};
 
 const EINVAL: u32 = 22;
 const ENOSPC: u32 = 28;
@@ -559,10 +559,11 @@ fn serves_over_tcp() {
 }
 
 /// Export that starts writes asynchronously (`writes_async`): it holds
-/// them until `submit_held_writes`, then a thread of its own writes them
+/// those of a batch until the batch is dropped (`write_batch`), then a
+/// thread of its own writes them
 /// into memory and answers them, several at once (`more`), as the cache's
 /// io_uring path does. Writes held for over 2 s are sent all the same and
-/// counted (`held_too_long`), so that a server that forgot to submit fails
+/// counted (`held_too_long`), so that a server that kept a batch open fails
 /// the test instead of hanging it.
 struct AsyncMem {
     inner: Arc<MemExport>,
@@ -653,15 +654,25 @@ impl Export for AsyncMem {
     fn write_async_on_reader_max_bytes(&self) -> usize {
         self.on_reader_max.load(Ordering::SeqCst)
     }
-    fn write_async(
-        &self,
-        offset: u64,
-        buffer: Vec<u8>,
-        start: usize,
-        len: usize,
-        _fua: bool,
-        done: wcache_nbd::WriteDone,
-    ) {
+    fn write_async(&self, write: AsyncWrite, done: WriteDone) {
+        self.start(write, done);
+        self.send_held();
+    }
+    fn write_batch(&self) -> Box<dyn WriteBatch + '_> {
+        Box::new(AsyncMemBatch(self))
+    }
+}
+
+impl AsyncMem {
+    /// A write started: counted, checked, held.
+    fn start(&self, write: AsyncWrite, done: WriteDone) {
+        let AsyncWrite {
+            offset,
+            buffer,
+            start,
+            len,
+            ..
+        } = write;
         self.async_writes.fetch_add(1, Ordering::SeqCst);
         let name = std::thread::current().name().unwrap_or("").to_string();
         if name.starts_with("nbd-worker") {
@@ -675,11 +686,28 @@ impl Export for AsyncMem {
             .unwrap()
             .push((offset, buffer, start, len, done));
     }
-    fn submit_held_writes(&self) {
+
+    /// Sends every write held to the writer thread.
+    fn send_held(&self) {
         let batch = std::mem::take(&mut *self.held.lock().unwrap());
         if !batch.is_empty() {
             let _ = self.to_writer.lock().unwrap().send(batch);
         }
+    }
+}
+
+/// `AsyncMem`'s batch: its writes held until it is dropped.
+struct AsyncMemBatch<'a>(&'a AsyncMem);
+
+impl WriteBatch for AsyncMemBatch<'_> {
+    fn write_async(&self, write: AsyncWrite, done: WriteDone) {
+        self.0.start(write, done);
+    }
+}
+
+impl Drop for AsyncMemBatch<'_> {
+    fn drop(&mut self) {
+        self.0.send_held();
     }
 }
 

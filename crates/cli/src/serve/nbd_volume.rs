@@ -1,5 +1,6 @@
-//! `NbdVolume`: one cached volume served over NBD, and the one mapping of
-//! a request's failure (`wcache_io::RequestError`) to an NBD error.
+//! `NbdVolume`: one cached volume served over NBD (its WRITEs in a row one
+//! `wcache_io::WriteBatch`), and the one mapping of a request's failure
+//! (`wcache_io::RequestError`) to an NBD error.
 //!
 //! It exists so that the mapping lives beside the adapter that needs it,
 //! as one exhaustive match: a new variant of `RequestError` (or of the
@@ -7,9 +8,9 @@
 //! it is given an NBD error here. It must never add a catch-all arm, and
 //! never decide anything about the request (the cache did).
 
-use wcache_core::{IoError, SubmitError};
-use wcache_io::{RequestError, Volume};
-use wcache_nbd::{Export, ExportError};
+use wcache_core::{IoError, RequestFlags, RequestKind, SubmitError};
+use wcache_io::{Io, RequestError, Volume, WriteBatch, WriteDone};
+use wcache_nbd::{AsyncWrite, Export, ExportError};
 
 /// One volume served over NBD: every call goes to the cache's volume handle.
 pub(super) struct NbdVolume(pub(super) Volume);
@@ -33,6 +34,37 @@ fn export_error(e: RequestError) -> ExportError {
         // EINVAL: the server sends the request's length, so another is a malformed request.
         E::PayloadLength { .. } => ExportError::Invalid,
         E::ShutDown => ExportError::ShuttingDown,
+    }
+}
+
+/// A WRITE as the volume's request (NBD knows no issuer: FUA is its only
+/// flag).
+fn write_io(write: &AsyncWrite) -> Io {
+    Io {
+        kind: RequestKind::Write,
+        offset_bytes: write.offset,
+        len_bytes: write.len as u64,
+        flags: RequestFlags {
+            fua: write.fua,
+            ..RequestFlags::default()
+        },
+    }
+}
+
+/// The volume's answer to a write as the server's.
+fn export_done(done: wcache_nbd::WriteDone) -> WriteDone {
+    Box::new(move |result, buffer, more| done(result.map_err(export_error), buffer, more))
+}
+
+/// The WRITEs a connection's reader starts in a row, one batch of the
+/// volume's: dropped, it sends their device writes.
+struct NbdBatch<'a>(WriteBatch<'a>);
+
+impl wcache_nbd::WriteBatch for NbdBatch<'_> {
+    fn write_async(&self, write: AsyncWrite, done: wcache_nbd::WriteDone) {
+        let io = write_io(&write);
+        self.0
+            .write_async(io, write.buffer, write.start, export_done(done));
     }
 }
 
@@ -63,28 +95,13 @@ impl Export for NbdVolume {
     fn write_async_on_reader_max_bytes(&self) -> usize {
         self.0.write_async_on_reader_max_bytes()
     }
-    fn write_async(
-        &self,
-        offset: u64,
-        buffer: Vec<u8>,
-        start: usize,
-        len: usize,
-        fua: bool,
-        done: wcache_nbd::WriteDone,
-    ) {
-        // Held: the server calls `submit_held_writes` before it waits.
-        self.0.write_async(
-            offset,
-            buffer,
-            start,
-            len,
-            fua,
-            true,
-            Box::new(move |result, buffer, more| done(result.map_err(export_error), buffer, more)),
-        );
+    fn write_async(&self, write: AsyncWrite, done: wcache_nbd::WriteDone) {
+        let io = write_io(&write);
+        self.0
+            .write_async(io, write.buffer, write.start, export_done(done));
     }
-    fn submit_held_writes(&self) {
-        self.0.submit_held_writes();
+    fn write_batch(&self) -> Box<dyn wcache_nbd::WriteBatch + '_> {
+        Box::new(NbdBatch(self.0.batch()))
     }
     fn flush(&self) -> Result<(), ExportError> {
         self.0.flush().map_err(export_error)

@@ -24,11 +24,12 @@ mod errors;
 mod monitor;
 mod volume;
 
+pub use crate::driver::Io;
 pub use devices::open_existing_cache_device;
 use devices::*;
 pub use errors::CacheError;
 pub use monitor::Monitor;
-pub use volume::{Io, Volume};
+pub use volume::{Volume, WriteBatch};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

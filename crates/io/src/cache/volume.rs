@@ -1,17 +1,9 @@
 //! A volume of a running cache: the calls a front end makes (read, write,
-//! write_async, flush, trim, write-zeroes), each timed per request class.
+//! write_async and its batches, flush, trim, write-zeroes), each timed per
+//! request class.
 
 use super::*;
-
-/// One request of a front end to a volume: what, where, and the flags the
-/// engine's admission reads (`RequestFlags`: issuer, sync, critical, FUA).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Io {
-    pub kind: RequestKind,
-    pub offset_bytes: u64,
-    pub len_bytes: u64,
-    pub flags: RequestFlags,
-}
+use crate::driver::{DriverBatch, WriteDone};
 
 /// One volume of a running cache: what a front end reads, writes, flushes.
 /// Cheap to clone; every clone talks to the same driver. Calls block until
@@ -151,33 +143,23 @@ impl Volume {
         self.driver.write_async_on_reader_max_bytes()
     }
 
-    /// `write` of `buffer[start..start + len]` that calls `done` when it is
-    /// acknowledged, from the thread that finished it (`Driver::write_async`,
-    /// `hold` included: then call `submit_held_writes` before waiting).
-    #[allow(clippy::too_many_arguments)]
-    pub fn write_async(
-        &self,
-        offset_bytes: u64,
-        buffer: Vec<u8>,
-        start: usize,
-        len: usize,
-        fua: bool,
-        hold: bool,
-        done: crate::driver::WriteDone,
-    ) {
-        let started = Instant::now();
-        let latency = Arc::clone(&self.latency);
-        let timed: crate::driver::WriteDone = Box::new(move |result, buffer, more| {
-            latency.record(RequestClass::Write, started.elapsed(), result.is_err());
-            done(result, buffer, more)
-        });
-        self.driver
-            .write_async(self.id, offset_bytes, buffer, start, len, fua, hold, timed);
+    /// A write (`io`: of kind `Write`, with the request's flags) of
+    /// `buffer[start..start + io.len_bytes]` that calls `done` when it is
+    /// acknowledged, from the thread that finished it; its device writes
+    /// are sent before this returns (`DriverBatch::write_async`, a batch of one).
+    pub fn write_async(&self, io: Io, buffer: Vec<u8>, start: usize, done: WriteDone) {
+        self.batch().write_async(io, buffer, start, done);
     }
 
-    /// Sends the device writes held by `write_async` (`Driver::submit_held_writes`).
-    pub fn submit_held_writes(&self) {
-        self.driver.submit_held_writes();
+    /// A batch of `write_async`s whose device writes may wait until the
+    /// batch is dropped, which sends them (`Driver::write_batch`): a front
+    /// end that starts several writes in a row starts them in one batch,
+    /// and drops it before it waits for anything.
+    pub fn batch(&self) -> WriteBatch<'_> {
+        WriteBatch {
+            volume: self,
+            batch: self.driver.write_batch(),
+        }
     }
 
     pub fn flush(&self) -> Result<(), RequestError> {
@@ -214,5 +196,30 @@ impl Volume {
         };
         self.driver
             .submit(self.id, kind, offset_bytes, len_bytes, flags, Payload::None)
+    }
+}
+
+/// Writes to one volume started together (`Volume::batch`): their device
+/// writes are held until the batch is dropped, which sends them, so none
+/// is left unsent. Drop it before waiting for any of its writes' answers,
+/// or for anything they may hold up.
+#[must_use = "a batch sends its writes when dropped"]
+pub struct WriteBatch<'a> {
+    volume: &'a Volume,
+    batch: DriverBatch<'a>,
+}
+
+impl WriteBatch<'_> {
+    /// `Volume::write_async`, its device writes held until the batch ends;
+    /// its response time recorded as a write's.
+    pub fn write_async(&self, io: Io, buffer: Vec<u8>, start: usize, done: WriteDone) {
+        let started = Instant::now();
+        let latency = Arc::clone(&self.volume.latency);
+        let timed: WriteDone = Box::new(move |result, buffer, more| {
+            latency.record(RequestClass::Write, started.elapsed(), result.is_err());
+            done(result, buffer, more)
+        });
+        self.batch
+            .write_async(self.volume.id, io, buffer, start, timed);
     }
 }

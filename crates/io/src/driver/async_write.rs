@@ -1,17 +1,11 @@
-//! Writes that return before the device write (`Driver::write_async`):
-//! which writes take that path (io_uring, format 3's batches), and where
-//! their commands go.
+//! Writes that return before the device write (`DriverBatch::write_async`):
+//! which writes take that path (io_uring, format 3's batches), where their
+//! commands go, and their batches (`DriverBatch`: device writes held until
+//! the batch is dropped, never left unsent).
 
 use super::*;
 
 impl Driver {
-    /// Sends the device writes `write_async` held (`hold`).
-    pub fn submit_held_writes(&self) {
-        if let Some(u) = &self.shared.uring {
-            u.submit_held();
-        }
-    }
-
     /// `write_async` returns before the device write (the event-driven
     /// data path, or format 3's batches: `Shared::takes_async`).
     pub fn writes_async(&self) -> bool {
@@ -47,45 +41,69 @@ impl Driver {
         &self.shared.data_path
     }
 
-    /// Starts a write of `buffer[start..start + len]` at `offset_bytes` and
-    /// returns without waiting for the device when the event-driven data
-    /// path is in use, or the cache is format 3 (`takes_async`): `done` is
-    /// then called later, from another thread,
-    /// once the write is acknowledged under the durability contract in
-    /// force (as `write` would return). Otherwise (the threads, or FUA
-    /// under persist-on-flush) the write runs here and `done` is called
-    /// before this returns. `done` always gets `buffer` back. With `hold`,
-    /// the device writes may wait until `submit_held_writes` (or a later
-    /// write without `hold`): a caller that starts several writes in a row
-    /// holds all but the last, and must call `submit_held_writes` before
-    /// it waits for anything.
-    #[allow(clippy::too_many_arguments)]
+    /// A batch of writes started with `DriverBatch::write_async`, whose
+    /// device writes may wait (io_uring: in the submission queue) until the
+    /// batch is dropped, so that a burst of requests costs one
+    /// `io_uring_enter` and one device notification. A write alone is a
+    /// batch of one: `driver.write_batch().write_async(..)` sends it at the
+    /// end of the statement.
+    pub fn write_batch(&self) -> DriverBatch<'_> {
+        DriverBatch { driver: self }
+    }
+}
+
+/// Writes started together (`Driver::write_batch`): their device writes
+/// may be held back until the batch is dropped, which sends them, so none
+/// is left unsent. Drop it before waiting for any of its writes' answers,
+/// or for anything they may hold up.
+#[must_use = "a batch sends its writes when dropped"]
+pub struct DriverBatch<'a> {
+    driver: &'a Driver,
+}
+
+impl DriverBatch<'_> {
+    /// Starts a write (`io`, of kind `Write`: where, how long, its flags)
+    /// of `buffer[start..start + io.len_bytes]` and returns without waiting
+    /// for the device when the event-driven data path is in use, or the
+    /// cache is format 3 (`Shared::takes_async`): `done` is then called
+    /// later, from another thread, once the write is acknowledged under the
+    /// durability contract in force (as `submit` would return). Otherwise
+    /// (the threads, or FUA under persist-on-flush) the write runs here and
+    /// `done` is called before this returns. `done` always gets `buffer`
+    /// back. Its device writes may wait for the batch's end.
     pub fn write_async(
         &self,
         volume: VolumeId,
-        offset_bytes: u64,
+        io: Io,
         buffer: Vec<u8>,
         start: usize,
-        len: usize,
-        fua: bool,
-        hold: bool,
         done: WriteDone,
     ) {
-        let s = &self.shared;
+        assert_eq!(io.kind, RequestKind::Write, "write_async starts writes");
+        let len = usize::try_from(io.len_bytes).unwrap_or(usize::MAX);
+        let s = &self.driver.shared;
         if start.checked_add(len).is_none_or(|end| end > buffer.len()) {
             let payload_bytes = buffer.len().saturating_sub(start);
             return done(
                 Err(RequestError::PayloadLength {
                     kind: RequestKind::Write,
-                    len_bytes: len as u64,
+                    len_bytes: io.len_bytes,
                     payload_bytes,
                 }),
                 buffer,
                 false,
             );
         }
-        if !s.takes_async(len, fua) {
-            let result = self.write(volume, offset_bytes, &buffer[start..start + len], fua);
+        if !s.takes_async(len, io.flags.fua) {
+            let data = Payload::Write(&buffer[start..start + len]);
+            let result = self.driver.submit(
+                volume,
+                io.kind,
+                io.offset_bytes,
+                io.len_bytes,
+                io.flags,
+                data,
+            );
             return done(result, buffer, false);
         }
         let buf = BufPtr {
@@ -97,12 +115,9 @@ impl Driver {
             id: RequestId(s.next_request.fetch_add(1, Ordering::Relaxed)),
             volume,
             kind: RequestKind::Write,
-            offset_bytes,
-            len_bytes: len as u64,
-            flags: RequestFlags {
-                fua,
-                ..RequestFlags::default()
-            },
+            offset_bytes: io.offset_bytes,
+            len_bytes: io.len_bytes,
+            flags: io.flags,
         };
         s.counters.requests.fetch_add(1, Ordering::Relaxed);
         let entry = InFlight {
@@ -110,7 +125,7 @@ impl Driver {
             responder: Responder::Async(AsyncWrite { buffer, done }),
         };
         match s.admit(request, entry) {
-            Ok(jobs) => s.dispatch_async(jobs, hold),
+            Ok(jobs) => s.dispatch_async(jobs),
             Err(refused) => {
                 let (e, entry) = *refused;
                 if let Responder::Async(a) = entry.responder {
@@ -119,6 +134,16 @@ impl Driver {
             }
         }
         s.run_answered();
+    }
+}
+
+impl Drop for DriverBatch<'_> {
+    /// Sends the device writes held (io_uring: one `io_uring_enter` for the
+    /// entries in the submission queue, whichever batch left them there).
+    fn drop(&mut self) {
+        if let Some(u) = &self.driver.shared.uring {
+            u.submit_held();
+        }
     }
 }
 
@@ -140,9 +165,10 @@ impl Shared {
     }
 
     /// The commands of a `write_async` request: whole pages from the
-    /// request to io_uring (batches of up to `WRITE_BATCH_MAX`), the rest
-    /// to the pool; this thread does not wait for any of them.
-    pub(super) fn dispatch_async(&self, jobs: VecDeque<Job>, hold: bool) {
+    /// request to io_uring (batches of up to `WRITE_BATCH_MAX`, held for
+    /// the end of the `DriverBatch`), the rest to the pool; this thread
+    /// does not wait for any of them.
+    pub(super) fn dispatch_async(&self, jobs: VecDeque<Job>) {
         let Some(uring) = &self.uring else {
             return self.to_pool(jobs.into_iter());
         };
@@ -152,7 +178,7 @@ impl Shared {
         let mut pages = pages.into_iter().peekable();
         while pages.peek().is_some() {
             let batch: Vec<Job> = pages.by_ref().take(WRITE_BATCH_MAX).collect();
-            uring.submit(self, batch, hold);
+            uring.submit(self, batch);
         }
         self.to_pool(rest.into_iter());
     }

@@ -6,6 +6,16 @@
 
 use super::*;
 
+/// One request of a front end to a volume: what, where, and the flags the
+/// engine's admission reads (`RequestFlags`: issuer, sync, critical, FUA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Io {
+    pub kind: RequestKind,
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub flags: RequestFlags,
+}
+
 impl Shared {
     /// The largest write, in bytes, the engine takes at once; None where
     /// the cache's size is the only bound.

@@ -55,7 +55,7 @@ pub(super) struct Uring {
     ring: IoUring,
     target: UringTarget,
     state: Mutex<State>,
-    /// Entries were held back (`submit` with `hold`).
+    /// Entries were held back (`submit`) and not yet sent (`submit_held`).
     held: AtomicBool,
     /// Writes and syncs submitted and not yet completed.
     in_flight: AtomicU32,
@@ -213,10 +213,11 @@ impl Uring {
     /// Sends a batch of whole-page writes from requests (`is_whole_request_page`):
     /// checksums, records staged, then the data runs and the record blocks
     /// no one is writing, all in one submission.
-    /// With `hold`, the entries wait in the submission queue for
-    /// `submit_held` (or the next submission), so that a burst of requests
-    /// costs one `io_uring_enter` and one device notification.
-    pub(super) fn submit(&self, shared: &Shared, jobs: Vec<Job>, hold: bool) {
+    /// The entries wait in the submission queue for `submit_held` (the end
+    /// of the `DriverBatch` that started them) or the next submission, so
+    /// that a burst of requests costs one `io_uring_enter` and one device
+    /// notification.
+    pub(super) fn submit(&self, shared: &Shared, jobs: Vec<Job>) {
         let store = shared
             .store
             .as_ref()
@@ -311,11 +312,7 @@ impl Uring {
             st.ready.push(index);
             self.wake(&mut st);
         }
-        if hold {
-            self.held.store(true, Ordering::Release);
-        } else {
-            self.flush_sq(&mut st);
-        }
+        self.held.store(true, Ordering::Release);
     }
 
     /// Submits the entries `submit` held.
