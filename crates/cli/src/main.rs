@@ -5,6 +5,7 @@
 mod output;
 mod args;
 mod backing_recover;
+mod cache_args;
 mod check;
 mod flush;
 mod inspect;

@@ -157,6 +157,27 @@ impl Data {
         if end > old_size {
             self.grow(file, window, end, flags)?;
         }
+        let b = self.write_pages(window, offset, data, old_size, flags)?;
+        file.cached_end.fetch_max(b, Ordering::AcqRel);
+        if sync && end > old_size {
+            // O_SYNC/O_DSYNC: the new size is durable with the data.
+            self.sync_size(file)?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// The pages under `[offset, offset + data.len())`, written whole: a
+    /// partial first or last page is read (its bytes below `old_size`),
+    /// patched and written. Returns the end of the last page.
+    fn write_pages(
+        &self,
+        window: u64,
+        offset: u64,
+        data: &[u8],
+        old_size: u64,
+        flags: RequestFlags,
+    ) -> Result<u64, Errno> {
+        let end = offset + data.len() as u64;
         let (a, b) = (round_down(offset, self.page), round_up(end, self.page));
         if a == offset && b == end {
             self.submit(
@@ -202,12 +223,7 @@ impl Data {
                 Payload::Write(&buf),
             )?;
         }
-        file.cached_end.fetch_max(b, Ordering::AcqRel);
-        if sync && end > old_size {
-            // O_SYNC/O_DSYNC: the new size is durable with the data.
-            self.sync_size(file)?;
-        }
-        Ok(data.len() as u32)
+        Ok(b)
     }
 
     /// The file grows to `to` (a write past its end, a truncation up, an

@@ -18,6 +18,7 @@ use wcache_core::policy::registry::Registry;
 use wcache_core::policy::write_policy::WRITE_POLICIES;
 
 use crate::args::{duration_ns_arg, export_args, size_arg, sync_arg};
+use crate::cache_args::CacheArgs;
 use crate::limits;
 use crate::serve::settings::cache_sync_arg;
 use crate::serve::ServeArgs;
@@ -197,7 +198,7 @@ fn key_name(field: &str) -> String {
 /// unless its option was given on the command line (`given`: clap ids).
 macro_rules! merge {
     ($file:ident, $args:ident, $given:ident, $err:ident; $($field:ident: $set:ident, $check:expr;)*) => {$(
-        if let Some(v) = $file.$field {
+        if let Some(v) = $file.$field.take() {
             let span = v.span();
             let value = v.into_inner().into();
             ($check)(&value).map_err(|message| $err(span.start, stringify!($field), message))?;
@@ -222,7 +223,7 @@ pub fn apply(
         path: shown.clone(),
         source,
     })?;
-    let file: ServeFile = toml::from_str(&text).map_err(|e| ConfigFileError::Parse {
+    let mut file: ServeFile = toml::from_str(&text).map_err(|e| ConfigFileError::Parse {
         path: shown.clone(),
         message: e.to_string().trim_end().to_string(),
     })?;
@@ -232,12 +233,37 @@ pub fn apply(
         key: key_name(field),
         message,
     };
+    apply_cache_opts(&mut file, &mut args.cache_opts, given, &err)?;
     merge!(file, args, given, err;
         socket: opt, no_check as Check<PathBuf>;
         listen: opt, no_check as Check<String>;
+        data_dir: val, no_check as Check<PathBuf>;
+        backing: opt, no_check as Check<String>;
+        exports: val, exports;
+        backing_size: val, size("backing-size");
+        backing_sync: val, sync("backing-sync");
+        backing_timeout: val, duration("backing-timeout");
+        export_admissions: val, no_check as Check<Vec<String>>;
+        critical_exports: val, no_check as Check<Vec<String>>;
+        journals: val, no_check as Check<Vec<String>>;
+        block_size: val, within(limits::block_size);
+        workers: val, within(limits::threads);
+        poll_us: val, within(limits::poll_us);
+        volatile_write_back_for_benchmarks: val, no_check as Check<bool>;
+    );
+    Ok(args)
+}
+
+/// The cache options' keys of `file` (`apply`, every front end's).
+fn apply_cache_opts(
+    file: &mut ServeFile,
+    opts: &mut CacheArgs,
+    given: &[String],
+    err: &dyn Fn(usize, &str, String) -> ConfigFileError,
+) -> Result<(), ConfigFileError> {
+    merge!(file, opts, given, err;
         control: opt, no_check as Check<PathBuf>;
         metrics: opt, no_check as Check<String>;
-        data_dir: val, no_check as Check<PathBuf>;
         cache: opt, no_check as Check<String>;
         cache_size: opt, size("cache-size");
         cache_sync: val, cache_sync();
@@ -245,11 +271,6 @@ pub fn apply(
         cache_format: opt, cache_format;
         persist_on_flush: val, no_check as Check<bool>;
         flush_interval: val, within(limits::flush_interval);
-        backing: opt, no_check as Check<String>;
-        exports: val, exports;
-        backing_size: val, size("backing-size");
-        backing_sync: val, sync("backing-sync");
-        backing_timeout: val, duration("backing-timeout");
         write_policy: opt, registered(&WRITE_POLICIES);
         force: val, no_check as Check<bool>;
         order: val, registered(&DESTAGE_ORDERS);
@@ -258,28 +279,21 @@ pub fn apply(
         high_threshold: val, no_check as Check<f64>;
         destages_max: val, within(limits::destages);
         admission: val, registered(&ADMISSIONS);
-        export_admissions: val, no_check as Check<Vec<String>>;
-        critical_exports: val, no_check as Check<Vec<String>>;
         sequential_cutoff: val, size("sequential-cutoff");
         max_dirty_age: val, duration("max-dirty-age");
         idle_after: val, duration("idle-after");
         idle_destages: val, no_check as Check<u32>;
         journal_size: val, size("journal-size");
-        journals: val, no_check as Check<Vec<String>>;
         commit_size: val, size("commit-size");
         commit_age: val, duration("commit-age");
         consistency_points: val, points;
         page_size: val, no_check as Check<u64>;
         group_size: val, no_check as Check<u64>;
-        block_size: val, within(limits::block_size);
-        workers: val, within(limits::threads);
-        poll_us: val, within(limits::poll_us);
         io_threads: val, within(limits::threads);
         no_io_uring: val, no_check as Check<bool>;
         stop_timeout: val, within(limits::stop_timeout);
-        volatile_write_back_for_benchmarks: val, no_check as Check<bool>;
     );
-    Ok(args)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -343,12 +357,13 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/wcache.toml");
         let args = Serve::parse_from(["serve"]).args;
         let args = apply(args, &path, &[]).expect("docs/wcache.toml");
-        assert_eq!(args.cache.as_deref(), Some("/dev/nvme0n1p3"));
+        assert_eq!(args.cache_opts.cache.as_deref(), Some("/dev/nvme0n1p3"));
         assert_eq!(args.exports.len(), 2);
-        assert_eq!(args.group_size, 262144);
-        assert_eq!(args.metrics.as_deref(), Some("127.0.0.1:9187"));
+        assert_eq!(args.cache_opts.group_size, 262144);
+        assert_eq!(args.cache_opts.metrics.as_deref(), Some("127.0.0.1:9187"));
         let given = ["order".to_string()];
         let args = Serve::parse_from(["serve", "--order", "lrw"]).args;
-        assert_eq!(apply(args, &path, &given).expect("valid").order, "lrw");
+        let applied = apply(args, &path, &given).expect("valid");
+        assert_eq!(applied.cache_opts.order, "lrw");
     }
 }

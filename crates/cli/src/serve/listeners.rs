@@ -37,7 +37,7 @@ impl Listeners {
             (None, None) => Some(args.data_dir.join("wcache.sock")),
             (None, Some(_)) => None,
         };
-        let control = match (&args.control, &socket) {
+        let control = match (&args.cache_opts.control, &socket) {
             (Some(path), _) => path.clone(),
             (None, Some(path)) if args.socket.is_some() => path.with_extension("ctl"),
             (None, _) => args.data_dir.join("wcache.ctl"),
@@ -77,7 +77,7 @@ impl Listeners {
             })?;
             listeners.tcp = Some((addr.clone(), listener));
         }
-        match OpsListeners::bind(&control, args.metrics.as_deref()) {
+        match OpsListeners::bind(&control, args.cache_opts.metrics.as_deref()) {
             Ok(bound) => listeners.ops = Some(bound),
             Err(e) => {
                 listeners.discard();

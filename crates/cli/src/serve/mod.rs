@@ -107,12 +107,16 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
             say_err!("{line}");
         }
     }
-    let defaults_used = args.cache.is_none() || (args.backing.is_none() && args.exports.is_empty());
+    let defaults_used =
+        args.cache_opts.cache.is_none() || (args.backing.is_none() && args.exports.is_empty());
     let default_socket = args.socket.is_none() && args.listen.is_none();
     // The data directory holds this server's sockets (and the default
     // files): one server at a time.
     let mut _dir_lock = None;
-    if defaults_used || default_socket || (args.socket.is_none() && args.control.is_none()) {
+    if defaults_used
+        || default_socket
+        || (args.socket.is_none() && args.cache_opts.control.is_none())
+    {
         _dir_lock = Some(service::lock_data_dir(&args.data_dir).map_err(ServeError::from)?);
     }
     let mut listeners = Listeners::bind(&args)?;
@@ -139,7 +143,7 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
         }
     })?;
     service.wait_for_stop();
-    let grace = Duration::from_secs_f64(args.stop_timeout);
+    let grace = Duration::from_secs_f64(args.cache_opts.stop_timeout);
     service.stop(Box::new(server), grace)?;
     if let Some(path) = &socket {
         let _ = std::fs::remove_file(path);
@@ -174,8 +178,8 @@ fn print_banner(
         "wcache: serving {} export(s), write policy {}, destage order {}, admission {}{}",
         volumes.len(),
         config.engine.write_policy.name(),
-        args.order,
-        args.admission,
+        args.cache_opts.order,
+        args.cache_opts.admission,
         match config.engine.sequential_cutoff_bytes {
             0 => String::new(),
             n => format!(" (sequential cutoff {n} bytes)"),
@@ -185,9 +189,9 @@ fn print_banner(
         "  staleness: {}",
         service::staleness_text(&config.engine.staleness)
     );
-    if args.persist_on_flush {
-        let within = if args.flush_interval > 0.0 {
-            format!(", or within about {} s", args.flush_interval)
+    if args.cache_opts.persist_on_flush {
+        let within = if args.cache_opts.flush_interval > 0.0 {
+            format!(", or within about {} s", args.cache_opts.flush_interval)
         } else {
             String::new()
         };

@@ -291,6 +291,17 @@ fn op_error(e: &OpError) -> Response {
     Response::error(code, e.to_string())
 }
 
+/// `critical-caller`: the front end's rule added or removed.
+fn critical_caller(operator: &Operator, by: &str, value: &str, critical: bool) -> Response {
+    match operator.critical_caller(by, value, critical) {
+        Ok(rules) => {
+            tracing::info!("critical-caller {by} {value:?}: {critical}");
+            Response::ok(rules)
+        }
+        Err(e) => op_error(&e),
+    }
+}
+
 /// Carries out one command; false when the client is gone.
 fn answer(command: Command, operator: &Operator, stop: &AtomicBool, w: &mut UnixStream) -> bool {
     let mut gone = false;
@@ -347,13 +358,7 @@ fn answer(command: Command, operator: &Operator, stop: &AtomicBool, w: &mut Unix
             by,
             value,
             critical,
-        } => match operator.critical_caller(&by, &value, critical) {
-            Ok(rules) => {
-                tracing::info!("critical-caller {by} {value:?}: {critical}");
-                Response::ok(rules)
-            }
-            Err(e) => op_error(&e),
-        },
+        } => critical_caller(operator, &by, &value, critical),
         Command::CriticalIssuer { issuer, critical } => {
             match operator.set_critical_issuer(issuer, critical) {
                 Ok(done) => {
