@@ -11,6 +11,7 @@ mod flush;
 mod inspect;
 mod limits;
 mod logging;
+mod mount;
 mod ops;
 mod serve;
 mod sim_checks;
@@ -56,6 +57,9 @@ enum Command {
     Sim(Box<SimArgs>),
     /// Serve cached volumes over NBD (no arguments: a demo in ./wcache-data).
     Serve(Box<serve::ServeArgs>),
+    /// Serve a directory's files through the cache over FUSE, each request
+    /// with its caller's process (docs/mount.md).
+    Mount(Box<mount::MountArgs>),
     /// Show a cache device: superblock, state, dirty/clean pages per volume.
     Inspect(inspect::InspectArgs),
     /// Verify every checksum of a cache device (non-zero exit if corrupt).
@@ -77,6 +81,9 @@ enum Command {
     /// Declare an application consistency point to a running
     /// write-back-journaled server (its open transaction commits).
     ConsistencyPoint(ops::ConsistencyPointArgs),
+    /// Make processes critical for a running `wcache mount` (by pid,
+    /// command name, cgroup, or the real-time I/O class), or clear that.
+    Critical(ops::CriticalArgs),
     /// Stop a running server (as SIGTERM); --flush drains it first,
     /// refusing writes meanwhile.
     Stop(stop::StopArgs),
@@ -344,7 +351,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim(*args),
         Command::Serve(args) => serve::serve(*args, &given_on_command_line(&matches, "serve")),
+        Command::Mount(args) => mount::mount(*args),
         Command::Inspect(args) => inspect::inspect(args),
+        Command::Critical(args) => ops::critical(args),
         Command::Check(args) => check::check(args),
         Command::Flush(args) => flush::flush(args),
         Command::Status(args) => ops::status(args),

@@ -88,6 +88,51 @@ pub struct ConsistencyPointArgs {
     control: ControlArgs,
 }
 
+/// Make processes critical (or not) for a running `wcache mount`'s
+/// request-oriented admission: by process, command name, cgroup, or the
+/// real-time I/O class (docs/mount.md).
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false, id = "which")]
+pub struct CriticalArgs {
+    #[command(flatten)]
+    control: ControlArgs,
+    /// A process (it must exist).
+    #[arg(long, group = "which")]
+    pid: Option<u32>,
+    /// A command name (`*` at the end matches a prefix).
+    #[arg(long, group = "which")]
+    command: Option<String>,
+    /// A cgroup (v2 path; it must exist), its subtree too.
+    #[arg(long, group = "which")]
+    cgroup: Option<String>,
+    /// Processes in the real-time I/O class (`ionice -c1`).
+    #[arg(long, group = "which")]
+    realtime_io: bool,
+    /// Remove the rule instead.
+    #[arg(long)]
+    clear: bool,
+}
+
+pub fn critical(args: CriticalArgs) -> Result<(), AnyError> {
+    let (key, value) = match (&args.pid, &args.command, &args.cgroup) {
+        (Some(pid), _, _) => ("pid", pid.to_string()),
+        (_, Some(name), _) => ("command", name.clone()),
+        (_, _, Some(path)) => ("cgroup", path.clone()),
+        _ => ("realtime-io", String::new()),
+    };
+    let mut request = Request::new("critical-caller");
+    request.key = Some(key.to_string());
+    request.value = Some(value.clone());
+    request.critical = Some(!args.clear);
+    let mut client = connect(&args.control.path(None))?;
+    let rules = client.call(&request, &mut |_| {})?;
+    println!(
+        "wcache critical: {key} {value}: {}; rules now: {rules}",
+        if args.clear { "cleared" } else { "critical" }
+    );
+    Ok(())
+}
+
 pub fn consistency_point(args: ConsistencyPointArgs) -> Result<(), AnyError> {
     let mut client = connect(&args.control.path(None))?;
     let answer = client.call(&Request::new("consistency-point"), &mut |_| {});

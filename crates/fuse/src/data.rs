@@ -286,7 +286,7 @@ impl Data {
             return self.grow(file, window, to, flags);
         }
         let cached_end = file.cached_end.load(Ordering::Acquire);
-        if to % self.page != 0 && to < cached_end {
+        if !to.is_multiple_of(self.page) && to < cached_end {
             // The bytes of the last page past the new size become zeros.
             let page = round_down(to, self.page);
             let mut buf = vec![0u8; self.page as usize];

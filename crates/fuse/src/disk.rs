@@ -68,7 +68,7 @@ mod tests {
             for (at, len) in [(0, 1), (4096, 1 << 20), (u64::MAX / 2, 8192)] {
                 let p = disk.place(ino, at, len);
                 assert!(
-                    p % SECTOR_BYTES == 0
+                    p.is_multiple_of(SECTOR_BYTES)
                         && p + len.next_multiple_of(SECTOR_BYTES) <= disk.capacity
                 );
             }

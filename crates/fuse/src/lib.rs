@@ -23,4 +23,4 @@ pub mod nodes;
 pub mod table;
 
 pub use callers::{Caller, Callers, CriticalRules};
-pub use mount::{MountConfig, MountError, Mounted};
+pub use mount::{start, MountConfig, MountError, MountFront, Mounted};

@@ -68,13 +68,21 @@ pub enum MountError {
     },
 }
 
-/// A running mount.
-pub struct Mounted {
+/// The mount as a front end of the service: the FUSE session until stop.
+pub struct MountFront {
     session: Option<fuser::BackgroundSession>,
-    cache: Cache,
     pub callers: Arc<Callers>,
     pub mountpoint: PathBuf,
+    started: std::time::Instant,
     _lock: DeviceLock,
+}
+
+/// A running mount with its cache (for a caller without the service
+/// lifecycle: the tests).
+pub struct Mounted {
+    front: MountFront,
+    cache: Cache,
+    pub callers: Arc<Callers>,
 }
 
 fn check_backing_dir(path: &Path) -> Result<PathBuf, MountError> {
@@ -168,81 +176,78 @@ fn open_cache(config: &CacheConfig, files: &Arc<Files>, force: bool) -> Result<C
     Ok(Cache::open_with(&config, provided())?)
 }
 
-impl Mounted {
-    /// Checks, locks, opens the cache, and mounts.
-    pub fn start(config: MountConfig) -> Result<Mounted, MountError> {
-        let dir = check_backing_dir(&config.backing_dir)?;
-        check_mountpoint(&config.mountpoint)?;
-        let lock = DeviceLock::acquire(&dir, LockMode::Exclusive, "backing directory")?;
-        let page = config.cache.engine.page_size_bytes;
-        let disk = match &config.emulate {
-            Some(model) => Some(Arc::new(Disk::new(model).map_err(|e| {
-                MountError::BackingDir {
-                    path: dir.display().to_string(),
-                    why: e.to_string(),
-                }
-            })?)),
-            None => None,
-        };
-        let files = Arc::new(Files::open(
-            &dir,
-            (PAGE_INDEX_MAX >> 1) * page,
-            disk.clone(),
-        )?);
-        let mut cache_config = config.cache.clone();
-        cache_config.volumes = vec![VolumeSpec {
-            name: VOLUME_NAME.to_string(),
-            backing: format!("files:{}", dir.display()),
-            journal: config.journal.clone(),
-        }];
-        cache_config.block_size_bytes = page as u32;
-        let cache = open_cache(&cache_config, &files, config.cache.force)?;
-        let callers = Arc::new(Callers::new(config.rules.clone()));
-        let operator = cache.operator();
-        operator.on_critical_callers(critical_callers_hook(
-            Arc::clone(&callers),
-            operator.clone(),
-        ));
-        let root: OwnedFd = crate::nodes::open_at(
-            libc::AT_FDCWD,
-            &crate::nodes::cstr(dir.as_os_str()).map_err(|e| fuse_err(&dir, e))?,
-            libc::O_PATH | libc::O_DIRECTORY,
-            0,
-        )
-        .map_err(|e| fuse_err(&dir, e))?;
-        let nodes = Nodes::new(root, disk).map_err(|e| fuse_err(&dir, e))?;
-        let data = Data::new(cache.volumes()[0].clone(), files, page);
-        let fs = WcacheFs::new(nodes, data, Arc::clone(&callers));
-        let session = mount_session(fs, &config.mountpoint, config.threads, &dir)?;
-        Ok(Mounted {
-            session: Some(session),
-            cache,
-            callers,
-            mountpoint: config.mountpoint,
-            _lock: lock,
-        })
-    }
+/// Checks, locks, opens the cache, and mounts: the cache (for the
+/// service) and the mount (its front end).
+pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
+    let dir = check_backing_dir(&config.backing_dir)?;
+    check_mountpoint(&config.mountpoint)?;
+    let lock = DeviceLock::acquire(&dir, LockMode::Exclusive, "backing directory")?;
+    let page = config.cache.engine.page_size_bytes;
+    let disk = match &config.emulate {
+        Some(model) => Some(Arc::new(Disk::new(model).map_err(|e| {
+            MountError::BackingDir {
+                path: dir.display().to_string(),
+                why: e.to_string(),
+            }
+        })?)),
+        None => None,
+    };
+    let files = Arc::new(Files::open(
+        &dir,
+        (PAGE_INDEX_MAX >> 1) * page,
+        disk.clone(),
+    )?);
+    let mut cache_config = config.cache.clone();
+    cache_config.volumes = vec![VolumeSpec {
+        name: VOLUME_NAME.to_string(),
+        backing: format!("files:{}", dir.display()),
+        journal: config.journal.clone(),
+    }];
+    cache_config.block_size_bytes = page as u32;
+    let cache = open_cache(&cache_config, &files, config.cache.force)?;
+    let callers = Arc::new(Callers::new(config.rules.clone()));
+    let operator = cache.operator();
+    operator.on_critical_callers(critical_callers_hook(
+        Arc::clone(&callers),
+        operator.clone(),
+    ));
+    let root_name = crate::nodes::cstr(dir.as_os_str()).map_err(|e| fuse_err(&dir, e))?;
+    let root: OwnedFd = crate::nodes::open_at(
+        libc::AT_FDCWD,
+        &root_name,
+        libc::O_PATH | libc::O_DIRECTORY,
+        0,
+    )
+    .map_err(|e| fuse_err(&dir, e))?;
+    let nodes = Nodes::new(root, disk).map_err(|e| fuse_err(&dir, e))?;
+    let data = Data::new(cache.volumes()[0].clone(), files, page);
+    let fs = WcacheFs::new(nodes, data, Arc::clone(&callers));
+    let session = mount_session(fs, &config.mountpoint, config.threads, &dir)?;
+    let front = MountFront {
+        session: Some(session),
+        callers,
+        mountpoint: config.mountpoint,
+        started: std::time::Instant::now(),
+        _lock: lock,
+    };
+    Ok((cache, front))
+}
 
-    pub fn cache(&self) -> &Cache {
-        &self.cache
-    }
-
-    /// Unmounts (lazily if files are still open) and closes the cache: a
-    /// clean shutdown is recorded; dirty pages stay for the next mount.
-    pub fn stop(mut self) -> Result<CloseReport, MountError> {
+impl MountFront {
+    /// Unmounts, and waits for the session to end; where files are still
+    /// open, detaches the mount instead (their next requests fail once the
+    /// cache is closed) and leaves the session's thread to the process.
+    pub fn finish(mut self) {
         if let Some(session) = self.session.take() {
             if self.unmount() {
                 if let Err(e) = session.join() {
                     tracing::warn!("the FUSE session of {}: {e}", self.mountpoint.display());
                 }
             }
-            // Else its thread serves the open files until they close, or the process exits.
         }
-        Ok(self.cache.close()?)
     }
 
-    /// Unmounts; where files are still open, detaches the mount (their
-    /// next requests fail once the cache is closed). True if unmounted.
+    /// Unmounts; where files are still open, detaches the mount. True if unmounted.
     fn unmount(&self) -> bool {
         let shown = self.mountpoint.display();
         let Ok(path) = crate::nodes::cstr(self.mountpoint.as_os_str()) else {
@@ -261,6 +266,47 @@ impl Mounted {
             tracing::warn!("unmount of {shown}: {e}");
         }
         false
+    }
+}
+
+impl wcache_io::service::FrontEnd for MountFront {
+    fn stop(self: Box<Self>) {
+        self.finish();
+    }
+
+    fn clients(&self) -> wcache_io::ops::ClientsHook {
+        let (peer, started) = (format!("fuse {}", self.mountpoint.display()), self.started);
+        Box::new(move || {
+            vec![wcache_io::ops::ClientStatus {
+                peer: peer.clone(),
+                export: VOLUME_NAME.to_string(),
+                connected_s: started.elapsed().as_secs_f64(),
+            }]
+        })
+    }
+}
+
+impl Mounted {
+    /// `start`, keeping the cache and the mount together.
+    pub fn start(config: MountConfig) -> Result<Mounted, MountError> {
+        let (cache, front) = start(config)?;
+        let callers = Arc::clone(&front.callers);
+        Ok(Mounted {
+            front,
+            cache,
+            callers,
+        })
+    }
+
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// Unmounts and closes the cache: a clean shutdown is recorded; dirty
+    /// pages stay for the next mount.
+    pub fn stop(self) -> Result<CloseReport, MountError> {
+        self.front.finish();
+        Ok(self.cache.close()?)
     }
 }
 

@@ -22,7 +22,7 @@ mod args;
 mod config;
 mod listeners;
 mod nbd_volume;
-mod settings;
+pub(crate) mod settings;
 
 use std::path::Path;
 use std::sync::Arc;

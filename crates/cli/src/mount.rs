@@ -1,0 +1,132 @@
+//! `wcache mount BACKING_DIR MOUNTPOINT --cache FILE`: the filesystem front
+//! end (`wcache_fuse`, `docs/mount.md`) on the service lifecycle every front
+//! end uses (`wcache_io::service`). Wiring and output only: the options to
+//! a `MountConfig`, the banner, the stop.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use wcache_fuse::{CriticalRules, MountConfig};
+use wcache_io::service::{self, OpsListeners, Service};
+
+use crate::cache_args::CacheArgs;
+use crate::limits;
+use crate::serve::settings::{base_config, write_policy_arg};
+use crate::tools::AnyError;
+
+/// Serve a directory's files through the cache over FUSE: metadata passes
+/// through, file data is cached, each request with its caller's process.
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// The directory whose files are served (its files' data is cached).
+    backing_dir: PathBuf,
+    /// An empty directory to mount on.
+    mountpoint: PathBuf,
+    /// FUSE request threads (requests in service at once; 1 to 1024).
+    #[arg(long, default_value_t = 8, value_parser = limits::threads)]
+    threads: usize,
+    /// Time the backing files' data I/O on this device model in real time
+    /// (hdd, raid10, raid5, raid5-md, ssd, nvram): an emulated slow disk
+    /// under the directory, for experiments on one machine.
+    #[arg(long, value_name = "MODEL")]
+    emulate: Option<String>,
+    /// Processes with this command name are critical (`*` at the end
+    /// matches a prefix; repeat). Also at run time: `wcache critical`.
+    #[arg(long = "critical-command", value_name = "NAME")]
+    critical_commands: Vec<String>,
+    /// Processes in this cgroup (a v2 path, its subtree too) are critical (repeat).
+    #[arg(long = "critical-cgroup", value_name = "PATH")]
+    critical_cgroups: Vec<String>,
+    /// Processes in the real-time I/O class (`ionice -c1`) are critical.
+    #[arg(long)]
+    realtime_io_critical: bool,
+    /// write-back-journaled (required there): the files' backing journal,
+    /// a file of its own (created if missing; keep it on the backing's storage).
+    #[arg(long, value_name = "PATH")]
+    journal: Option<String>,
+    #[command(flatten)]
+    cache_opts: CacheArgs,
+}
+
+pub fn mount(args: MountArgs) -> Result<(), AnyError> {
+    let prepared = Service::prepare();
+    let opts = &args.cache_opts;
+    let Some(cache_spec) = opts.cache.clone() else {
+        return Err(
+            "wcache mount needs --cache FILE (the cache device: a file or block device)".into(),
+        );
+    };
+    let write_policy = write_policy_arg(opts, cache_spec == "mem", false)?;
+    let mut config = base_config(opts, &cache_spec, write_policy)?;
+    // As the mount will set it (wcache_fuse::start), so that every setting
+    // is checked before any file is touched.
+    config.volumes = vec![wcache_io::VolumeSpec {
+        name: wcache_fuse::mount::VOLUME_NAME.to_string(),
+        backing: format!("files:{}", args.backing_dir.display()),
+        journal: args.journal.clone(),
+    }];
+    config.check()?;
+    let control = opts.control.clone().unwrap_or_else(|| {
+        let cache = PathBuf::from(&cache_spec);
+        cache.with_extension("ctl")
+    });
+    let ops = OpsListeners::bind(&control, opts.metrics.as_deref())?;
+    let rules = CriticalRules {
+        commands: args.critical_commands.clone(),
+        cgroups: args.critical_cgroups.clone(),
+        realtime_io: args.realtime_io_critical,
+    };
+    let started = wcache_fuse::start(MountConfig {
+        backing_dir: args.backing_dir.clone(),
+        mountpoint: args.mountpoint.clone(),
+        cache: config.clone(),
+        journal: args.journal.clone(),
+        rules,
+        threads: args.threads,
+        emulate: args.emulate.clone(),
+    });
+    let (cache, front) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            ops.discard();
+            return Err(e.into());
+        }
+    };
+    for line in service::open_report(&cache, &config) {
+        say!("{line}");
+    }
+    let mut service = prepared.start(cache, &front, ops)?;
+    print_banner(&args, service.cache());
+    for line in service.endpoint_lines() {
+        say!("{line}");
+    }
+    service::notify_ready("mounted");
+    service.wait_for_stop();
+    let grace = Duration::from_secs_f64(opts.stop_timeout);
+    service.stop(Box::new(front), grace)?;
+    Ok(())
+}
+
+fn print_banner(args: &MountArgs, cache: &wcache_io::Cache) {
+    let engine = cache.engine_config();
+    say!(
+        "wcache: mounted {} on {}, write policy {}, destage order {}, admission {}",
+        args.backing_dir.display(),
+        args.mountpoint.display(),
+        engine.write_policy.name(),
+        engine.destage_order,
+        engine.admission,
+    );
+    say!(
+        "  staleness: {}",
+        service::staleness_text(&engine.staleness)
+    );
+    for line in service::cache_device_lines(cache) {
+        say!("{line}");
+    }
+    if let Some(model) = &args.emulate {
+        say!("  backing files' data I/O timed on an emulated {model}");
+    }
+    say!("Unmount with Ctrl-C or SIGTERM (or `wcache stop --control ...`).");
+}

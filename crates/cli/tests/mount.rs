@@ -1,0 +1,292 @@
+//! `wcache mount` as a process: killed with SIGKILL under a writer and
+//! mounted again, every acknowledged fsync'd byte is in its file; a stop
+//! by SIGTERM unmounts; callers made critical by each mechanism (the
+//! real-time I/O class, a command name, a pid through `wcache critical`)
+//! have their sync writes admitted under `cp`, the others bypass; bad
+//! input (no --cache, a missing backing directory, a mountpoint in use, a
+//! pid or cgroup that does not exist) is a clear error.
+
+mod common;
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{wcache, WCACHE};
+
+struct Mount {
+    child: Option<Child>,
+    mnt: PathBuf,
+    log: PathBuf,
+    control: PathBuf,
+}
+
+impl Mount {
+    fn start(dir: &Path, extra: &[&str]) -> Mount {
+        let (backing, mnt) = (dir.join("backing"), dir.join("mnt"));
+        fs::create_dir_all(&backing).unwrap();
+        fs::create_dir_all(&mnt).unwrap();
+        let log = dir.join(format!("mount-{}.log", Instant::now().elapsed().as_nanos()));
+        let file = fs::File::create(&log).unwrap();
+        let child = Command::new(WCACHE)
+            .arg("mount")
+            .arg(&backing)
+            .arg(&mnt)
+            .arg("--cache")
+            .arg(dir.join("cache.img"))
+            .args(["--cache-size", "64M"])
+            .args(extra)
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("start wcache mount");
+        let m = Mount {
+            child: Some(child),
+            mnt,
+            log,
+            control: dir.join("cache.ctl"),
+        };
+        let start = Instant::now();
+        while !m.log_text().contains("Unmount with") {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "not mounted: {}",
+                m.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        m
+    }
+
+    fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn kill9(mut self) {
+        let mut child = self.child.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The dead connection's mount stays until it is unmounted.
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+    }
+
+    fn stop(mut self) -> String {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        assert!(child.wait().unwrap().success(), "{}", self.log_text());
+        self.log_text()
+    }
+
+    fn engine(&self, name: &str) -> u64 {
+        let control = self.control.display().to_string();
+        let (ok, out, err) = wcache(&["stats", "--json", "--control", &control]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        v["engine"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["value"].as_u64())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+    }
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+/// File `file`'s bytes in round `round` (its length is the file's own).
+fn content(file: usize, round: usize) -> Vec<u8> {
+    let len = 3000 + (file * 1237) % 9000;
+    (0..len)
+        .map(|i| (i * 7 + file * 13 + round * 29) as u8)
+        .collect()
+}
+
+/// A writer rewrites files in place and fsyncs each; SIGKILL in the
+/// middle; the next mount destages the cache to the backing files: each
+/// page of each file holds the last round whose fsync returned, or the one
+/// after it (written, not acknowledged: it may be torn at pages), never
+/// anything else.
+#[test]
+fn every_fsynced_byte_survives_a_sigkill_and_a_remount() {
+    let dir = tmp();
+    for trial in 0..3 {
+        let m = Mount::start(dir.path(), &[]);
+        let mut acked = vec![None; 16];
+        let deadline = Instant::now() + Duration::from_millis(300 + trial * 200);
+        let mut round = trial as usize * 1000;
+        while Instant::now() < deadline {
+            for (f, last) in acked.iter_mut().enumerate() {
+                let mut file = OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .truncate(false)
+                    .open(m.mnt.join(format!("f{f}")))
+                    .unwrap();
+                file.write_all(&content(f, round)).unwrap();
+                file.sync_all().unwrap();
+                *last = Some(round);
+            }
+            round += 1;
+        }
+        m.kill9();
+        let m = Mount::start(dir.path(), &[]);
+        for (f, last) in acked.iter().enumerate() {
+            let last = last.expect("each file written at least once");
+            let name = format!("f{f}");
+            let on_backing = fs::read(dir.path().join("backing").join(&name)).unwrap();
+            let (was, next) = (content(f, last), content(f, last + 1));
+            assert_eq!(on_backing.len(), was.len(), "trial {trial}, {name}");
+            for (p, page) in on_backing.chunks(4096).enumerate() {
+                let at = p * 4096..p * 4096 + page.len();
+                assert!(
+                    page == &was[at.clone()] || page == &next[at],
+                    "trial {trial}, {name}, page {p}: neither round {last} nor the next"
+                );
+            }
+            assert_eq!(fs::read(m.mnt.join(&name)).unwrap(), on_backing);
+        }
+        let log = m.stop();
+        assert!(
+            log.contains("clean shutdown recorded") || log.contains("stopped after"),
+            "{log}"
+        );
+    }
+}
+
+/// `dd` with O_DSYNC writes 8 pages: under `cp` they are admitted when the
+/// caller is critical and bypass the cache when it is not.
+fn dsync_writes(m: &Mount, name: &str, wrap: &[&str]) -> (u64, u64) {
+    let (writes, bypasses) = (m.engine("writes"), m.engine("write_bypasses"));
+    let of = format!("of={}", m.mnt.join(name).display());
+    let mut cmd: Vec<&str> = wrap.to_vec();
+    cmd.extend([
+        "dd",
+        "if=/dev/zero",
+        &of,
+        "bs=4096",
+        "count=8",
+        "oflag=dsync",
+        "status=none",
+    ]);
+    let status = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .stdin(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{cmd:?}");
+    let w = m.engine("writes") - writes;
+    let b = m.engine("write_bypasses") - bypasses;
+    (w - b, b)
+}
+
+#[test]
+fn critical_callers_by_io_class_command_and_pid_are_admitted_under_cp() {
+    let dir = tmp();
+    let m = Mount::start(dir.path(), &["--admission", "cp", "--realtime-io-critical"]);
+    assert_eq!(
+        dsync_writes(&m, "plain", &[]),
+        (0, 8),
+        "not critical: bypassed"
+    );
+    assert_eq!(
+        dsync_writes(&m, "rt", &["ionice", "-c1", "-n0"]),
+        (8, 0),
+        "real-time I/O class"
+    );
+    let control = m.control.display().to_string();
+    let (ok, _, err) = wcache(&["critical", "--control", &control, "--command", "dd"]);
+    assert!(ok, "{err}");
+    assert_eq!(dsync_writes(&m, "cmd", &[]), (8, 0), "command name dd");
+    let (ok, _, err) = wcache(&[
+        "critical",
+        "--control",
+        &control,
+        "--command",
+        "dd",
+        "--clear",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(dsync_writes(&m, "cleared", &[]), (0, 8));
+    // By pid: a shell made critical, which then becomes dd (exec: the same pid).
+    let of = format!("of={}", m.mnt.join("by-pid").display());
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "read x; exec dd if=/dev/zero {of} bs=4096 count=8 oflag=dsync status=none"
+        ))
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = shell.id().to_string();
+    let (ok, _, err) = wcache(&["critical", "--control", &control, "--pid", &pid]);
+    assert!(ok, "{err}");
+    let (writes, bypasses) = (m.engine("writes"), m.engine("write_bypasses"));
+    writeln!(shell.stdin.take().unwrap(), "go").unwrap();
+    assert!(shell.wait().unwrap().success());
+    let bypassed = m.engine("write_bypasses") - bypasses;
+    let admitted = m.engine("writes") - writes - bypassed;
+    assert_eq!((admitted, bypassed), (8, 0), "the pid's hint");
+    for (args, says) in [
+        (vec!["--pid", "4000000000"], "no process 4000000000"),
+        (vec!["--cgroup", "/no/such/group"], "no cgroup"),
+    ] {
+        let mut all = vec!["critical", "--control", &control];
+        all.extend(args);
+        let (ok, _, err) = wcache(&all);
+        assert!(!ok && err.contains(says), "{err}");
+    }
+    m.stop();
+}
+
+#[test]
+fn bad_input_to_wcache_mount_is_named() {
+    let dir = tmp();
+    let (backing, mnt) = (dir.path().join("backing"), dir.path().join("mnt"));
+    fs::create_dir_all(&mnt).unwrap();
+    let b = backing.display().to_string();
+    let mn = mnt.display().to_string();
+    let (ok, _, err) = wcache(&["mount", &b, &mn]);
+    assert!(!ok && err.contains("--cache"), "{err}");
+    let cache = dir.path().join("cache.img").display().to_string();
+    let (ok, _, err) = wcache(&["mount", &b, &mn, "--cache", &cache]);
+    assert!(
+        !ok && err.contains("backing directory") && err.contains("backing"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("cache.img").exists(),
+        "nothing created on a refused start"
+    );
+    let m = Mount::start(dir.path(), &[]);
+    let (ok, _, err) = wcache(&[
+        "mount",
+        &b,
+        &mn,
+        "--cache",
+        &dir.path().join("other.img").display().to_string(),
+    ]);
+    assert!(!ok && err.contains("mountpoint"), "{err}");
+    m.stop();
+    assert!(
+        !fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&mn),
+        "unmounted at stop"
+    );
+}
