@@ -2,7 +2,9 @@
 //! the mount's volume (`files.rs`). Writes go to the engine in whole pages
 //! (a partial page is read, patched and written under the file's lock),
 //! with the caller's flags: its process as issuer, sync when the caller
-//! waits for durability (O_SYNC, O_DSYNC), critical by the caller's rules.
+//! waits for it (every `write(2)`: the kernel's writeback cache is off),
+//! FUA when it must be durable at once (O_SYNC, O_DSYNC), critical by the
+//! caller's rules.
 //! It must never let a byte beyond a file's size reappear: bytes of a page
 //! past the size are zeros, and pages a truncation may have left in the
 //! cache are zeroed through the cache before the file grows over them.
@@ -64,10 +66,14 @@ impl Data {
         }
     }
 
-    fn flags(caller: Caller, sync: bool) -> RequestFlags {
+    /// A request's flags: sync when a caller waits for it (every request
+    /// of a known caller: the kernel's writeback cache is off, so a
+    /// `write(2)` returns only when the mount answers); FUA when it must be
+    /// durable when answered (O_SYNC, O_DSYNC).
+    fn flags(caller: Caller, durable: bool) -> RequestFlags {
         RequestFlags {
-            fua: sync,
-            sync,
+            fua: durable,
+            sync: caller.issuer != 0 || durable,
             critical: caller.critical,
             issuer: caller.issuer,
         }
@@ -131,14 +137,14 @@ impl Data {
     }
 
     /// Writes `data` at `offset`; durable under the write policy when this
-    /// returns, and at once with `sync` (with the file's size).
+    /// returns, and at once with `durable` (with the file's size).
     pub fn write(
         &self,
         file: &Arc<BackingFile>,
         offset: u64,
         data: &[u8],
         caller: Caller,
-        sync: bool,
+        durable: bool,
     ) -> Result<u32, Errno> {
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
         if end > WINDOW_BYTES {
@@ -153,13 +159,13 @@ impl Data {
         })?;
         let _io = file.io.lock(caller, &self.volume);
         let old_size = file.size();
-        let flags = Data::flags(caller, sync);
+        let flags = Data::flags(caller, durable);
         if end > old_size {
             self.grow(file, window, end, flags)?;
         }
         let b = self.write_pages(window, offset, data, old_size, flags)?;
         file.cached_end.fetch_max(b, Ordering::AcqRel);
-        if sync && end > old_size {
+        if durable && end > old_size {
             // O_SYNC/O_DSYNC: the new size is durable with the data.
             self.sync_size(file)?;
         }

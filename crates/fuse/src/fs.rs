@@ -569,10 +569,10 @@ impl Filesystem for WcacheFs {
         } else {
             self.caller(req)
         };
-        let sync = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
+        let durable = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
         let run = || -> Result<u32, Errno> {
             let file = self.nodes.file(ino.0).map_err(errno)?;
-            self.data.write(&file, offset, data, caller, sync)
+            self.data.write(&file, offset, data, caller, durable)
         };
         match run() {
             Ok(n) => reply.written(n),
