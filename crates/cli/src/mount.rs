@@ -41,6 +41,11 @@ pub struct MountArgs {
     /// Processes in the real-time I/O class (`ionice -c1`) are critical.
     #[arg(long)]
     realtime_io_critical: bool,
+    /// Automatic identification: a process that serves clients (holds a
+    /// connected socket) and waited on an fsync of the mount in the last
+    /// 10 s is critical (docs/mount.md).
+    #[arg(long)]
+    auto_critical: bool,
     /// write-back-journaled (required there): the files' backing journal,
     /// a file of its own (created if missing; keep it on the backing's storage).
     #[arg(long, value_name = "PATH")]
@@ -76,6 +81,7 @@ pub fn mount(args: MountArgs) -> Result<(), AnyError> {
         commands: args.critical_commands.clone(),
         cgroups: args.critical_cgroups.clone(),
         realtime_io: args.realtime_io_critical,
+        auto: args.auto_critical,
     };
     let started = wcache_fuse::start(MountConfig {
         backing_dir: args.backing_dir.clone(),

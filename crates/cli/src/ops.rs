@@ -108,6 +108,10 @@ pub struct CriticalArgs {
     /// Processes in the real-time I/O class (`ionice -c1`).
     #[arg(long, group = "which")]
     realtime_io: bool,
+    /// Automatic identification (processes serving clients that fsync);
+    /// the answer lists the processes it found so far.
+    #[arg(long, group = "which")]
+    auto: bool,
     /// Remove the rule instead.
     #[arg(long)]
     clear: bool,
@@ -118,6 +122,7 @@ pub fn critical(args: CriticalArgs) -> Result<(), AnyError> {
         (Some(pid), _, _) => ("pid", pid.to_string()),
         (_, Some(name), _) => ("command", name.clone()),
         (_, _, Some(path)) => ("cgroup", path.clone()),
+        _ if args.auto => ("auto", String::new()),
         _ => ("realtime-io", String::new()),
     };
     let mut request = Request::new("critical-caller");

@@ -2,7 +2,8 @@
 //! engine's issuer is its process (thread group), and a caller is critical
 //! when the operator said so (by process, command name or cgroup) or when
 //! it runs in the real-time I/O class (`ionice -c1`), so applications need
-//! no new interface. Answers are kept for a second per thread, so a
+//! no new interface; or, with automatic identification, when it serves
+//! clients and waits on fsyncs (`found_automatically`). Answers are kept for a second per thread, so a
 //! request costs no `/proc` read in the common case.
 
 use std::collections::HashMap;
@@ -18,6 +19,8 @@ const THREADS_MAX: usize = 4096;
 const IOPRIO_CLASS_RT: i32 = 1;
 const IOPRIO_CLASS_SHIFT: i32 = 13;
 const IOPRIO_WHO_PROCESS: i32 = 1;
+/// Automatic identification: how recent a process's fsync must be.
+const AUTO_FSYNC_WITHIN: Duration = Duration::from_secs(10);
 
 /// A request's issuer, as the engine's admission reads it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,6 +41,9 @@ pub struct CriticalRules {
     pub cgroups: Vec<String>,
     /// The real-time I/O class makes a caller critical.
     pub realtime_io: bool,
+    /// Automatic identification: a process that serves clients (a
+    /// connected socket) and waited on an fsync of the mount lately.
+    pub auto: bool,
 }
 
 impl CriticalRules {
@@ -61,13 +67,18 @@ impl CriticalRules {
 pub struct Callers {
     rules: RwLock<CriticalRules>,
     known: Mutex<HashMap<u32, (Instant, Caller)>>,
+    /// Processes' last fsync on the mount (automatic identification).
+    fsyncs: Mutex<HashMap<u32, Instant>>,
+    /// Processes automatic identification found critical (for its
+    /// precision and recall against the operator's hints).
+    found: Mutex<std::collections::BTreeSet<u32>>,
 }
 
 impl Callers {
     pub fn new(rules: CriticalRules) -> Callers {
         Callers {
             rules: RwLock::new(rules),
-            known: Mutex::default(),
+            ..Callers::default()
         }
     }
 
@@ -110,8 +121,48 @@ impl Callers {
             || (!rules.commands.is_empty()
                 && command(issuer).is_some_and(|c| rules.matches_command(&c)))
             || (!rules.cgroups.is_empty()
-                && cgroup(issuer).is_some_and(|c| rules.matches_cgroup(&c)));
+                && cgroup(issuer).is_some_and(|c| rules.matches_cgroup(&c)))
+            || (rules.auto && self.found_automatically(issuer));
         Caller { issuer, critical }
+    }
+
+    /// `issuer` waited on an fsync of the mount (automatic identification).
+    pub fn note_fsync(&self, issuer: u32) {
+        if issuer == 0 {
+            return;
+        }
+        let mut fsyncs = self.fsyncs.lock().unwrap_or_else(|e| e.into_inner());
+        if fsyncs.len() >= THREADS_MAX {
+            fsyncs.clear();
+        }
+        fsyncs.insert(issuer, Instant::now());
+    }
+
+    /// Automatic identification (the paper's future work, `docs/mount.md`):
+    /// `issuer` waited on an fsync of the mount within `AUTO_FSYNC_WITHIN`
+    /// and serves clients (holds a connected stream socket), so its fsyncs
+    /// are likely followed by a reply a client waits for.
+    fn found_automatically(&self, issuer: u32) -> bool {
+        let recent = self
+            .fsyncs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&issuer)
+            .is_some_and(|at| at.elapsed() < AUTO_FSYNC_WITHIN);
+        let found = recent && serves_clients(issuer);
+        if found {
+            self.found
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(issuer);
+        }
+        found
+    }
+
+    /// The processes automatic identification found critical so far.
+    pub fn found(&self) -> Vec<u32> {
+        let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        found.iter().copied().collect()
     }
 }
 
@@ -151,9 +202,10 @@ pub fn critical_callers_hook(
                 edit(&mut rules.cgroups)
             }
             "realtime-io" => rules.realtime_io = critical,
+            "auto" => rules.auto = critical,
             other => {
                 return Err(format!(
-                    "unknown key {other:?}; valid: pid, command, cgroup, realtime-io"
+                    "unknown key {other:?}; valid: pid, command, cgroup, realtime-io, auto"
                 ))
             }
         }
@@ -162,8 +214,49 @@ pub fn critical_callers_hook(
             "commands": rules.commands,
             "cgroups": rules.cgroups,
             "realtime_io": rules.realtime_io,
+            "auto": rules.auto,
+            "found_automatically": callers.found(),
         }))
     })
+}
+
+/// The socket inodes process `pid` holds open.
+fn socket_inodes(pid: u32) -> std::collections::HashSet<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Default::default();
+    };
+    fds.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_str()?;
+            l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect()
+}
+
+/// Whether process `pid` serves clients: one of its sockets is a
+/// connected Unix stream socket, or an established TCP connection (in the
+/// tables of its network namespace, `/proc/PID/net`).
+pub fn serves_clients(pid: u32) -> bool {
+    let mine = socket_inodes(pid);
+    if mine.is_empty() {
+        return false;
+    }
+    let table =
+        |name: &str| std::fs::read_to_string(format!("/proc/{pid}/net/{name}")).unwrap_or_default();
+    let held = |field: &str| field.parse().is_ok_and(|i: u64| mine.contains(&i));
+    // Num RefCount Protocol Flags Type St Inode [Path]: stream (0001), connected (03).
+    let unix = table("unix").lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 7 && f[4] == "0001" && f[5] == "03" && held(f[6])
+    });
+    // sl local remote st ... inode (the tenth field): established (01).
+    let tcp = ["tcp", "tcp6"].iter().any(|name| {
+        table(name).lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 10 && f[3] == "01" && held(f[9])
+        })
+    });
+    unix || tcp
 }
 
 /// The thread group (process) of thread `tid`.
@@ -263,5 +356,29 @@ mod tests {
         unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, be) };
         callers.set_rules(callers.rules());
         assert!(!callers.of(tid as u32).critical);
+    }
+
+    #[test]
+    fn automatic_identification_wants_a_served_client_and_a_recent_fsync() {
+        let pid = std::process::id();
+        let sleeper = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert!(!serves_clients(sleeper.id()), "sleep holds no socket");
+        let (_a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(serves_clients(pid), "a connected Unix stream socket");
+        let callers = Callers::new(CriticalRules {
+            auto: true,
+            ..CriticalRules::default()
+        });
+        assert!(!callers.of(pid).critical, "no fsync yet");
+        callers.note_fsync(pid);
+        callers.set_rules(callers.rules());
+        assert!(callers.of(pid).critical);
+        assert_eq!(callers.found(), vec![pid]);
+        let mut sleeper = sleeper;
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
     }
 }

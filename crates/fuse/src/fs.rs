@@ -600,7 +600,9 @@ impl Filesystem for WcacheFs {
         reply: ReplyEmpty,
     ) {
         let file = self.nodes.opened(ino.0);
-        reply_empty(reply, self.data.fsync(file.as_deref(), self.caller(req)));
+        let caller = self.caller(req);
+        self.callers.note_fsync(caller.issuer);
+        reply_empty(reply, self.data.fsync(file.as_deref(), caller));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

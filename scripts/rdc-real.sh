@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Request-oriented admission on a real application: PostgreSQL (pgbench)
+# on `wcache mount` over an emulated HDD (docs/experiments/rdc-real.md).
+# Installs what it needs (postgresql, bindfs), builds wcache, then for each
+# cache size and policy: a fresh mount (cache on tmpfs as NV-DRAM), initdb,
+# `pgbench -i` under admission `all`, the policy set online, critical
+# processes named by the mechanism, a timed pgbench run; the figures go to
+# $OUT/results.csv and a markdown table on stdout. Also pgbench on a plain
+# FUSE passthrough (bindfs) of tmpfs, the FUSE limit of this machine.
+#
+#   scripts/rdc-real.sh                 # the matrix below
+#   SIZES="32M" RUNS="all cp-pi-ioi:pid" SECS=30 scripts/rdc-real.sh
+#
+# RUNS: POLICY[:MECHANISM] with MECHANISM one of
+#   pid     `wcache critical --pid` for each client backend and the WAL writer
+#   ionice  `ionice -c1 -p` for the same processes (--realtime-io-critical)
+#   (none)  no process is critical
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SIZES=${SIZES:-"32M 1G"}
+RUNS=${RUNS:-"all cp:pid cp-pi:pid cp-pi-ioi:pid cp-pi-ioi:ionice"}
+SECS=${SECS:-60}
+SCALE=${SCALE:-10}
+CLIENTS=${CLIENTS:-8}
+OUT=${OUT:-/var/tmp/rdc-real}
+PORT=54331
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+
+need=()
+[ -n "$PGBIN" ] || need+=(postgresql)
+command -v bindfs >/dev/null || need+=(bindfs)
+command -v bc >/dev/null || need+=(bc)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+fi
+cargo build --release -q -p wcache-cli
+W=$PWD/target/release/wcache
+
+mkdir -p "$OUT"
+chmod o+x "$OUT"
+D=$OUT/run
+as_pg() { runuser -u postgres -- "$@"; }
+
+cleanup() {
+  [ -d "$D/mnt/pg" ] && as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -m immediate -w stop >/dev/null 2>&1 || true
+  pkill -TERM -f "wcache mount $D/b" 2>/dev/null || true
+  sleep 0.5
+  umount -l "$D/mnt" 2>/dev/null || true
+  rm -f /dev/shm/rdc-real-cache.img
+}
+trap cleanup EXIT
+
+# mount_wcache SIZE [extra args]: the mount, cache on tmpfs (NV-DRAM).
+mount_wcache() {
+  local size=$1
+  shift
+  "$W" mount "$D/b" "$D/mnt" --cache /dev/shm/rdc-real-cache.img --cache-size "$size" \
+    --cache-sync nvram --emulate hdd --admission all --control "$D/ctl" "$@" >"$D/mount.log" 2>&1 &
+  for _ in $(seq 300); do grep -q "Unmount with" "$D/mount.log" && return 0; sleep 0.1; done
+  cat "$D/mount.log"
+  return 1
+}
+
+fresh() {
+  cleanup
+  rm -rf "$D"
+  mkdir -p "$D/b" "$D/mnt" "$D/sock"
+  chmod 777 "$D/sock"
+  chmod o+x "$D"
+}
+
+# pg_start: initdb on the mount, the server, pgbench's tables.
+pg_start() {
+  mkdir "$D/mnt/pg"
+  chown postgres:postgres "$D/mnt/pg"
+  as_pg "$PGBIN/initdb" -D "$D/mnt/pg" -A trust -U postgres >/dev/null
+  as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -l "$D/sock/pg.log" -w start \
+    -o "-k $D/sock -p $PORT -c listen_addresses='' -c shared_buffers=32MB" >/dev/null
+  as_pg "$PGBIN/pgbench" -h "$D/sock" -p $PORT -i -s "$SCALE" -q postgres >/dev/null 2>&1
+}
+
+engine() { # NAME: the engine's counter
+  "$W" stats --json --control "$D/ctl" | python3 -c \
+    "import json,sys; s=json.load(sys.stdin); print({m['name']:m['value'] for m in s['engine']}.get('$1',0))"
+}
+
+# name_critical MECHANISM: after pgbench connected, its backends and the WAL writer.
+name_critical() {
+  local mech=$1 p
+  sleep 2
+  for p in $(as_pg "$PGBIN/psql" -h "$D/sock" -p $PORT -At -c \
+    "select pid from pg_stat_activity where backend_type in ('client backend','walwriter') and pid <> pg_backend_pid()" postgres); do
+    case $mech in
+      pid) "$W" critical --control "$D/ctl" --pid "$p" >/dev/null ;;
+      ionice) ionice -c1 -n0 -p "$p" ;;
+    esac
+  done
+}
+
+# bench LABEL: a timed pgbench run; prints "tps p50 p99 p999" from its per-transaction log.
+bench() {
+  rm -f "$D"/sock/pgbench_log.*
+  (cd "$D/sock" && as_pg "$PGBIN/pgbench" -h "$D/sock" -p $PORT -c "$CLIENTS" -j 2 -T "$SECS" \
+    -l --log-prefix="$D/sock/pgbench_log" postgres 2>&1) | grep -E "^tps" | sed 's/.*= \([0-9.]*\).*/\1/' >"$D/tps"
+  cat "$D"/sock/pgbench_log.* | awk '{print $3}' | sort -n >"$D/lat"
+  local n
+  n=$(wc -l <"$D/lat")
+  q() { sed -n "$(( (n * $1 + 999) / 1000 ))p" "$D/lat"; }
+  echo "$(cat "$D/tps") $(( $(q 500) / 1000 )) $(( $(q 990) / 1000 )) $(( $(q 999) / 1000 ))"
+}
+
+echo "backend,cache,policy,mechanism,tps,p50_ms,p99_ms,p999_ms,writes,cached_fraction" >"$OUT/results.csv"
+for size in $SIZES; do
+  for run in $RUNS; do
+    policy=${run%%:*}
+    mech=${run#*:}
+    [ "$mech" = "$run" ] && mech=none
+    fresh
+    extra=()
+    [ "$mech" = ionice ] && extra=(--realtime-io-critical)
+    mount_wcache "$size" "${extra[@]}"
+    pg_start
+    "$W" set --control "$D/ctl" admission "$policy" >/dev/null
+    w0=$(engine writes)
+    b0=$(engine write_bypasses)
+    [ "$mech" != none ] && name_critical "$mech" &
+    read -r tps p50 p99 p999 < <(bench "$policy")
+    wait
+    w=$(( $(engine writes) - w0 ))
+    b=$(( $(engine write_bypasses) - b0 ))
+    frac=$(echo "scale=3; ($w - $b) / ($w + 0.0001)" | bc)
+    echo "wcache-hdd,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac" | tee -a "$OUT/results.csv"
+  done
+done
+
+# The FUSE limit: a plain passthrough (bindfs) of tmpfs.
+fresh
+mkdir -p /dev/shm/rdc-real-plain
+bindfs -o allow_other /dev/shm/rdc-real-plain "$D/mnt"
+pg_start
+read -r tps p50 p99 p999 < <(bench plain)
+echo "bindfs-tmpfs,-,-,-,$tps,$p50,$p99,$p999,-,-" | tee -a "$OUT/results.csv"
+as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -m immediate -w stop >/dev/null
+umount "$D/mnt"
+rm -rf /dev/shm/rdc-real-plain
+
+echo
+echo "| backing | cache | policy | critical by | tps | p50 ms | p99 ms | p99.9 ms | writes | cached |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+tail -n +2 "$OUT/results.csv" | tr ',' '|' | sed 's/^/| /; s/$/ |/'
