@@ -14,12 +14,15 @@
 # RUNS: POLICY[:MECHANISM] with MECHANISM one of
 #   pid     `wcache critical --pid` for each client backend and the WAL writer
 #   ionice  `ionice -c1 -p` for the same processes (--realtime-io-critical)
+#   auto    automatic identification (`wcache critical --auto` once the
+#           tables are loaded); its precision and recall against those
+#           processes go to $OUT/auto.csv
 #   (none)  no process is critical
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SIZES=${SIZES:-"32M 1G"}
-RUNS=${RUNS:-"all cp:pid cp-pi:pid cp-pi-ioi:pid cp-pi-ioi:ionice"}
+RUNS=${RUNS:-"all cp:pid cp-pi:pid cp-pi-ioi:pid cp-pi-ioi:ionice cp-pi-ioi:auto"}
 SECS=${SECS:-60}
 SCALE=${SCALE:-10}
 CLIENTS=${CLIENTS:-8}
@@ -90,8 +93,10 @@ engine() { # NAME: the engine's counter
 name_critical() {
   local mech=$1 p
   sleep 2
-  for p in $(as_pg "$PGBIN/psql" -h "$D/sock" -p $PORT -At -c \
-    "select pid from pg_stat_activity where backend_type in ('client backend','walwriter') and pid <> pg_backend_pid()" postgres); do
+  as_pg "$PGBIN/psql" -h "$D/sock" -p $PORT -At -c \
+    "select pid from pg_stat_activity where backend_type in ('client backend','walwriter') and pid <> pg_backend_pid()" \
+    postgres >"$D/explicit"
+  for p in $(cat "$D/explicit"); do
     case $mech in
       pid) "$W" critical --control "$D/ctl" --pid "$p" >/dev/null ;;
       ionice) ionice -c1 -n0 -p "$p" ;;
@@ -112,6 +117,7 @@ bench() {
 }
 
 echo "backend,cache,policy,mechanism,tps,p50_ms,p99_ms,p999_ms,writes,cached_fraction" >"$OUT/results.csv"
+echo "application,cache,policy,found,explicit,both,precision,recall" >"$OUT/auto.csv"
 for size in $SIZES; do
   for run in $RUNS; do
     policy=${run%%:*}
@@ -123,14 +129,32 @@ for size in $SIZES; do
     mount_wcache "$size" "${extra[@]}"
     pg_start
     "$W" set --control "$D/ctl" admission "$policy" >/dev/null
+    # Automatic identification from now on (pgbench -i's backend is not judged).
+    [ "$mech" = auto ] && "$W" critical --control "$D/ctl" --auto >/dev/null
     w0=$(engine writes)
     b0=$(engine write_bypasses)
-    [ "$mech" != none ] && name_critical "$mech" &
+    namer=""
+    if [ "$mech" != none ]; then
+      name_critical "$mech" &
+      namer=$!
+    fi
     read -r tps p50 p99 p999 < <(bench "$policy")
-    wait
+    if [ -n "$namer" ]; then wait "$namer"; fi
     w=$(( $(engine writes) - w0 ))
     b=$(( $(engine write_bypasses) - b0 ))
     frac=$(echo "scale=3; ($w - $b) / ($w + 0.0001)" | bc)
+    if [ "$mech" = auto ]; then
+      "$W" critical --control "$D/ctl" --auto | sed 's/.*rules now: //' >"$D/found.json"
+      python3 - "$D/found.json" "$D/explicit" "$size" "$policy" >>"$OUT/auto.csv" <<'PY'
+import json, sys
+found = set(json.load(open(sys.argv[1]))["found_automatically"])
+explicit = {int(l) for l in open(sys.argv[2]) if l.strip()}
+hit = len(found & explicit)
+precision = hit / len(found) if found else 0.0
+recall = hit / len(explicit) if explicit else 0.0
+print(f"postgresql,{sys.argv[3]},{sys.argv[4]},{len(found)},{len(explicit)},{hit},{precision:.2f},{recall:.2f}")
+PY
+    fi
     echo "wcache-hdd,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac" | tee -a "$OUT/results.csv"
   done
 done
@@ -150,3 +174,7 @@ echo
 echo "| backing | cache | policy | critical by | tps | p50 ms | p99 ms | p99.9 ms | writes | cached |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
 tail -n +2 "$OUT/results.csv" | tr ',' '|' | sed 's/^/| /; s/$/ |/'
+echo
+echo "| application | cache | policy | found | explicit | both | precision | recall |"
+echo "|---|---|---|---|---|---|---|---|"
+tail -n +2 "$OUT/auto.csv" | tr ',' '|' | sed 's/^/| /; s/$/ |/'
