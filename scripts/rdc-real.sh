@@ -48,6 +48,8 @@ as_pg() { runuser -u postgres -- "$@"; }
 
 cleanup() {
   [ -d "$D/mnt/pg" ] && as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -m immediate -w stop >/dev/null 2>&1 || true
+  # A server whose stop could not be asked (its mount gone) is killed.
+  pkill -9 -u postgres -f "postgres -D $D/mnt/pg" 2>/dev/null || true
   pkill -TERM -f "wcache mount $D/b" 2>/dev/null || true
   sleep 0.5
   umount -l "$D/mnt" 2>/dev/null || true
