@@ -377,24 +377,11 @@ impl Filesystem for WcacheFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let run = || -> Result<FileAttr, Errno> {
-            let dir = self.fd(parent)?;
-            let c = cstr(name).map_err(errno)?;
+        let made = self.make(req, parent, name, |dir, c| {
             // SAFETY: a valid descriptor and C string.
-            check(unsafe {
-                libc::mknodat(
-                    dir.as_raw_fd(),
-                    c.as_ptr(),
-                    mode & !umask,
-                    rdev as libc::dev_t,
-                )
-            })?;
-            self.entry(req, parent, name)
-        };
-        match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+            unsafe { libc::mknodat(dir, c.as_ptr(), mode & !umask, rdev as libc::dev_t) }
+        });
+        reply_entry(reply, made);
     }
 
     fn mkdir(
@@ -406,17 +393,11 @@ impl Filesystem for WcacheFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let run = || -> Result<FileAttr, Errno> {
-            let dir = self.fd(parent)?;
-            let c = cstr(name).map_err(errno)?;
+        let made = self.make(req, parent, name, |dir, c| {
             // SAFETY: a valid descriptor and C string.
-            check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode & !umask & 0o7777) })?;
-            self.entry(req, parent, name)
-        };
-        match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+            unsafe { libc::mkdirat(dir, c.as_ptr(), mode & !umask & 0o7777) }
+        });
+        reply_entry(reply, made);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -435,18 +416,14 @@ impl Filesystem for WcacheFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let run = || -> Result<FileAttr, Errno> {
-            let dir = self.fd(parent)?;
-            let c = cstr(link_name).map_err(errno)?;
-            let t = cstr(target.as_os_str()).map_err(errno)?;
-            // SAFETY: a valid descriptor and C strings.
-            check(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), c.as_ptr()) })?;
-            self.entry(req, parent, link_name)
+        let Ok(t) = cstr(target.as_os_str()) else {
+            return reply.error(Errno::EINVAL);
         };
-        match run() {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        let made = self.make(req, parent, link_name, |dir, c| {
+            // SAFETY: a valid descriptor and C strings.
+            unsafe { libc::symlinkat(t.as_ptr(), dir, c.as_ptr()) }
+        });
+        reply_entry(reply, made);
     }
 
     fn rename(
@@ -763,6 +740,21 @@ impl Filesystem for WcacheFs {
 }
 
 impl WcacheFs {
+    /// Makes `name` in `parent` with `make(dir, name)` (mknodat, mkdirat,
+    /// symlinkat: 0 or -1), then looks it up and gives it to the caller.
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        make: impl FnOnce(i32, &std::ffi::CStr) -> libc::c_int,
+    ) -> Result<FileAttr, Errno> {
+        let dir = self.fd(parent)?;
+        let c = cstr(name).map_err(errno)?;
+        check(make(dir.as_raw_fd(), &c))?;
+        self.entry(req, parent, name)
+    }
+
     fn remove(&self, parent: INodeNo, name: &OsStr, flags: i32) -> Result<(), Errno> {
         if hidden(parent.0, name) {
             return Err(Errno::EPERM);
@@ -771,6 +763,13 @@ impl WcacheFs {
         let c = cstr(name).map_err(errno)?;
         // SAFETY: a valid descriptor and C string.
         check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) })
+    }
+}
+
+fn reply_entry(reply: ReplyEntry, r: Result<FileAttr, Errno>) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+        Err(e) => reply.error(e),
     }
 }
 

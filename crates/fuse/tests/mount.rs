@@ -464,3 +464,35 @@ fn postgresql_initdb_and_transactions_on_the_mount() {
     as_pg(&[&pg("pg_ctl"), "-D", &data_s, "-m", "fast", "-w", "stop"]);
     m.stop().unwrap();
 }
+
+/// Nodes made through the mount: a directory, a symbolic link, a FIFO and
+/// a hard link land in the backing directory as such.
+#[test]
+fn directories_links_and_fifos_pass_through() {
+    let d = dirs();
+    let m = mount(&d, FormatAsked::FoundNewLog);
+    fs::create_dir(d.mnt.join("dir")).unwrap();
+    fs::write(d.mnt.join("dir/f"), b"data").unwrap();
+    std::os::unix::fs::symlink("dir/f", d.mnt.join("link")).unwrap();
+    assert_eq!(
+        fs::read_link(d.mnt.join("link")).unwrap(),
+        Path::new("dir/f")
+    );
+    assert_eq!(fs::read(d.mnt.join("link")).unwrap(), b"data");
+    fs::hard_link(d.mnt.join("dir/f"), d.mnt.join("hard")).unwrap();
+    assert_eq!(fs::metadata(d.mnt.join("hard")).unwrap().len(), 4);
+    let fifo = std::ffi::CString::new(d.mnt.join("fifo").to_str().unwrap()).unwrap();
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::symlink_metadata(d.backing.join("fifo"))
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert!(fs::symlink_metadata(d.backing.join("link"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(fs::metadata(d.backing.join("dir")).unwrap().is_dir());
+    m.stop().unwrap();
+}
