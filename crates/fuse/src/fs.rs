@@ -266,7 +266,7 @@ impl WcacheFs {
         mode: u32,
         umask: u32,
         flags: i32,
-    ) -> Result<(FileAttr, bool), Errno> {
+    ) -> Result<FileAttr, Errno> {
         let dir = self.fd(parent)?;
         let c = cstr(name).map_err(errno)?;
         let keep = flags & (libc::O_EXCL | libc::O_CREAT);
@@ -283,7 +283,7 @@ impl WcacheFs {
         if flags & libc::O_TRUNC != 0 {
             self.data.set_size(&file, 0, self.caller(req))?;
         }
-        Ok((self.stat(a.ino.0)?, flags & libc::O_TRUNC != 0))
+        self.stat(a.ino.0)
     }
 }
 
@@ -696,9 +696,7 @@ impl Filesystem for WcacheFs {
             return reply.error(Errno::EPERM);
         }
         match self.create_file(req, parent, name, mode, umask, flags) {
-            Ok((a, _)) => {
-                reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty())
-            }
+            Ok(a) => reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }
