@@ -128,6 +128,21 @@ pub fn stop_timeout(text: &str) -> Result<f64, String> {
     real(text, 0.0, SECONDS_MAX as f64, " of seconds")
 }
 
+/// `mount --dirty-max`: a size (suffixes K, M, G) up to half the machine's
+/// memory, or 0 (nothing held).
+pub fn dirty_max(text: &str) -> Result<u64, String> {
+    let bad = || format!("{text:?} is not a size up to 64G (e.g. 256M), or 0");
+    match wcache_io::device::parse_size_bytes(text.trim()) {
+        Some(bytes) if bytes <= 64 << 30 => Ok(bytes),
+        _ => Err(bad()),
+    }
+}
+
+/// `mount --dirty-expire`: seconds, from 0.1 to a day.
+pub fn dirty_expire(text: &str) -> Result<f64, String> {
+    real(text, 0.1, SECONDS_MAX as f64, "of seconds")
+}
+
 /// `serve --flush-interval`: 0 (only at FLUSH and FUA), or from a
 /// millisecond to an hour.
 pub fn flush_interval(text: &str) -> Result<f64, String> {
@@ -177,6 +192,12 @@ mod tests {
             let e = threads(bad).unwrap_err();
             assert!(e.contains("from 1 to 1024"), "{bad}: {e}");
         }
+        assert_eq!(dirty_max("256M"), Ok(256 << 20));
+        assert_eq!(dirty_max("0"), Ok(0));
+        for bad in ["-1", "65G", "lots", ""] {
+            assert!(dirty_max(bad).is_err(), "{bad}");
+        }
+        assert!(dirty_expire("0").is_err() && dirty_expire("30").is_ok());
         assert_eq!(flush_interval("0"), Ok(0.0));
         assert_eq!(flush_interval("0.001"), Ok(0.001));
         for bad in ["0.0001", "-1", "NaN", "inf", "3601"] {

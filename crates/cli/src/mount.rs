@@ -50,6 +50,16 @@ pub struct MountArgs {
     /// a file of its own (created if missing; keep it on the backing's storage).
     #[arg(long, value_name = "PATH")]
     journal: Option<String>,
+    /// Writes held in memory until an fsync or writeback, at most this much
+    /// (a writer waits above it; half of it starts writeback), as a
+    /// kernel's page cache holds them: lost if the mount's process dies
+    /// first, as a page cache is with its kernel. 0: none held, every
+    /// write(2) goes to the cache at once, sync, as its caller's.
+    #[arg(long, default_value = "256M", value_parser = limits::dirty_max)]
+    dirty_max: u64,
+    /// Held writes this many seconds old are written back.
+    #[arg(long, default_value_t = 30.0, value_parser = limits::dirty_expire)]
+    dirty_expire: f64,
     #[command(flatten)]
     cache_opts: CacheArgs,
 }
@@ -91,6 +101,10 @@ pub fn mount(args: MountArgs) -> Result<(), AnyError> {
         rules,
         threads: args.threads,
         emulate: args.emulate.clone(),
+        dirty: wcache_fuse::DirtyLimits {
+            max_bytes: args.dirty_max,
+            expire: Duration::from_secs_f64(args.dirty_expire),
+        },
     });
     let (cache, front) = match started {
         Ok(started) => started,
@@ -133,6 +147,15 @@ fn print_banner(args: &MountArgs, cache: &wcache_io::Cache) {
     }
     if let Some(model) = &args.emulate {
         say!("  backing files' data I/O timed on an emulated {model}");
+    }
+    if args.dirty_max > 0 {
+        say!(
+            "  writes held in memory until fsync or writeback: up to {} MiB, {} s",
+            args.dirty_max >> 20,
+            args.dirty_expire
+        );
+    } else {
+        say!("  no write held: every write goes to the cache at once");
     }
     say!("Unmount with Ctrl-C or SIGTERM (or `wcache stop --control ...`).");
 }

@@ -2,7 +2,9 @@
 //! mounted again, every acknowledged fsync'd byte is in its file; a stop
 //! by SIGTERM unmounts; callers made critical by each mechanism (the
 //! real-time I/O class, a command name, a pid through `wcache critical`)
-//! have their sync writes admitted under `cp`, the others bypass; bad
+//! have their sync writes admitted under `cp`, the others bypass; writes
+//! held in memory reach the engine as their fsync's caller's or, never
+//! fsynced, as background writeback with no issuer; bad
 //! input (no --cache, a missing backing directory, a mountpoint in use, a
 //! pid or cgroup that does not exist) is a clear error.
 
@@ -172,16 +174,23 @@ fn every_fsynced_byte_survives_a_sigkill_and_a_remount() {
 /// `dd` with O_DSYNC writes 8 pages: under `cp` they are admitted when the
 /// caller is critical and bypass the cache when it is not.
 fn dsync_writes(m: &Mount, name: &str, wrap: &[&str]) -> (u64, u64) {
+    let mut cmd: Vec<&str> = wrap.to_vec();
+    cmd.push("dd");
+    dd_writes(m, name, &cmd, "oflag=dsync")
+}
+
+/// `cmd` (a `dd`) writes 8 pages to `name` with `flag`: the engine's
+/// writes admitted and bypassed meanwhile.
+fn dd_writes(m: &Mount, name: &str, cmd: &[&str], flag: &str) -> (u64, u64) {
     let (writes, bypasses) = (m.engine("writes"), m.engine("write_bypasses"));
     let of = format!("of={}", m.mnt.join(name).display());
-    let mut cmd: Vec<&str> = wrap.to_vec();
+    let mut cmd: Vec<&str> = cmd.to_vec();
     cmd.extend([
-        "dd",
         "if=/dev/zero",
         &of,
         "bs=4096",
         "count=8",
-        "oflag=dsync",
+        flag,
         "status=none",
     ]);
     let status = Command::new(cmd[0])
@@ -252,6 +261,58 @@ fn critical_callers_by_io_class_command_and_pid_are_admitted_under_cp() {
         assert!(!ok && err.contains(says), "{err}");
     }
     m.stop();
+}
+
+/// Writes held in memory: they reach the engine as the writes of the
+/// process whose fsync waits for them (admitted under `cp` when it is
+/// critical, bypassed when not) or, never fsynced, as background
+/// writeback with no issuer (bypassed under `cp`, whoever wrote them).
+#[test]
+fn held_writes_reach_the_engine_as_the_fsyncs_caller_or_as_background() {
+    let dir = tmp();
+    let args = [
+        "--admission",
+        "cp",
+        "--critical-command",
+        "dd",
+        "--dirty-expire",
+        "2",
+    ];
+    let m = Mount::start(dir.path(), &args);
+    // dd under another name: not critical.
+    let dd = ["/usr/bin/dd", "/bin/dd"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap();
+    let ddx = dir.path().join("ddx");
+    fs::copy(dd, &ddx).unwrap();
+    let ddx = ddx.display().to_string();
+    let (admitted, bypassed) = dd_writes(&m, "critical", &["dd"], "conv=fsync");
+    assert!(admitted > 0 && bypassed == 0, "{admitted} {bypassed}");
+    let (admitted, bypassed) = dd_writes(&m, "not", &[&ddx], "conv=fsync");
+    assert!(admitted == 0 && bypassed > 0, "{admitted} {bypassed}");
+    // Never fsynced, by a critical dd: held, then written back with no issuer.
+    let (writes, bypasses) = (m.engine("writes"), m.engine("write_bypasses"));
+    assert_eq!(
+        dd_writes(&m, "later", &["dd"], "conv=notrunc"),
+        (0, 0),
+        "held"
+    );
+    let start = Instant::now();
+    while m.engine("write_bypasses") == bypasses {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "never written back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let bypassed = m.engine("write_bypasses") - bypasses;
+    assert_eq!(
+        m.engine("writes") - writes,
+        bypassed,
+        "background: bypassed"
+    );
+    assert_eq!(fs::read(m.mnt.join("later")).unwrap(), vec![0u8; 8 * 4096]);
 }
 
 #[test]

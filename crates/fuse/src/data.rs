@@ -1,10 +1,11 @@
 //! File data through the cache: a file's bytes are its window's pages in
-//! the mount's volume (`files.rs`). Writes go to the engine in whole pages
-//! (a partial page is read, patched and written under the file's lock),
-//! with the caller's flags: its process as issuer, sync when the caller
-//! waits for it (every `write(2)`: the kernel's writeback cache is off),
-//! FUA when it must be durable at once (O_SYNC, O_DSYNC), critical by the
-//! caller's rules.
+//! the mount's volume (`files.rs`). Writes are made of whole pages (a
+//! partial page is read, patched and written under the file's lock) and
+//! held in memory (`dirty.rs`) until an fsync or writeback sends them to
+//! the engine; O_SYNC/O_DSYNC writes are sent at once, FUA, with the
+//! caller's flags (its process as issuer, critical by the caller's rules).
+//! With nothing held (`DirtyLimits::max_bytes` 0) every write goes to the
+//! engine at once as a sync write of its caller.
 //! It must never let a byte beyond a file's size reappear: bytes of a page
 //! past the size are zeros, and pages a truncation may have left in the
 //! cache are zeroed through the cache before the file grows over them.
@@ -17,6 +18,7 @@ use wcache_core::{IoError, RequestFlags, RequestKind, SubmitError};
 use wcache_io::{Io, Payload, RequestError, Volume};
 
 use crate::callers::Caller;
+use crate::dirty::DirtyPages;
 use crate::files::{BackingFile, Files, WINDOW_BYTES};
 
 /// The errno a caller gets for a request that failed with `e`. Every
@@ -42,10 +44,32 @@ fn io_errno(e: std::io::Error) -> Errno {
     Errno::from(e)
 }
 
+/// One request to the engine; a failure is logged and becomes an errno.
+pub(crate) fn submit(
+    volume: &Volume,
+    kind: RequestKind,
+    at: u64,
+    len: u64,
+    flags: RequestFlags,
+    payload: Payload<'_>,
+) -> Result<(), Errno> {
+    let io = Io {
+        kind,
+        offset_bytes: at,
+        len_bytes: len,
+        flags,
+    };
+    volume.submit(io, payload).map_err(|e| {
+        tracing::warn!("{kind:?} of {len} bytes at volume offset {at}: {e}");
+        errno(&e)
+    })
+}
+
 /// The mount's data path.
 pub struct Data {
     pub volume: Volume,
     pub files: Arc<Files>,
+    pub dirty: Arc<DirtyPages>,
     page: u64,
 }
 
@@ -58,18 +82,24 @@ fn round_up(x: u64, page: u64) -> u64 {
 }
 
 impl Data {
-    pub fn new(volume: Volume, files: Arc<Files>, page_size_bytes: u64) -> Data {
+    pub fn new(
+        volume: Volume,
+        files: Arc<Files>,
+        dirty: Arc<DirtyPages>,
+        page_size_bytes: u64,
+    ) -> Data {
         Data {
             volume,
             files,
+            dirty,
             page: page_size_bytes,
         }
     }
 
     /// A request's flags: sync when a caller waits for it (every request
-    /// of a known caller: the kernel's writeback cache is off, so a
-    /// `write(2)` returns only when the mount answers); FUA when it must be
-    /// durable when answered (O_SYNC, O_DSYNC).
+    /// of a known caller the mount sends at once: a write with nothing
+    /// held, an O_SYNC/O_DSYNC write, an fsync's writeback); FUA when it
+    /// must be durable when answered (O_SYNC, O_DSYNC).
     fn flags(caller: Caller, durable: bool) -> RequestFlags {
         RequestFlags {
             fua: durable,
@@ -77,26 +107,6 @@ impl Data {
             critical: caller.critical,
             issuer: caller.issuer,
         }
-    }
-
-    fn submit(
-        &self,
-        kind: RequestKind,
-        at: u64,
-        len: u64,
-        flags: RequestFlags,
-        payload: Payload<'_>,
-    ) -> Result<(), Errno> {
-        let io = Io {
-            kind,
-            offset_bytes: at,
-            len_bytes: len,
-            flags,
-        };
-        self.volume.submit(io, payload).map_err(|e| {
-            tracing::warn!("{kind:?} of {len} bytes at volume offset {at}: {e}");
-            errno(&e)
-        })
     }
 
     /// Up to `size` bytes from `offset`, short at the end of the file.
@@ -121,14 +131,25 @@ impl Data {
             return Err(Errno::EFBIG);
         }
         let mut buf = vec![0; (b - a) as usize];
-        let flags = RequestFlags::default();
-        self.submit(
-            RequestKind::Read,
-            window + a,
-            b - a,
-            flags,
-            Payload::Read(&mut buf),
-        )?;
+        // The held pages first: a page not held then is in the engine.
+        let held = self
+            .dirty
+            .snapshot(window, a / self.page..=b / self.page - 1);
+        if held.len() as u64 != (b - a) / self.page {
+            let flags = RequestFlags::default();
+            submit(
+                &self.volume,
+                RequestKind::Read,
+                window + a,
+                b - a,
+                flags,
+                Payload::Read(&mut buf),
+            )?;
+        }
+        for (p, bytes) in held {
+            let at = (p * self.page - a) as usize;
+            buf[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
         let from = (offset - a) as usize;
         let to = (end.min(b) - a) as usize;
         buf.truncate(to);
@@ -136,8 +157,9 @@ impl Data {
         Ok(buf)
     }
 
-    /// Writes `data` at `offset`; durable under the write policy when this
-    /// returns, and at once with `durable` (with the file's size).
+    /// Writes `data` at `offset`: held (`dirty.rs`), or with `durable`
+    /// (O_SYNC, O_DSYNC) durable at once with the file's size; with nothing
+    /// held, durable under the write policy when this returns.
     pub fn write(
         &self,
         file: &Arc<BackingFile>,
@@ -157,14 +179,26 @@ impl Data {
             tracing::error!("{e}");
             Errno::ENOSPC
         })?;
+        let hold = self.dirty.holds();
+        if hold {
+            // Before the file's lock: a writer waiting for room holds nothing.
+            self.dirty.throttle();
+        }
         let _io = file.io.lock(caller, &self.volume);
         let old_size = file.size();
         let flags = Data::flags(caller, durable);
         if end > old_size {
             self.grow(file, window, end, flags)?;
         }
-        let b = self.write_pages(window, offset, data, old_size, flags)?;
-        file.cached_end.fetch_max(b, Ordering::AcqRel);
+        let (a, b) = (round_down(offset, self.page), round_up(end, self.page));
+        if self.write_pages(file, window, offset, data, old_size, flags, hold)? {
+            if durable {
+                let pages = a / self.page..=b / self.page - 1;
+                self.dirty.write_back(window, Some(pages), flags)?;
+            }
+        } else {
+            file.cached_end.fetch_max(b, Ordering::AcqRel);
+        }
         if durable && end > old_size {
             // O_SYNC/O_DSYNC: the new size is durable with the data.
             self.sync_size(file)?;
@@ -172,30 +206,27 @@ impl Data {
         Ok(data.len() as u32)
     }
 
-    /// The pages under `[offset, offset + data.len())`, written whole: a
-    /// partial first or last page is read (its bytes below `old_size`),
-    /// patched and written. Returns the end of the last page.
+    /// The pages under `[offset, offset + data.len())`, whole: a partial
+    /// first or last page is read (`page_base`) and patched. Held with
+    /// `hold` (true is returned), else written to the engine with `flags`.
+    #[allow(clippy::too_many_arguments)]
     fn write_pages(
         &self,
+        file: &Arc<BackingFile>,
         window: u64,
         offset: u64,
         data: &[u8],
         old_size: u64,
         flags: RequestFlags,
-    ) -> Result<u64, Errno> {
+        hold: bool,
+    ) -> Result<bool, Errno> {
         let end = offset + data.len() as u64;
         let (a, b) = (round_down(offset, self.page), round_up(end, self.page));
-        if a == offset && b == end {
-            self.submit(
-                RequestKind::Write,
-                window + a,
-                b - a,
-                flags,
-                Payload::Write(data),
-            )?;
+        let patched;
+        let pages: &[u8] = if a == offset && b == end {
+            data
         } else {
             let mut buf = vec![0u8; (b - a) as usize];
-            // The partial first and last pages: their bytes below the old size.
             let last = b - self.page;
             let mut partial = Vec::with_capacity(2);
             if a < offset || (end < b && last == a) {
@@ -205,31 +236,55 @@ impl Data {
                 partial.push(last);
             }
             for page in partial {
-                if page < old_size {
-                    let at = (page - a) as usize;
-                    let part = &mut buf[at..at + self.page as usize];
-                    self.submit(
-                        RequestKind::Read,
-                        window + page,
-                        self.page,
-                        RequestFlags::default(),
-                        Payload::Read(part),
-                    )?;
-                    let valid = old_size.saturating_sub(page).min(self.page) as usize;
-                    part[valid..].fill(0);
-                }
+                let at = (page - a) as usize;
+                let part = &mut buf[at..at + self.page as usize];
+                self.page_base(window, page, old_size, part)?;
             }
             let from = (offset - a) as usize;
             buf[from..from + data.len()].copy_from_slice(data);
-            self.submit(
-                RequestKind::Write,
-                window + a,
-                b - a,
-                flags,
-                Payload::Write(&buf),
-            )?;
+            patched = buf;
+            &patched
+        };
+        if hold && self.dirty.put(file, window, a / self.page, pages) {
+            return Ok(true);
         }
-        Ok(b)
+        submit(
+            &self.volume,
+            RequestKind::Write,
+            window + a,
+            b - a,
+            flags,
+            Payload::Write(pages),
+        )?;
+        Ok(false)
+    }
+
+    /// The bytes of the page at `page` before a write patches it: held, or
+    /// read from the engine below `old_size` (zeros from there on).
+    fn page_base(
+        &self,
+        window: u64,
+        page: u64,
+        old_size: u64,
+        out: &mut [u8],
+    ) -> Result<(), Errno> {
+        if let Some(held) = self.dirty.page(window, page / self.page) {
+            out.copy_from_slice(&held);
+            return Ok(());
+        }
+        if page < old_size {
+            submit(
+                &self.volume,
+                RequestKind::Read,
+                window + page,
+                self.page,
+                RequestFlags::default(),
+                Payload::Read(out),
+            )?;
+            let valid = old_size.saturating_sub(page).min(self.page) as usize;
+            out[valid..].fill(0);
+        }
+        Ok(())
     }
 
     /// The file grows to `to` (a write past its end, a truncation up, an
@@ -252,7 +307,8 @@ impl Data {
                     sync: false,
                     ..flags
                 };
-                self.submit(
+                submit(
+                    &self.volume,
                     RequestKind::WriteZeroes,
                     window + z0,
                     z1 - z0,
@@ -291,31 +347,18 @@ impl Data {
         if to >= size {
             return self.grow(file, window, to, flags);
         }
+        // Writebacks in flight over the cut land first; held pages past it go.
+        let (tail, cut) = (round_down(to, self.page), round_up(to, self.page));
+        self.dirty
+            .truncate(window, tail / self.page, cut / self.page);
         let cached_end = file.cached_end.load(Ordering::Acquire);
-        if !to.is_multiple_of(self.page) && to < cached_end {
-            // The bytes of the last page past the new size become zeros.
-            let page = round_down(to, self.page);
-            let mut buf = vec![0u8; self.page as usize];
-            self.submit(
-                RequestKind::Read,
-                window + page,
-                self.page,
-                RequestFlags::default(),
-                Payload::Read(&mut buf),
-            )?;
-            buf[(to - page) as usize..].fill(0);
-            self.submit(
-                RequestKind::Write,
-                window + page,
-                self.page,
-                flags,
-                Payload::Write(&buf),
-            )?;
+        if !to.is_multiple_of(self.page) {
+            self.zero_tail(file, window, to, cached_end, flags)?;
         }
-        let cut = round_up(to, self.page);
         if cut < cached_end {
             // Advisory: dirty pages under ordered or journaled write-back stay (and `stale` covers them).
-            self.submit(
+            submit(
+                &self.volume,
                 RequestKind::Trim,
                 window + cut,
                 cached_end - cut,
@@ -332,21 +375,64 @@ impl Data {
         file.set_len(&mut size, to).map_err(io_errno)
     }
 
-    /// fsync/fdatasync: every acknowledged write to the mount durable (the
-    /// engine's FLUSH, with the caller's flags: a critical caller's flush
-    /// promotes writes it waits for), then the file's size if it changed.
+    /// The bytes past `to` of the page holding it become zeros: held, or
+    /// in the engine (where it may hold them: below `cached_end`).
+    fn zero_tail(
+        &self,
+        file: &Arc<BackingFile>,
+        window: u64,
+        to: u64,
+        cached_end: u64,
+        flags: RequestFlags,
+    ) -> Result<(), Errno> {
+        let page = round_down(to, self.page);
+        let mut buf = match self.dirty.page(window, page / self.page) {
+            Some(held) => held,
+            None if to < cached_end => {
+                let mut buf = vec![0u8; self.page as usize];
+                let read = Payload::Read(&mut buf);
+                let (at, len) = (window + page, self.page);
+                submit(
+                    &self.volume,
+                    RequestKind::Read,
+                    at,
+                    len,
+                    RequestFlags::default(),
+                    read,
+                )?;
+                buf
+            }
+            None => return Ok(()),
+        };
+        buf[(to - page) as usize..].fill(0);
+        if self.dirty.put(file, window, page / self.page, &buf) {
+            return Ok(());
+        }
+        submit(
+            &self.volume,
+            RequestKind::Write,
+            window + page,
+            self.page,
+            flags,
+            Payload::Write(&buf),
+        )
+    }
+
+    /// fsync/fdatasync: the file's held pages written back with the
+    /// caller's flags, then every acknowledged write to the mount durable
+    /// (the engine's FLUSH, with the caller's flags: a critical caller's
+    /// flush promotes writes it waits for), then the file's size if it
+    /// changed.
     pub fn fsync(&self, file: Option<&BackingFile>, caller: Caller) -> Result<(), Errno> {
-        let flags = Data::flags(caller, true);
-        self.submit(
-            RequestKind::Flush,
-            0,
-            0,
-            RequestFlags {
-                fua: false,
-                ..flags
-            },
-            Payload::None,
-        )?;
+        let flags = RequestFlags {
+            fua: false,
+            ..Data::flags(caller, true)
+        };
+        if let Some(slot) = file.and_then(|f| f.slot.get()) {
+            let window = (*slot as u64) << crate::files::WINDOW_BITS;
+            self.dirty.write_back(window, None, flags)?;
+        }
+        submit(&self.volume, RequestKind::Flush, 0, 0, flags, Payload::None)?;
         match file {
             Some(file) => self.sync_size(file),
             None => Ok(()),

@@ -4,7 +4,8 @@
 //! caller as the request's issuer (`docs/mount.md`).
 //!
 //! Its parts: `mount` (start and stop), `fs` (the operations the kernel
-//! sends), `nodes` (inode numbers), `data` (file data through the cache), `file_lock` (a file's
+//! sends), `nodes` (inode numbers), `data` (file data through the cache),
+//! `dirty` (writes held in memory until fsync or writeback), `file_lock` (a file's
 //! writes one at a time, passing criticality on),
 //! `files` (the directory as the cache's backing device), `table` and
 //! `handle` (each window's file, durably), `disk` (an emulated slow
@@ -13,6 +14,7 @@
 
 pub mod callers;
 pub mod data;
+pub mod dirty;
 pub mod disk;
 pub mod file_lock;
 pub mod files;
@@ -23,4 +25,5 @@ pub mod nodes;
 pub mod table;
 
 pub use callers::{Caller, Callers, CriticalRules};
+pub use dirty::DirtyLimits;
 pub use mount::{start, MountConfig, MountError, MountFront, Mounted};

@@ -17,6 +17,7 @@ use wcache_io::{
 
 use crate::callers::{critical_callers_hook, Callers, CriticalRules};
 use crate::data::Data;
+use crate::dirty::{DirtyLimits, DirtyPages};
 use crate::disk::Disk;
 use crate::files::{Files, FilesError};
 use crate::fs::WcacheFs;
@@ -41,6 +42,8 @@ pub struct MountConfig {
     /// Time the backing files' data I/O on this device model in real time
     /// (`hdd`, `raid5`, ...: `disk.rs`); None: the directory's own speed.
     pub emulate: Option<String>,
+    /// Writes held in memory until fsync or writeback (`dirty.rs`).
+    pub dirty: DirtyLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +75,8 @@ pub enum MountError {
 pub struct MountFront {
     session: Option<fuser::BackgroundSession>,
     pub callers: Arc<Callers>,
+    /// The held writes, written back at the stop.
+    pub dirty: Arc<DirtyPages>,
     pub mountpoint: PathBuf,
     started: std::time::Instant,
     _lock: DeviceLock,
@@ -220,12 +225,15 @@ pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
     )
     .map_err(|e| fuse_err(&dir, e))?;
     let nodes = Nodes::new(root, disk).map_err(|e| fuse_err(&dir, e))?;
-    let data = Data::new(cache.volumes()[0].clone(), files, page);
+    let volume = cache.volumes()[0].clone();
+    let dirty = DirtyPages::start(volume.clone(), page, config.dirty);
+    let data = Data::new(volume, files, Arc::clone(&dirty), page);
     let fs = WcacheFs::new(nodes, data, Arc::clone(&callers));
     let session = mount_session(fs, &config.mountpoint, config.threads, &dir)?;
     let front = MountFront {
         session: Some(session),
         callers,
+        dirty,
         mountpoint: config.mountpoint,
         started: std::time::Instant::now(),
         _lock: lock,
@@ -237,6 +245,7 @@ impl MountFront {
     /// Unmounts, and waits for the session to end; where files are still
     /// open, detaches the mount instead (their next requests fail once the
     /// cache is closed) and leaves the session's thread to the process.
+    /// Then the held writes go to the cache.
     pub fn finish(mut self) {
         if let Some(session) = self.session.take() {
             if self.unmount() {
@@ -244,6 +253,15 @@ impl MountFront {
                     tracing::warn!("the FUSE session of {}: {e}", self.mountpoint.display());
                 }
             }
+        }
+        let held = self.dirty.held_bytes();
+        let lost = self.dirty.stop();
+        if lost > 0 {
+            tracing::error!(
+                "{lost} bytes of writes never fsynced could not be written back to the cache: lost"
+            );
+        } else if held > 0 {
+            tracing::info!("{held} bytes of held writes written back to the cache");
         }
     }
 
@@ -300,6 +318,11 @@ impl Mounted {
 
     pub fn cache(&self) -> &Cache {
         &self.cache
+    }
+
+    /// Bytes of writes held in memory now (`dirty.rs`).
+    pub fn held_bytes(&self) -> u64 {
+        self.front.dirty.held_bytes()
     }
 
     /// Unmounts and closes the cache: a clean shutdown is recorded; dirty

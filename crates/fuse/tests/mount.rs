@@ -8,11 +8,12 @@ use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use wcache_core::config::StalenessConfig;
 use wcache_core::policy::destage_rate::RateConfig;
 use wcache_core::{EngineConfig, WritePolicyKind};
-use wcache_fuse::{CriticalRules, MountConfig, MountError, Mounted};
+use wcache_fuse::{CriticalRules, DirtyLimits, MountConfig, MountError, Mounted};
 use wcache_io::{CacheConfig, CacheDeviceSpec, DriverConfig, FormatAsked, SyncMode};
 
 fn cache_config(cache: &Path, format: FormatAsked) -> CacheConfig {
@@ -80,6 +81,10 @@ fn dirs() -> Dirs {
 }
 
 fn mount(d: &Dirs, format: FormatAsked) -> Mounted {
+    mount_with(d, format, DirtyLimits::default())
+}
+
+fn mount_with(d: &Dirs, format: FormatAsked, dirty: DirtyLimits) -> Mounted {
     Mounted::start(MountConfig {
         backing_dir: d.backing.clone(),
         mountpoint: d.mnt.clone(),
@@ -88,9 +93,16 @@ fn mount(d: &Dirs, format: FormatAsked) -> Mounted {
         rules: CriticalRules::default(),
         threads: 2,
         emulate: None,
+        dirty,
     })
     .expect("mount")
 }
+
+/// Nothing held: every write goes to the cache at once.
+const NONE_HELD: DirtyLimits = DirtyLimits {
+    max_bytes: 0,
+    expire: Duration::from_secs(30),
+};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -107,10 +119,15 @@ fn engine(m: &Mounted, name: &str) -> u64 {
 }
 
 #[test]
-fn files_round_trip_through_the_cache_on_both_formats() {
-    for format in [FormatAsked::FoundNewLog, FormatAsked::Records] {
+fn files_round_trip_through_the_cache_on_both_formats_held_or_not() {
+    let formats = [FormatAsked::FoundNewLog, FormatAsked::Records];
+    for (format, dirty) in formats
+        .into_iter()
+        .flat_map(|f| [(f, DirtyLimits::default()), (f, NONE_HELD)])
+    {
+        let held = dirty.max_bytes > 0;
         let d = dirs();
-        let m = mount(&d, format);
+        let m = mount_with(&d, format, dirty);
         let a = d.mnt.join("a.dat");
         // Odd sizes and offsets: a partial first and last page.
         let first = pattern(10_000, 1);
@@ -122,6 +139,13 @@ fn files_round_trip_through_the_cache_on_both_formats() {
         want[7001..12_001].copy_from_slice(&pattern(5000, 2));
         assert_eq!(fs::read(&a).unwrap(), want);
         assert_eq!(fs::metadata(&a).unwrap().len(), 12_001);
+        if held {
+            // Held in memory (read back from there), until the fsync.
+            assert_eq!(m.held_bytes(), 12_288);
+            assert_eq!(m.cache().dirty_pages(), 0);
+            f.sync_all().unwrap();
+            assert_eq!(m.held_bytes(), 0, "the fsync wrote the file's pages back");
+        }
         // The cache holds the writes (write-back, thresholds not reached).
         assert!(m.cache().dirty_pages() > 0, "writes went through the cache");
         // Truncate into a page, then grow again: the cut bytes read as zeros.
@@ -130,6 +154,17 @@ fn files_round_trip_through_the_cache_on_both_formats() {
         let mut grown = want[..5000].to_vec();
         grown.resize(9000, 0);
         assert_eq!(fs::read(&a).unwrap(), grown);
+        if held {
+            // A write held, then a truncation into its page and past it.
+            f.write_all_at(&pattern(3000, 3), 6000).unwrap();
+            f.set_len(7000).unwrap();
+            grown[6000..7000].copy_from_slice(&pattern(3000, 3)[..1000]);
+            grown.truncate(7000);
+            grown.resize(9000, 0);
+            f.set_len(9000).unwrap();
+            assert_eq!(fs::read(&a).unwrap(), grown);
+            assert!(m.held_bytes() > 0, "the stop writes these back");
+        }
         drop(f);
         // Metadata passes through.
         fs::create_dir(d.mnt.join("sub")).unwrap();
@@ -151,6 +186,49 @@ fn files_round_trip_through_the_cache_on_both_formats() {
         assert_eq!(fs::read(d.mnt.join("sub/b.dat")).unwrap(), grown);
         m.stop().unwrap();
     }
+}
+
+/// A writer past the limit waits for writeback (memory stays bounded),
+/// and held writes no one fsyncs reach the cache once they expire.
+#[test]
+fn held_writes_are_bounded_and_expire_into_the_cache() {
+    let d = dirs();
+    let limits = DirtyLimits {
+        max_bytes: 64 << 10,
+        expire: Duration::from_millis(200),
+    };
+    let m = mount_with(&d, FormatAsked::FoundNewLog, limits);
+    let path = d.mnt.join("big");
+    let mut f = fs::File::create(&path).unwrap();
+    let mut want = Vec::new();
+    for i in 0..16u8 {
+        let chunk = pattern(256 << 10, i);
+        f.write_all(&chunk).unwrap();
+        want.extend_from_slice(&chunk);
+        // At most the limit plus one request of the kernel's (up to 1 MiB).
+        assert!(
+            m.held_bytes() <= (64 << 10) + (1 << 20),
+            "{}",
+            m.held_bytes()
+        );
+    }
+    assert_eq!(fs::read(&path).unwrap(), want);
+    let start = Instant::now();
+    while m.held_bytes() > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "held writes never expired"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(m.cache().dirty_pages() > 0, "written back into the cache");
+    assert_eq!(fs::read(&path).unwrap(), want);
+    drop(f);
+    m.stop().unwrap();
+    // The next mount destages what the cache held to the file.
+    let m = mount(&d, FormatAsked::FoundNewLog);
+    assert_eq!(fs::read(d.backing.join("big")).unwrap(), want);
+    m.stop().unwrap();
 }
 
 #[test]
@@ -196,6 +274,7 @@ fn a_bad_backing_directory_or_mountpoint_is_named() {
             rules: CriticalRules::default(),
             threads: 1,
             emulate: None,
+            dirty: DirtyLimits::default(),
         })
     };
     let missing = d.backing.join("nope");
