@@ -22,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SIZES=${SIZES:-"32M 1G"}
-RUNS=${RUNS:-"all cp:pid cp-pi:pid cp-pi-ioi:pid cp-pi-ioi:ionice cp-pi-ioi:auto"}
+RUNS=${RUNS:-"all sync cp:pid cp-pi:pid cp-pi-ioi:pid cp-pi-ioi:ionice cp-pi-ioi:auto"}
 SECS=${SECS:-60}
 SCALE=${SCALE:-10}
 CLIENTS=${CLIENTS:-8}
@@ -118,7 +118,7 @@ bench() {
   echo "$(cat "$D/tps") $(( $(q 500) / 1000 )) $(( $(q 990) / 1000 )) $(( $(q 999) / 1000 ))"
 }
 
-echo "backend,cache,policy,mechanism,tps,p50_ms,p99_ms,p999_ms,writes,cached_fraction" >"$OUT/results.csv"
+echo "backend,cache,policy,mechanism,tps,p50_ms,p99_ms,p999_ms,writes,cached_fraction,stalls" >"$OUT/results.csv"
 echo "application,cache,policy,found,explicit,both,precision,recall" >"$OUT/auto.csv"
 for size in $SIZES; do
   for run in $RUNS; do
@@ -135,6 +135,7 @@ for size in $SIZES; do
     [ "$mech" = auto ] && "$W" critical --control "$D/ctl" --auto >/dev/null
     w0=$(engine writes)
     b0=$(engine write_bypasses)
+    s0=$(engine stalls)
     namer=""
     if [ "$mech" != none ]; then
       name_critical "$mech" &
@@ -144,6 +145,7 @@ for size in $SIZES; do
     if [ -n "$namer" ]; then wait "$namer"; fi
     w=$(( $(engine writes) - w0 ))
     b=$(( $(engine write_bypasses) - b0 ))
+    st=$(( $(engine stalls) - s0 ))
     frac=$(echo "scale=3; ($w - $b) / ($w + 0.0001)" | bc)
     if [ "$mech" = auto ]; then
       "$W" critical --control "$D/ctl" --auto | sed 's/.*rules now: //' >"$D/found.json"
@@ -157,7 +159,7 @@ recall = hit / len(explicit) if explicit else 0.0
 print(f"postgresql,{sys.argv[3]},{sys.argv[4]},{len(found)},{len(explicit)},{hit},{precision:.2f},{recall:.2f}")
 PY
     fi
-    echo "wcache-hdd,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac" | tee -a "$OUT/results.csv"
+    echo "wcache-hdd,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac,$st" | tee -a "$OUT/results.csv"
   done
 done
 
@@ -167,14 +169,14 @@ mkdir -p /dev/shm/rdc-real-plain
 bindfs -o allow_other /dev/shm/rdc-real-plain "$D/mnt"
 pg_start
 read -r tps p50 p99 p999 < <(bench plain)
-echo "bindfs-tmpfs,-,-,-,$tps,$p50,$p99,$p999,-,-" | tee -a "$OUT/results.csv"
+echo "bindfs-tmpfs,-,-,-,$tps,$p50,$p99,$p999,-,-,-" | tee -a "$OUT/results.csv"
 as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -m immediate -w stop >/dev/null
 umount "$D/mnt"
 rm -rf /dev/shm/rdc-real-plain
 
 echo
-echo "| backing | cache | policy | critical by | tps | p50 ms | p99 ms | p99.9 ms | writes | cached |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| backing | cache | policy | critical by | tps | p50 ms | p99 ms | p99.9 ms | writes | cached | stalls |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 tail -n +2 "$OUT/results.csv" | tr ',' '|' | sed 's/^/| /; s/$/ |/'
 echo
 echo "| application | cache | policy | found | explicit | both | precision | recall |"
