@@ -1,31 +1,44 @@
 #!/usr/bin/env bash
-# Request-oriented admission on a real application: PostgreSQL (pgbench)
-# on `wcache mount` over an emulated HDD (docs/experiments/rdc-real.md).
-# Installs what it needs (postgresql, bindfs), builds wcache, then for each
-# cache size and policy: a fresh mount (cache on tmpfs as NV-DRAM), initdb,
-# `pgbench -i` under admission `all`, the policy set online, critical
-# processes named by the mechanism, a timed pgbench run; the figures go to
-# $OUT/results.csv and a markdown table on stdout. Also pgbench on a plain
-# FUSE passthrough (bindfs) of tmpfs, the FUSE limit of this machine.
+# Request-oriented admission on real applications: PostgreSQL (pgbench)
+# and Redis (redis-benchmark, appendfsync always, background saves) on
+# `wcache mount` over an emulated HDD (docs/experiments/rdc-real.md).
+# Installs what it needs (postgresql, redis, bindfs), builds wcache, then
+# for each application, cache size and policy: a fresh mount (cache on
+# tmpfs as NV-DRAM), the application started and loaded under admission
+# `all`, the policy set online, critical processes named by the mechanism,
+# a timed run; the figures go to $OUT/results.csv and a markdown table on
+# stdout. Also pgbench on a plain FUSE passthrough (bindfs) of tmpfs, the
+# FUSE limit of this machine.
 #
 #   scripts/rdc-real.sh                 # the matrix below
-#   SIZES="32M" RUNS="all cp-pi-ioi:pid" SECS=30 scripts/rdc-real.sh
+#   APPS=redis SIZES="32M" RUNS="all cp-pi-ioi:pid" SECS=30 scripts/rdc-real.sh
 #
 # RUNS: POLICY[:MECHANISM] with MECHANISM one of
-#   pid     `wcache critical --pid` for each client backend and the WAL writer
-#   ionice  `ionice -c1 -p` for the same processes (--realtime-io-critical)
+#   pid     `wcache critical --pid` for each of the application's request
+#           processes: PostgreSQL's client backends and WAL writer, Redis's
+#           server process (not its save and rewrite children)
+#   ionice  `ionice -c1 -p` for the same processes (--realtime-io-critical;
+#           a child forked later inherits the class)
 #   auto    automatic identification (`wcache critical --auto` once the
-#           tables are loaded); its precision and recall against those
+#           data is loaded); its precision and recall against those
 #           processes go to $OUT/auto.csv
 #   (none)  no process is critical
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+APPS=${APPS:-"postgresql redis"}
 SIZES=${SIZES:-"32M 1G"}
 RUNS=${RUNS:-"all sync cp:pid cp-pi:pid cp-pi-ioi:pid cp-pi-ioi:ionice cp-pi-ioi:auto"}
 SECS=${SECS:-60}
 SCALE=${SCALE:-10}
 CLIENTS=${CLIENTS:-8}
+# PostgreSQL's checkpoint_timeout (30s puts checkpoints, the paper's
+# background writes, inside a run; PostgreSQL's default is 5min).
+CHECKPOINT=${CHECKPOINT:-30s}
+# Redis: keys loaded and overwritten, value bytes, SETs per run.
+REDIS_KEYS=${REDIS_KEYS:-100000}
+REDIS_VALUE=${REDIS_VALUE:-512}
+REDIS_SETS=${REDIS_SETS:-300000}
 OUT=${OUT:-/var/tmp/rdc-real}
 PORT=54331
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -33,6 +46,7 @@ PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 need=()
 [ -n "$PGBIN" ] || need+=(postgresql)
 command -v bindfs >/dev/null || need+=(bindfs)
+command -v redis-server >/dev/null || need+=(redis-server)
 command -v bc >/dev/null || need+=(bc)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -47,6 +61,8 @@ D=$OUT/run
 as_pg() { runuser -u postgres -- "$@"; }
 
 cleanup() {
+  [ -f "$D/sock/redis.pid" ] && kill -9 "$(cat "$D/sock/redis.pid")" 2>/dev/null || true
+  pkill -9 -f "redis-server unixsocket:$D/sock" 2>/dev/null || true
   [ -d "$D/mnt/pg" ] && as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -m immediate -w stop >/dev/null 2>&1 || true
   # A server whose stop could not be asked (its mount gone) is killed.
   pkill -9 -u postgres -f "postgres -D $D/mnt/pg" 2>/dev/null || true
@@ -82,7 +98,7 @@ pg_start() {
   chown postgres:postgres "$D/mnt/pg"
   as_pg "$PGBIN/initdb" -D "$D/mnt/pg" -A trust -U postgres >/dev/null
   as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -l "$D/sock/pg.log" -w start \
-    -o "-k $D/sock -p $PORT -c listen_addresses='' -c shared_buffers=32MB" >/dev/null
+    -o "-k $D/sock -p $PORT -c listen_addresses='' -c shared_buffers=32MB -c checkpoint_timeout=$CHECKPOINT" >/dev/null
   as_pg "$PGBIN/pgbench" -h "$D/sock" -p $PORT -i -s "$SCALE" -q postgres >/dev/null 2>&1
 }
 
@@ -91,13 +107,24 @@ engine() { # NAME: the engine's counter
     "import json,sys; s=json.load(sys.stdin); print({m['name']:m['value'] for m in s['engine']}.get('$1',0))"
 }
 
-# name_critical MECHANISM: after pgbench connected, its backends and the WAL writer.
-name_critical() {
-  local mech=$1 p
-  sleep 2
+# explicit_pg: the request processes of PostgreSQL (its client backends
+# and the WAL writer) into $D/explicit.
+explicit_pg() {
   as_pg "$PGBIN/psql" -h "$D/sock" -p $PORT -At -c \
     "select pid from pg_stat_activity where backend_type in ('client backend','walwriter') and pid <> pg_backend_pid()" \
     postgres >"$D/explicit"
+}
+
+# explicit_redis: Redis's request process, the server (not its children).
+explicit_redis() {
+  cat "$D/sock/redis.pid" >"$D/explicit"
+}
+
+# name_critical APP MECHANISM: once the clients connected, the app's request processes.
+name_critical() {
+  local app=$1 mech=$2 p
+  sleep 2
+  "explicit_$app"
   for p in $(cat "$D/explicit"); do
     case $mech in
       pid) "$W" critical --control "$D/ctl" --pid "$p" >/dev/null ;;
@@ -106,8 +133,36 @@ name_critical() {
   done
 }
 
-# bench LABEL: a timed pgbench run; prints "tps p50 p99 p999" from its per-transaction log.
-bench() {
+# redis_start: the server on the mount (every write fsynced before its
+# reply; a background save after each 1000 changes within 10 s), loaded.
+redis_start() {
+  mkdir "$D/mnt/redis"
+  redis-server --port 0 --unixsocket "$D/sock/redis.sock" --unixsocketperm 777 \
+    --dir "$D/mnt/redis" --appendonly yes --appendfsync always --save "10 1000" \
+    --daemonize yes --pidfile "$D/sock/redis.pid" --logfile "$D/sock/redis.log" >/dev/null
+  for _ in $(seq 100); do [ -S "$D/sock/redis.sock" ] && break; sleep 0.1; done
+  redis-benchmark -s "$D/sock/redis.sock" -t set -n "$REDIS_KEYS" -r "$REDIS_KEYS" \
+    -d "$REDIS_VALUE" -c 16 -q >/dev/null
+}
+
+# bench_redis: SETs over the loaded keys; prints "ops/s p50 p99 p999" (ms)
+# from redis-benchmark's percentile distribution.
+bench_redis() {
+  redis-benchmark -s "$D/sock/redis.sock" -t set -n "$REDIS_SETS" -r "$REDIS_KEYS" \
+    -d "$REDIS_VALUE" -c "$CLIENTS" >"$D/redis-bench.txt" 2>&1
+  python3 - "$D/redis-bench.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+ops = re.search(r"([0-9.]+) requests per second", text).group(1)
+dist = [(float(p), float(ms)) for p, ms in re.findall(r"([0-9.]+)% <= ([0-9.]+) milliseconds", text)]
+def q(pct):
+    return next((ms for p, ms in dist if p >= pct), dist[-1][1])
+print(ops, q(50), q(99), q(99.9))
+PY
+}
+
+# bench_postgresql: a timed pgbench run; prints "tps p50 p99 p999" from its per-transaction log.
+bench_postgresql() {
   rm -f "$D"/sock/pgbench_log.*
   (cd "$D/sock" && as_pg "$PGBIN/pgbench" -h "$D/sock" -p $PORT -c "$CLIENTS" -j 2 -T "$SECS" \
     -l --log-prefix="$D/sock/pgbench_log" postgres 2>&1) | grep -E "^tps" | sed 's/.*= \([0-9.]*\).*/\1/' >"$D/tps"
@@ -118,65 +173,80 @@ bench() {
   echo "$(cat "$D/tps") $(( $(q 500) / 1000 )) $(( $(q 990) / 1000 )) $(( $(q 999) / 1000 ))"
 }
 
-echo "backend,cache,policy,mechanism,tps,p50_ms,p99_ms,p999_ms,writes,cached_fraction,stalls" >"$OUT/results.csv"
+echo "application,backend,cache,policy,mechanism,tps,p50_ms,p99_ms,p999_ms,writes,cached_fraction,stalls" >"$OUT/results.csv"
 echo "application,cache,policy,found,explicit,both,precision,recall" >"$OUT/auto.csv"
-for size in $SIZES; do
-  for run in $RUNS; do
-    policy=${run%%:*}
-    mech=${run#*:}
-    [ "$mech" = "$run" ] && mech=none
-    fresh
-    extra=()
-    [ "$mech" = ionice ] && extra=(--realtime-io-critical)
-    mount_wcache "$size" "${extra[@]}"
-    pg_start
-    "$W" set --control "$D/ctl" admission "$policy" >/dev/null
-    # Automatic identification from now on (pgbench -i's backend is not judged).
-    [ "$mech" = auto ] && "$W" critical --control "$D/ctl" --auto >/dev/null
-    w0=$(engine writes)
-    b0=$(engine write_bypasses)
-    s0=$(engine stalls)
-    namer=""
-    if [ "$mech" != none ]; then
-      name_critical "$mech" &
-      namer=$!
-    fi
-    read -r tps p50 p99 p999 < <(bench "$policy")
-    if [ -n "$namer" ]; then wait "$namer"; fi
-    w=$(( $(engine writes) - w0 ))
-    b=$(( $(engine write_bypasses) - b0 ))
-    st=$(( $(engine stalls) - s0 ))
-    frac=$(echo "scale=3; ($w - $b) / ($w + 0.0001)" | bc)
-    if [ "$mech" = auto ]; then
-      "$W" critical --control "$D/ctl" --auto | sed 's/.*rules now: //' >"$D/found.json"
-      python3 - "$D/found.json" "$D/explicit" "$size" "$policy" >>"$OUT/auto.csv" <<'PY'
+
+# judge_auto APP SIZE POLICY: automatic identification against the explicit processes.
+judge_auto() {
+  "$W" critical --control "$D/ctl" --auto | sed 's/.*rules now: //' >"$D/found.json"
+  python3 - "$D/found.json" "$D/explicit" "$@" >>"$OUT/auto.csv" <<'PY'
 import json, sys
 found = set(json.load(open(sys.argv[1]))["found_automatically"])
 explicit = {int(l) for l in open(sys.argv[2]) if l.strip()}
 hit = len(found & explicit)
 precision = hit / len(found) if found else 0.0
 recall = hit / len(explicit) if explicit else 0.0
-print(f"postgresql,{sys.argv[3]},{sys.argv[4]},{len(found)},{len(explicit)},{hit},{precision:.2f},{recall:.2f}")
+print(f"{sys.argv[3]},{sys.argv[4]},{sys.argv[5]},{len(found)},{len(explicit)},{hit},{precision:.2f},{recall:.2f}")
 PY
-    fi
-    echo "wcache-hdd,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac,$st" | tee -a "$OUT/results.csv"
+}
+
+# run_one APP SIZE POLICY MECHANISM: one row of results.csv.
+run_one() {
+  local app=$1 size=$2 policy=$3 mech=$4 extra=() namer="" w0 b0 s0 w b st frac
+  fresh
+  [ "$mech" = ionice ] && extra=(--realtime-io-critical)
+  mount_wcache "$size" "${extra[@]}"
+  case $app in
+    postgresql) pg_start ;;
+    redis) redis_start ;;
+  esac
+  "$W" set --control "$D/ctl" admission "$policy" >/dev/null
+  # Automatic identification from now on (the loading is not judged).
+  [ "$mech" = auto ] && "$W" critical --control "$D/ctl" --auto >/dev/null
+  w0=$(engine writes)
+  b0=$(engine write_bypasses)
+  s0=$(engine stalls)
+  if [ "$mech" != none ]; then
+    name_critical "$app" "$mech" &
+    namer=$!
+  fi
+  read -r tps p50 p99 p999 < <("bench_$app")
+  if [ -n "$namer" ]; then wait "$namer"; fi
+  w=$(( $(engine writes) - w0 ))
+  b=$(( $(engine write_bypasses) - b0 ))
+  st=$(( $(engine stalls) - s0 ))
+  frac=$(echo "scale=3; ($w - $b) / ($w + 0.0001)" | bc)
+  [ "$mech" = auto ] && judge_auto "$app" "$size" "$policy"
+  echo "$app,wcache-hdd,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac,$st" | tee -a "$OUT/results.csv"
+}
+
+for app in $APPS; do
+  for size in $SIZES; do
+    for run in $RUNS; do
+      policy=${run%%:*}
+      mech=${run#*:}
+      [ "$mech" = "$run" ] && mech=none
+      run_one "$app" "$size" "$policy" "$mech"
+    done
   done
 done
 
 # The FUSE limit: a plain passthrough (bindfs) of tmpfs.
-fresh
-mkdir -p /dev/shm/rdc-real-plain
-bindfs -o allow_other /dev/shm/rdc-real-plain "$D/mnt"
-pg_start
-read -r tps p50 p99 p999 < <(bench plain)
-echo "bindfs-tmpfs,-,-,-,$tps,$p50,$p99,$p999,-,-,-" | tee -a "$OUT/results.csv"
-as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -m immediate -w stop >/dev/null
-umount "$D/mnt"
+if [[ " $APPS " == *" postgresql "* ]]; then
+  fresh
+  mkdir -p /dev/shm/rdc-real-plain
+  bindfs -o allow_other /dev/shm/rdc-real-plain "$D/mnt"
+  pg_start
+  read -r tps p50 p99 p999 < <(bench_postgresql)
+  echo "postgresql,bindfs-tmpfs,-,-,-,$tps,$p50,$p99,$p999,-,-,-" | tee -a "$OUT/results.csv"
+  as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -m immediate -w stop >/dev/null
+  umount "$D/mnt"
+fi
 rm -rf /dev/shm/rdc-real-plain
 
 echo
-echo "| backing | cache | policy | critical by | tps | p50 ms | p99 ms | p99.9 ms | writes | cached | stalls |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| application | backing | cache | policy | critical by | tps (ops/s) | p50 ms | p99 ms | p99.9 ms | writes | cached | stalls |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 tail -n +2 "$OUT/results.csv" | tr ',' '|' | sed 's/^/| /; s/$/ |/'
 echo
 echo "| application | cache | policy | found | explicit | both | precision | recall |"
