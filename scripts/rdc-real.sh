@@ -107,9 +107,9 @@ engine() { # NAME: the engine's counter
     "import json,sys; s=json.load(sys.stdin); print({m['name']:m['value'] for m in s['engine']}.get('$1',0))"
 }
 
-# explicit_pg: the request processes of PostgreSQL (its client backends
+# explicit_postgresql: the request processes of PostgreSQL (its client backends
 # and the WAL writer) into $D/explicit.
-explicit_pg() {
+explicit_postgresql() {
   as_pg "$PGBIN/psql" -h "$D/sock" -p $PORT -At -c \
     "select pid from pg_stat_activity where backend_type in ('client backend','walwriter') and pid <> pg_backend_pid()" \
     postgres >"$D/explicit"

@@ -343,7 +343,10 @@ impl DirtyPages {
         };
         let mut taken = 0u64;
         for (p, held) in fp.pages.range_mut(range.clone()) {
-            if held.flight.is_some() || !due(held) || taken >= max_bytes {
+            if taken >= max_bytes {
+                break;
+            }
+            if held.flight.is_some() || !due(held) {
                 continue;
             }
             let since = held.since.take().unwrap_or(0);
