@@ -35,6 +35,8 @@ CLIENTS=${CLIENTS:-8}
 # PostgreSQL's checkpoint_timeout (30s puts checkpoints, the paper's
 # background writes, inside a run; PostgreSQL's default is 5min).
 CHECKPOINT=${CHECKPOINT:-30s}
+# More options for every `wcache mount` (e.g. "--dirty-max 2G").
+MOUNT_ARGS=${MOUNT_ARGS:-}
 # Redis: keys loaded and overwritten, value bytes, SETs per run.
 REDIS_KEYS=${REDIS_KEYS:-100000}
 REDIS_VALUE=${REDIS_VALUE:-512}
@@ -78,7 +80,7 @@ mount_wcache() {
   local size=$1
   shift
   "$W" mount "$D/b" "$D/mnt" --cache /dev/shm/rdc-real-cache.img --cache-size "$size" \
-    --cache-sync nvram --emulate hdd --admission all --control "$D/ctl" "$@" >"$D/mount.log" 2>&1 &
+    --cache-sync nvram --emulate hdd --admission all --control "$D/ctl" $MOUNT_ARGS "$@" >"$D/mount.log" 2>&1 &
   for _ in $(seq 300); do grep -q "Unmount with" "$D/mount.log" && return 0; sleep 0.1; done
   cat "$D/mount.log"
   return 1
@@ -173,7 +175,7 @@ bench_postgresql() {
   echo "$(cat "$D/tps") $(( $(q 500) / 1000 )) $(( $(q 990) / 1000 )) $(( $(q 999) / 1000 ))"
 }
 
-echo "application,backend,cache,policy,mechanism,tps,p50_ms,p99_ms,p999_ms,writes,cached_fraction,stalls" >"$OUT/results.csv"
+echo "application,backend,cache,policy,mechanism,tps,p50_ms,p99_ms,p999_ms,writes,cached_fraction,cached_pages,stalls" >"$OUT/results.csv"
 echo "application,cache,policy,found,explicit,both,precision,recall" >"$OUT/auto.csv"
 
 # judge_auto APP SIZE POLICY: automatic identification against the explicit processes.
@@ -192,7 +194,7 @@ PY
 
 # run_one APP SIZE POLICY MECHANISM: one row of results.csv.
 run_one() {
-  local app=$1 size=$2 policy=$3 mech=$4 extra=() namer="" w0 b0 s0 w b st frac
+  local app=$1 size=$2 policy=$3 mech=$4 extra=() namer="" w0 b0 s0 p0 bp0 w b st frac pages
   fresh
   [ "$mech" = ionice ] && extra=(--realtime-io-critical)
   mount_wcache "$size" "${extra[@]}"
@@ -206,6 +208,8 @@ run_one() {
   w0=$(engine writes)
   b0=$(engine write_bypasses)
   s0=$(engine stalls)
+  p0=$(engine write_pages)
+  bp0=$(engine write_bypassed_pages)
   if [ "$mech" != none ]; then
     name_critical "$app" "$mech" &
     namer=$!
@@ -216,8 +220,9 @@ run_one() {
   b=$(( $(engine write_bypasses) - b0 ))
   st=$(( $(engine stalls) - s0 ))
   frac=$(echo "scale=3; ($w - $b) / ($w + 0.0001)" | bc)
+  pages=$(echo "scale=3; 1 - ($(engine write_bypassed_pages) - bp0) / ($(engine write_pages) - p0 + 0.0001)" | bc)
   [ "$mech" = auto ] && judge_auto "$app" "$size" "$policy"
-  echo "$app,wcache-hdd,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac,$st" | tee -a "$OUT/results.csv"
+  echo "$app,wcache-hdd,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac,$pages,$st" | tee -a "$OUT/results.csv"
 }
 
 for app in $APPS; do
@@ -238,15 +243,15 @@ if [[ " $APPS " == *" postgresql "* ]]; then
   bindfs -o allow_other /dev/shm/rdc-real-plain "$D/mnt"
   pg_start
   read -r tps p50 p99 p999 < <(bench_postgresql)
-  echo "postgresql,bindfs-tmpfs,-,-,-,$tps,$p50,$p99,$p999,-,-,-" | tee -a "$OUT/results.csv"
+  echo "postgresql,bindfs-tmpfs,-,-,-,$tps,$p50,$p99,$p999,-,-,-,-" | tee -a "$OUT/results.csv"
   as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -m immediate -w stop >/dev/null
   umount "$D/mnt"
 fi
 rm -rf /dev/shm/rdc-real-plain
 
 echo
-echo "| application | backing | cache | policy | critical by | tps (ops/s) | p50 ms | p99 ms | p99.9 ms | writes | cached | stalls |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| application | backing | cache | policy | critical by | tps (ops/s) | p50 ms | p99 ms | p99.9 ms | writes | cached | cached pages | stalls |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 tail -n +2 "$OUT/results.csv" | tr ',' '|' | sed 's/^/| /; s/$/ |/'
 echo
 echo "| application | cache | policy | found | explicit | both | precision | recall |"

@@ -248,6 +248,12 @@ mod tests {
         assert!(!cached(&mut e, 0, false, 5), "not sync");
         assert!(!cached(&mut e, 0, true, 6), "not critical");
         assert_eq!(e.stats().write_bypasses, 2);
+        let page_bytes = e.config().page_size_bytes;
+        assert_eq!(
+            e.stats().write_bypassed_pages * page_bytes,
+            2 * 4096,
+            "two 4 KiB writes"
+        );
         // Inheritance counts for cp-pi only, and ends with its cause.
         assert_eq!(e.inherit_criticality(6), Ok(1));
         assert!(!cached(&mut e, 0, true, 6), "cp ignores inheritance");

@@ -64,6 +64,8 @@ counters! {
     /// Write requests sent to the backing only (write-around, or not
     /// admitted), their cached clean copies dropped.
     write_bypasses: u64,
+    /// Pages of those writes (what the cache was spared, in pages).
+    write_bypassed_pages: u64,
     /// Pages of writes admitted to the cache whose issuer was critical by a
     /// hint, or that the front end marked critical (the paper's CP).
     admitted_pages_hinted: u64,

@@ -223,6 +223,7 @@ impl Engine {
         let r = self.req(ri);
         let (vol, off, len) = (r.volume, r.offset_bytes, r.len_bytes);
         let pages = self.pages_of(off, len);
+        self.stats.write_bypassed_pages += pages;
         self.count_pages(vol, RequestKind::Write, pages, 0);
         for piece in self.geometry.pieces(off, len) {
             let key = PageKey::new(vol, piece.page);
