@@ -182,7 +182,7 @@ impl Data {
         let hold = self.dirty.holds();
         if hold {
             // Before the file's lock: a writer waiting for room holds nothing.
-            self.dirty.throttle();
+            self.dirty.throttle()?;
         }
         let _io = file.io.lock(caller, &self.volume);
         let old_size = file.size();

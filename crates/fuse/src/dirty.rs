@@ -86,6 +86,8 @@ struct State {
     /// Bytes of pages held (dirty or in flight).
     bytes: u64,
     stop: bool,
+    /// The last background writeback failed (none has landed since).
+    failing: Option<Errno>,
 }
 
 /// Pages of one file on their way to the engine.
@@ -123,6 +125,7 @@ impl DirtyPages {
                 files: HashMap::new(),
                 bytes: 0,
                 stop: limits.max_bytes == 0,
+                failing: None,
             }),
             changed: Condvar::new(),
             work: Condvar::new(),
@@ -159,13 +162,19 @@ impl DirtyPages {
     }
 
     /// A writer about to hold more waits while the limit is reached (the
-    /// kernel's `balance_dirty_pages`), having woken the writeback.
-    pub fn throttle(&self) {
+    /// kernel's `balance_dirty_pages`), having woken the writeback; while
+    /// the writeback fails, a writer over the limit gets its error instead
+    /// of waiting for room that cannot come (nothing held is dropped).
+    pub fn throttle(&self) -> Result<(), Errno> {
         let mut st = self.lock();
         while st.bytes >= self.limits.max_bytes && !st.stop {
+            if let Some(e) = st.failing {
+                return Err(e);
+            }
             self.work.notify_all();
             st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
         }
+        Ok(())
     }
 
     /// A copy of page `p` of the file at `window`, if held.
@@ -427,6 +436,7 @@ impl DirtyPages {
                 st.files.remove(&flight.window);
             }
         }
+        st.failing = result.err();
         self.changed.notify_all();
     }
 
@@ -474,7 +484,7 @@ impl DirtyPages {
             };
             if let Err(e) = self.run(flight, background, true) {
                 tracing::warn!("background writeback: {e:?} (the pages stay held; retried)");
-                std::thread::sleep(WRITEBACK_INTERVAL);
+                std::thread::sleep(WRITEBACK_INTERVAL.min(self.limits.expire));
             }
         }
     }
@@ -514,5 +524,86 @@ impl DirtyPages {
             let _ = t.join();
         }
         self.lock().bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wcache_core::EngineConfig;
+    use wcache_io::{
+        BlockDevice, Cache, CacheConfig, CacheDeviceSpec, DriverConfig, FaultPlan, FaultyDevice,
+        FormatAsked, MemDevice, SyncMode, VolumeSpec,
+    };
+
+    /// A write-through cache whose backing fails writes while `plan` says.
+    fn failing_cache(plan: &Arc<FaultPlan>) -> Cache {
+        let backing: Arc<dyn BlockDevice> = Arc::new(FaultyDevice::new(
+            Arc::new(MemDevice::new(4 << 20)),
+            Arc::clone(plan),
+        ));
+        let config = CacheConfig {
+            cache: CacheDeviceSpec::Memory {
+                size_bytes: 4 << 20,
+            },
+            volumes: vec![VolumeSpec {
+                name: "v".into(),
+                backing: "faulty".into(),
+                journal: None,
+            }],
+            backing_sync: SyncMode::Fdatasync,
+            backing_create_size_bytes: None,
+            engine: EngineConfig {
+                write_policy: wcache_core::WritePolicyKind::WriteThrough,
+                ..EngineConfig::default()
+            },
+            driver: DriverConfig::default(),
+            block_size_bytes: 4096,
+            force: false,
+            format: FormatAsked::Found,
+            volatile_write_back: false,
+            backing_timeout: None,
+        };
+        Cache::open_with(&config, vec![Some(backing)]).expect("memory cache")
+    }
+
+    fn until(what: &str, done: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// While the writeback fails, a writer over the limit gets the error
+    /// instead of waiting forever, nothing held is dropped, and the file's
+    /// next fsync hears of it; once the backing heals, everything lands.
+    #[test]
+    fn a_failing_writeback_keeps_the_pages_and_refuses_writers_over_the_limit() {
+        let plan = FaultPlan::new();
+        let cache = failing_cache(&plan);
+        let volume = cache.volumes()[0].clone();
+        let limits = DirtyLimits {
+            max_bytes: 8192,
+            expire: Duration::from_millis(50),
+        };
+        let dirty = DirtyPages::start(volume, 4096, limits);
+        let tmp = tempfile::tempfile().unwrap();
+        let file = Arc::new(BackingFile::new(tmp.into(), None).unwrap());
+        plan.set_fail_writes(true);
+        assert!(dirty.put(&file, 0, 0, &[7u8; 8192]));
+        until("a failed writeback", || dirty.lock().failing.is_some());
+        assert_eq!(dirty.held_bytes(), 8192, "nothing dropped");
+        assert_eq!(dirty.throttle(), Err(Errno::EIO));
+        let flags = RequestFlags::default();
+        assert_eq!(dirty.write_back(0, None, flags), Err(Errno::EIO));
+        plan.set_fail_writes(false);
+        until("the pages landed", || dirty.held_bytes() == 0);
+        assert_eq!(dirty.throttle(), Ok(()));
+        assert_eq!(dirty.page(0, 0), None);
+        let mut back = vec![0u8; 8192];
+        cache.volumes()[0].read(0, &mut back).unwrap();
+        assert_eq!(back, vec![7u8; 8192]);
+        assert_eq!(dirty.stop(), 0);
     }
 }
