@@ -530,58 +530,21 @@ impl DirtyPages {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wcache_core::EngineConfig;
-    use wcache_io::{
-        BlockDevice, Cache, CacheConfig, CacheDeviceSpec, DriverConfig, FaultPlan, FaultyDevice,
-        FormatAsked, MemDevice, SyncMode, VolumeSpec,
-    };
-
-    /// A write-through cache whose backing fails writes while `plan` says.
-    fn failing_cache(plan: &Arc<FaultPlan>) -> Cache {
-        let backing: Arc<dyn BlockDevice> = Arc::new(FaultyDevice::new(
-            Arc::new(MemDevice::new(4 << 20)),
-            Arc::clone(plan),
-        ));
-        let config = CacheConfig {
-            cache: CacheDeviceSpec::Memory {
-                size_bytes: 4 << 20,
-            },
-            volumes: vec![VolumeSpec {
-                name: "v".into(),
-                backing: "faulty".into(),
-                journal: None,
-            }],
-            backing_sync: SyncMode::Fdatasync,
-            backing_create_size_bytes: None,
-            engine: EngineConfig {
-                write_policy: wcache_core::WritePolicyKind::WriteThrough,
-                ..EngineConfig::default()
-            },
-            driver: DriverConfig::default(),
-            block_size_bytes: 4096,
-            force: false,
-            format: FormatAsked::Found,
-            volatile_write_back: false,
-            backing_timeout: None,
-        };
-        Cache::open_with(&config, vec![Some(backing)]).expect("memory cache")
-    }
-
-    fn until(what: &str, done: impl Fn() -> bool) {
-        let start = Instant::now();
-        while !done() {
-            assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
+    use crate::test_support::{memory_cache, until};
+    use wcache_io::{BlockDevice, FaultPlan, FaultyDevice, MemDevice};
 
     /// While the writeback fails, a writer over the limit gets the error
     /// instead of waiting forever, nothing held is dropped, and the file's
     /// next fsync hears of it; once the backing heals, everything lands.
     #[test]
     fn a_failing_writeback_keeps_the_pages_and_refuses_writers_over_the_limit() {
+        // Write-through over a backing that fails writes while `plan` says.
         let plan = FaultPlan::new();
-        let cache = failing_cache(&plan);
+        let backing: Arc<dyn BlockDevice> = Arc::new(FaultyDevice::new(
+            Arc::new(MemDevice::new(4 << 20)),
+            Arc::clone(&plan),
+        ));
+        let cache = memory_cache("all", Some(backing));
         let volume = cache.volumes()[0].clone();
         let limits = DirtyLimits {
             max_bytes: 8192,

@@ -66,51 +66,13 @@ impl FileLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{memory_cache, until};
     use std::sync::Arc;
-    use std::time::{Duration, Instant};
-    use wcache_core::EngineConfig;
-    use wcache_io::{
-        Cache, CacheConfig, CacheDeviceSpec, DriverConfig, FormatAsked, SyncMode, VolumeSpec,
-    };
-
-    fn memory_cache() -> Cache {
-        let config = CacheConfig {
-            cache: CacheDeviceSpec::Memory {
-                size_bytes: 4 << 20,
-            },
-            volumes: vec![VolumeSpec {
-                name: "v".into(),
-                backing: "mem:4M".into(),
-                journal: None,
-            }],
-            backing_sync: SyncMode::Fdatasync,
-            backing_create_size_bytes: None,
-            engine: EngineConfig {
-                admission: "cp-pi".into(),
-                write_policy: wcache_core::WritePolicyKind::WriteThrough,
-                ..EngineConfig::default()
-            },
-            driver: DriverConfig::default(),
-            block_size_bytes: 4096,
-            force: false,
-            format: FormatAsked::Found,
-            volatile_write_back: false,
-            backing_timeout: None,
-        };
-        Cache::open(&config).expect("memory cache")
-    }
-
-    fn until(what: &str, done: impl Fn() -> bool) {
-        let start = Instant::now();
-        while !done() {
-            assert!(start.elapsed() < Duration::from_secs(10), "never: {what}");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
+    use std::time::Duration;
 
     #[test]
     fn a_critical_waiter_makes_the_holder_critical_until_it_has_the_lock() {
-        let cache = memory_cache();
+        let cache = memory_cache("cp-pi", None);
         let volume = cache.volumes()[0].clone();
         let lock = Arc::new(FileLock::default());
         let (holder, waiter) = (

@@ -23,6 +23,8 @@ pub mod handle;
 pub mod mount;
 pub mod nodes;
 pub mod table;
+#[cfg(test)]
+mod test_support;
 
 pub use callers::{Caller, Callers, CriticalRules};
 pub use dirty::DirtyLimits;
