@@ -180,7 +180,8 @@ fn dsync_writes(m: &Mount, name: &str, wrap: &[&str]) -> (u64, u64) {
 }
 
 /// `cmd` (a `dd`) writes 8 pages to `name` with `flag`: the engine's
-/// writes admitted and bypassed meanwhile.
+/// writes admitted and bypassed meanwhile. Under `oflag=dsync` each write
+/// grows the file, so each is a page and a size record: 16 writes.
 fn dd_writes(m: &Mount, name: &str, cmd: &[&str], flag: &str) -> (u64, u64) {
     let (writes, bypasses) = (m.engine("writes"), m.engine("write_bypasses"));
     let of = format!("of={}", m.mnt.join(name).display());
@@ -210,18 +211,18 @@ fn critical_callers_by_io_class_command_and_pid_are_admitted_under_cp() {
     let m = Mount::start(dir.path(), &["--admission", "cp", "--realtime-io-critical"]);
     assert_eq!(
         dsync_writes(&m, "plain", &[]),
-        (0, 8),
+        (0, 16),
         "not critical: bypassed"
     );
     assert_eq!(
         dsync_writes(&m, "rt", &["ionice", "-c1", "-n0"]),
-        (8, 0),
+        (16, 0),
         "real-time I/O class"
     );
     let control = m.control.display().to_string();
     let (ok, _, err) = wcache(&["critical", "--control", &control, "--command", "dd"]);
     assert!(ok, "{err}");
-    assert_eq!(dsync_writes(&m, "cmd", &[]), (8, 0), "command name dd");
+    assert_eq!(dsync_writes(&m, "cmd", &[]), (16, 0), "command name dd");
     let (ok, _, err) = wcache(&[
         "critical",
         "--control",
@@ -231,7 +232,7 @@ fn critical_callers_by_io_class_command_and_pid_are_admitted_under_cp() {
         "--clear",
     ]);
     assert!(ok, "{err}");
-    assert_eq!(dsync_writes(&m, "cleared", &[]), (0, 8));
+    assert_eq!(dsync_writes(&m, "cleared", &[]), (0, 16));
     // By pid: a shell made critical, which then becomes dd (exec: the same pid).
     let of = format!("of={}", m.mnt.join("by-pid").display());
     let mut shell = Command::new("sh")
@@ -250,7 +251,7 @@ fn critical_callers_by_io_class_command_and_pid_are_admitted_under_cp() {
     assert!(shell.wait().unwrap().success());
     let bypassed = m.engine("write_bypasses") - bypasses;
     let admitted = m.engine("writes") - writes - bypassed;
-    assert_eq!((admitted, bypassed), (8, 0), "the pid's hint");
+    assert_eq!((admitted, bypassed), (16, 0), "the pid's hint");
     for (args, says) in [
         (vec!["--pid", "4000000000"], "no process 4000000000"),
         (vec!["--cgroup", "/no/such/group"], "no cgroup"),

@@ -19,7 +19,7 @@ use wcache_io::{Io, Payload, RequestError, Volume};
 
 use crate::callers::Caller;
 use crate::dirty::DirtyPages;
-use crate::files::{BackingFile, Files, WINDOW_BYTES};
+use crate::files::{BackingFile, Files, SizeRecord, FILE_BYTES_MAX};
 
 /// The errno a caller gets for a request that failed with `e`. Every
 /// variant is named, nested ones too: no catch-all arm.
@@ -125,9 +125,9 @@ impl Data {
         let window = (*slot as u64) << crate::files::WINDOW_BITS;
         let (a, b) = (
             round_down(offset, self.page),
-            round_up(end, self.page).min(WINDOW_BYTES),
+            round_up(end, self.page).min(FILE_BYTES_MAX),
         );
-        if offset >= WINDOW_BYTES {
+        if offset >= FILE_BYTES_MAX {
             return Err(Errno::EFBIG);
         }
         let mut buf = vec![0; (b - a) as usize];
@@ -169,7 +169,7 @@ impl Data {
         durable: bool,
     ) -> Result<u32, Errno> {
         let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
-        if end > WINDOW_BYTES {
+        if end > FILE_BYTES_MAX {
             return Err(Errno::EFBIG);
         }
         if data.is_empty() {
@@ -201,7 +201,7 @@ impl Data {
         }
         if durable && end > old_size {
             // O_SYNC/O_DSYNC: the new size is durable with the data.
-            self.sync_size(file)?;
+            self.record_size(file, window, flags)?;
         }
         Ok(data.len() as u32)
     }
@@ -321,10 +321,41 @@ impl Data {
         file.set_len(&mut size, to).map_err(io_errno)
     }
 
-    fn sync_size(&self, file: &BackingFile) -> Result<(), Errno> {
-        if file.size_changed.swap(false, Ordering::AcqRel) {
+    /// The file's size through the cache (`SizeRecord`) with `flags` (its
+    /// caller's: as durable as its writes under the write policy), if it
+    /// differs from the last one recorded. One at a time per file, so the
+    /// newest record holds the newest size.
+    fn record_size(
+        &self,
+        file: &BackingFile,
+        window: u64,
+        flags: RequestFlags,
+    ) -> Result<(), Errno> {
+        let mut recorded = file.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let size = file.size();
+        if size == *recorded {
+            return Ok(());
+        }
+        let record = SizeRecord::encode(size, self.page);
+        let (at, len) = (window + FILE_BYTES_MAX, self.page);
+        submit(
+            &self.volume,
+            RequestKind::Write,
+            at,
+            len,
+            flags,
+            Payload::Write(&record),
+        )?;
+        *recorded = size;
+        Ok(())
+    }
+
+    /// A cut since the last fsync is made durable on the backing file (a
+    /// record after a crash only grows a file: `Files::apply_size_records`).
+    fn sync_cut(&self, file: &BackingFile) -> Result<(), Errno> {
+        if file.shrunk.swap(false, Ordering::AcqRel) {
             if let Err(e) = file.sync_data() {
-                file.size_changed.store(true, Ordering::Release);
+                file.shrunk.store(true, Ordering::Release);
                 return Err(io_errno(e));
             }
         }
@@ -333,7 +364,7 @@ impl Data {
 
     /// Sets the file's size (truncate, or grow with zeros).
     pub fn set_size(&self, file: &Arc<BackingFile>, to: u64, caller: Caller) -> Result<(), Errno> {
-        if to > WINDOW_BYTES && file.slot.get().is_some() {
+        if to > FILE_BYTES_MAX && file.slot.get().is_some() {
             return Err(Errno::EFBIG);
         }
         let _io = file.io.lock(caller, &self.volume);
@@ -372,7 +403,10 @@ impl Data {
             });
         }
         let mut size = file.size.write().unwrap_or_else(|e| e.into_inner());
-        file.set_len(&mut size, to).map_err(io_errno)
+        file.set_len(&mut size, to).map_err(io_errno)?;
+        drop(size);
+        // The newest record is never above the size (it would regrow the file after a crash).
+        self.record_size(file, window, flags)
     }
 
     /// The bytes past `to` of the page holding it become zeros: held, or
@@ -419,23 +453,44 @@ impl Data {
     }
 
     /// fsync/fdatasync: the file's held pages written back with the
-    /// caller's flags, then every acknowledged write to the mount durable
-    /// (the engine's FLUSH, with the caller's flags: a critical caller's
-    /// flush promotes writes it waits for), then the file's size if it
-    /// changed.
+    /// caller's flags, and its size recorded if it changed (`record_size`),
+    /// then every acknowledged write to the mount durable (the engine's
+    /// FLUSH, with the caller's flags: a critical caller's flush promotes
+    /// writes it waits for), then a cut of the file on the backing file.
+    /// A file never written through the cache has its size synced on the
+    /// backing file.
     pub fn fsync(&self, file: Option<&BackingFile>, caller: Caller) -> Result<(), Errno> {
         let flags = RequestFlags {
             fua: false,
             ..Data::flags(caller, true)
         };
-        if let Some(slot) = file.and_then(|f| f.slot.get()) {
+        let slot = file.and_then(|f| f.slot.get());
+        if let (Some(file), Some(slot)) = (file, slot) {
             let window = (*slot as u64) << crate::files::WINDOW_BITS;
             self.dirty.write_back(window, None, flags)?;
+            self.record_size(file, window, flags)?;
         }
         submit(&self.volume, RequestKind::Flush, 0, 0, flags, Payload::None)?;
         match file {
-            Some(file) => self.sync_size(file),
+            Some(file) if slot.is_none() => self.sync_unwritten(file),
+            Some(file) => self.sync_cut(file),
             None => Ok(()),
         }
+    }
+
+    /// A file with no window: its size, if it changed, synced on the
+    /// backing file.
+    fn sync_unwritten(&self, file: &BackingFile) -> Result<(), Errno> {
+        let mut recorded = file.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let size = file.size();
+        if size != *recorded || file.shrunk.load(Ordering::Acquire) {
+            file.shrunk.store(false, Ordering::Release);
+            if let Err(e) = file.sync_data() {
+                file.shrunk.store(true, Ordering::Release);
+                return Err(io_errno(e));
+            }
+            *recorded = size;
+        }
+        Ok(())
     }
 }

@@ -24,10 +24,47 @@ use crate::file_lock::FileLock;
 use crate::handle::FileHandle;
 use crate::table::{Table, TableError};
 
-/// Bytes of a file's window: a file is cached up to 64 GiB (beyond, its
-/// writes are refused with EFBIG: `docs/mount.md`).
+/// Bytes of a file's window.
 pub const WINDOW_BITS: u32 = 36;
 pub const WINDOW_BYTES: u64 = 1 << WINDOW_BITS;
+/// The end of each window holds the file's size record (`SizeRecord`), one
+/// page of the largest page size there.
+pub const RECORD_BYTES: u64 = 1 << 16;
+/// A file is cached up to 64 GiB less `RECORD_BYTES` (beyond, its writes
+/// are refused with EFBIG: `docs/mount.md`).
+pub const FILE_BYTES_MAX: u64 = WINDOW_BYTES - RECORD_BYTES;
+
+/// A file's size made durable through the cache, as the first bytes of a
+/// page at `FILE_BYTES_MAX` in its window: an fsync after the file grew
+/// writes one with its caller's flags, so the size is as durable as the
+/// data under the write policy, with no sync of the backing file. Destaged,
+/// its bytes go nowhere: the backing file is synced with the next flush.
+/// After a crash the start of the next mount grows each file to its record
+/// before the cache is destaged (a size the host lost comes back).
+pub struct SizeRecord;
+
+impl SizeRecord {
+    const MAGIC: &'static [u8; 8] = b"wcsize01";
+
+    /// The page for `size` (`page` bytes).
+    pub fn encode(size: u64, page: u64) -> Vec<u8> {
+        let mut buf = vec![0u8; page as usize];
+        buf[..8].copy_from_slice(SizeRecord::MAGIC);
+        buf[8..16].copy_from_slice(&size.to_le_bytes());
+        buf[16..24].copy_from_slice(&(!size).to_le_bytes());
+        buf
+    }
+
+    /// The size a page records, if it is a record (zeros: none).
+    pub fn decode(page: &[u8]) -> Option<u64> {
+        let word = |at: usize| u64::from_le_bytes(page[at..at + 8].try_into().unwrap_or([0; 8]));
+        if page.len() < 24 || &page[..8] != SizeRecord::MAGIC {
+            return None;
+        }
+        let size = word(8);
+        (word(16) == !size && size <= FILE_BYTES_MAX).then_some(size)
+    }
+}
 
 /// One backing file whose data goes through the cache.
 pub struct BackingFile {
@@ -36,9 +73,12 @@ pub struct BackingFile {
     /// The file's size as the mount shows it: destages are clamped to it,
     /// and a truncation holds it exclusively while it cuts the file.
     pub size: RwLock<u64>,
-    /// The size changed since the last fsync (the backing file's metadata
-    /// must be made durable by the next one).
-    pub size_changed: AtomicBool,
+    /// The size last recorded (`SizeRecord`) or found at open: the next
+    /// fsync records the size if it differs.
+    pub recorded: Mutex<u64>,
+    /// The file was cut since the last fsync: the next one syncs the
+    /// backing file too (a record only ever grows a file).
+    pub shrunk: AtomicBool,
     /// The end of the highest page ever written to the cache for this file.
     pub cached_end: AtomicU64,
     /// Pages past a truncation that the cache may still hold (from, to):
@@ -62,7 +102,8 @@ impl BackingFile {
             disk,
             fd,
             size: RwLock::new(size),
-            size_changed: AtomicBool::new(false),
+            recorded: Mutex::new(size),
+            shrunk: AtomicBool::new(false),
             cached_end: AtomicU64::new(0),
             stale: Mutex::new(None),
             io: FileLock::default(),
@@ -115,8 +156,10 @@ impl BackingFile {
     /// Sets the backing file's size (under the size lock held by the caller).
     pub fn set_len(&self, size: &mut u64, to: u64) -> io::Result<()> {
         self.file().set_len(to)?;
+        if to < *size {
+            self.shrunk.store(true, Ordering::Release);
+        }
         *size = to;
-        self.size_changed.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -146,6 +189,8 @@ pub enum FilesError {
     Dir { dir: String, source: io::Error },
     #[error("the mount's volume has {slots_max} file windows, all used since the mount started: remount to reuse them")]
     Full { slots_max: u32 },
+    #[error("the size record of file window {slot}: {why}")]
+    Record { slot: u32, why: String },
     #[error("cannot name a file by its handle (name_to_handle_at): {0}")]
     Handle(io::Error),
 }
@@ -300,8 +345,10 @@ impl BlockDevice for Files {
                 part.fill(0);
                 return Ok(());
             };
+            // A window's size record reads as none: a record is in the cache or nowhere.
+            let data = FILE_BYTES_MAX.saturating_sub(at).min(part.len() as u64) as usize;
             let n = file
-                .pread(part, at)
+                .pread(&mut part[..data], at)
                 .map_err(|e| self.io_error("read", offset_bytes, part.len(), e))?;
             part[n..].fill(0);
             Ok(())
@@ -310,17 +357,24 @@ impl BlockDevice for Files {
 
     /// A destage: the bytes below the file's size now are written; those
     /// beyond are dropped (the file was truncated since they were cached).
-    /// A window of no file (its file deleted before a crash) takes nothing.
+    /// A size record writes nothing: the file has its size already (it is
+    /// set at once, and at the start after a crash), made durable by the
+    /// next flush. A window of no file (its file deleted before a crash)
+    /// takes nothing.
     fn write_at(&self, data: &[u8], offset_bytes: u64) -> Result<(), DeviceError> {
         Files::split(offset_bytes, data.len(), |slot, at, range| {
             let Some(file) = self.file_at(slot) else {
                 return Ok(());
             };
             let size = file.size.read().unwrap_or_else(|e| e.into_inner());
-            let keep = size.saturating_sub(at).min(range.len() as u64) as usize;
+            let end = at + range.len() as u64;
+            let keep = (*size).min(FILE_BYTES_MAX).saturating_sub(at);
+            let keep = keep.min(range.len() as u64) as usize;
             if keep > 0 {
                 file.pwrite(&data[range.start..range.start + keep], at)
                     .map_err(|e| self.io_error("write", offset_bytes, data.len(), e))?;
+            }
+            if keep > 0 || end > FILE_BYTES_MAX {
                 self.written
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -361,11 +415,76 @@ impl BlockDevice for Files {
 }
 
 impl Files {
+    /// After a crash, before the cache is destaged: each file of the table
+    /// grows to the size its record in the cache holds, if larger (its
+    /// pages up to it are then destaged, not dropped). `read` reads the
+    /// volume through the cache.
+    pub fn apply_size_records(
+        &self,
+        page: u64,
+        mut read: impl FnMut(u64, &mut [u8]) -> Result<(), String>,
+    ) -> Result<(), FilesError> {
+        let files: Vec<(u32, Arc<BackingFile>)> = self
+            .slots
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(slot, file)| (*slot, Arc::clone(file)))
+            .collect();
+        let mut buf = vec![0u8; page as usize];
+        for (slot, file) in files {
+            let at = ((slot as u64) << WINDOW_BITS) + FILE_BYTES_MAX;
+            read(at, &mut buf).map_err(|why| FilesError::Record { slot, why })?;
+            let Some(recorded) = SizeRecord::decode(&buf) else {
+                continue;
+            };
+            let mut size = file.size.write().unwrap_or_else(|e| e.into_inner());
+            if recorded > *size {
+                tracing::info!(
+                    "file window {slot}: its file grows from {} to its recorded size {recorded} bytes",
+                    *size
+                );
+                file.set_len(&mut size, recorded)
+                    .map_err(|e| FilesError::Record {
+                        slot,
+                        why: e.to_string(),
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
     /// The file table's path, for messages.
     pub fn dir_name(&self) -> String {
         self.dir
             .join(crate::table::TABLE_NAME)
             .display()
             .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_size_record_reads_back_and_anything_else_is_none() {
+        for size in [0, 1, 4095, 1 << 30, FILE_BYTES_MAX] {
+            assert_eq!(
+                SizeRecord::decode(&SizeRecord::encode(size, 4096)),
+                Some(size)
+            );
+        }
+        assert_eq!(
+            SizeRecord::decode(&[0u8; 4096]),
+            None,
+            "a page never written"
+        );
+        let mut torn = SizeRecord::encode(12345, 512);
+        torn[9] ^= 1;
+        assert_eq!(SizeRecord::decode(&torn), None, "size and check disagree");
+        let beyond = SizeRecord::encode(FILE_BYTES_MAX + 1, 512);
+        assert_eq!(SizeRecord::decode(&beyond), None, "past the window");
+        assert_eq!(SizeRecord::decode(b"wcsize01"), None, "short");
     }
 }

@@ -1,7 +1,8 @@
 //! Starting and stopping a mount: the checks of the backing directory and
 //! the mountpoint, the directory's lock, the cache opened with the files
 //! as its one volume, the pages a crash left in the cache destaged to
-//! their files before anything is served (so the file table starts empty
+//! their files (grown first to the sizes recorded in the cache) before
+//! anything is served (so the file table starts empty
 //! on every mount), then the FUSE session until an unmount or a stop.
 
 use std::os::fd::OwnedFd;
@@ -158,6 +159,10 @@ fn open_cache(config: &CacheConfig, files: &Arc<Files>, force: bool) -> Result<C
         return Ok(cache);
     }
     if dirty > 0 && table == identity {
+        let volume = &cache.volumes()[0];
+        files.apply_size_records(cache.page_size_bytes(), |at, buf| {
+            volume.read(at, buf).map_err(|e| e.to_string())
+        })?;
         tracing::info!(
             "destaging {dirty} dirty pages an earlier mount left in the cache to their files"
         );

@@ -262,6 +262,64 @@ fn o_dsync_writes_and_fsync_reach_the_engine_as_sync() {
     m.stop().unwrap();
 }
 
+/// A host crash can lose a backing file's size that was never synced on
+/// it: an fsync that grew a file records its size in the cache, and the
+/// next mount grows the file to it before destaging, so no fsynced byte
+/// past the lost size is dropped; the record never shows in the file.
+#[test]
+fn a_size_the_backing_file_lost_comes_back_from_its_record() {
+    for held in [NONE_HELD, DirtyLimits::default()] {
+        let d = dirs();
+        let m = mount_with(&d, FormatAsked::FoundNewLog, held);
+        let path = d.mnt.join("log");
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let mut want = Vec::new();
+        for i in 0..20 {
+            let chunk = pattern(1000 + i * 333, i as u8);
+            f.write_all(&chunk).unwrap();
+            f.sync_data().unwrap();
+            want.extend(chunk);
+        }
+        drop(f);
+        assert_eq!(fs::read(&path).unwrap(), want, "held {}", held.max_bytes);
+        assert!(
+            engine(&m, "dirty_pages") > 0,
+            "the test needs pages left dirty"
+        );
+        m.stop().unwrap();
+        // The host lost the file's size: never synced on the backing file.
+        let backing = d.backing.join("log");
+        OpenOptions::new()
+            .write(true)
+            .open(&backing)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let m = mount_with(&d, FormatAsked::FoundNewLog, held);
+        let back = fs::read(&backing).unwrap();
+        assert_eq!(back.len(), want.len(), "held {}", held.max_bytes);
+        assert!(back == want, "held {}: the bytes differ", held.max_bytes);
+        assert!(fs::read(&path).unwrap() == want);
+        // The record's page is not the file's: writes reach up to it, no further.
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        let max = wcache_fuse::files::FILE_BYTES_MAX;
+        f.write_all_at(b"last", max - 4).unwrap();
+        let e = f.write_all_at(b"x", max).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFBIG), "{e}");
+        let mut tail = [0u8; 4];
+        fs::File::open(&path)
+            .unwrap()
+            .read_exact_at(&mut tail, max - 4)
+            .unwrap();
+        assert_eq!(&tail, b"last");
+        m.stop().unwrap();
+    }
+}
+
 #[test]
 fn a_bad_backing_directory_or_mountpoint_is_named() {
     let d = dirs();
