@@ -44,6 +44,18 @@ if command -v fio >/dev/null && command -v nbdinfo >/dev/null && command -v nbdk
   export WCACHE_REQUIRE_TOOLS=1
 fi
 
+# A real Ceph cluster for wcache in front of RBD images (crates/cli/tests/ceph.rs):
+# installed and started by its script, named to the tests, purged at the end.
+log "ceph cluster"
+cleanup() { rm -f "${out:-}"; scripts/ceph-cluster.sh purge >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+if [ "$(id -u)" = 0 ]; then
+  eval "$(scripts/ceph-cluster.sh start)"
+  export CEPH_CONF CEPH_KEYRING CEPH_POOL WCACHE_REQUIRE_CEPH=1
+else
+  echo "warning: not root, cannot start a Ceph cluster: its tests skip"
+fi
+
 log "format"
 cargo fmt --all -- --check
 
@@ -52,7 +64,6 @@ cargo clippy --workspace --all-targets --profile ci -- -D warnings
 
 log "tests (profile ci: optimized, with debug assertions and overflow checks)"
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
 cargo test --workspace --profile ci 2>&1 | tee "$out"
 passed=$(grep -E '^test result: ok\.' "$out" | awk '{s += $4} END {print s + 0}')
 if grep -qE '^test result: FAILED' "$out"; then

@@ -1,6 +1,6 @@
 //! The backing side of the cache lifecycle: a backing opened from its spec
-//! (file, block device, NBD export, emulated model, memory), locked when
-//! it is local, and under journaled write-back wrapped with its journal
+//! (file, block device, NBD export, Ceph RBD image, emulated model,
+//! memory), locked when it is local (an RBD image by its exclusive lock), and under journaled write-back wrapped with its journal
 //! where the operator placed it. It exists so that the rules for what may
 //! be written to a backing (nothing beyond the client's writes without
 //! consent) live in one place; it must never touch the cache device.
@@ -20,6 +20,7 @@ use crate::device::journaled::{
 };
 use crate::device::mem::MemDevice;
 use crate::device::nbd::{NbdDevice, NbdOptions};
+use crate::device::rbd::{RbdDevice, RbdSpec};
 use crate::device::{parse_size_bytes, BlockDevice};
 use crate::lock::{DeviceLock, LockMode};
 
@@ -83,15 +84,20 @@ pub fn open_journals(
 }
 
 /// The local file or device under a backing spec (through an emulated
-/// model), or None for one that is not local (NBD, memory).
+/// model), or None for one that is not local (NBD, RBD, memory).
 pub fn local_path(spec: &str) -> Option<PathBuf> {
-    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") || spec.starts_with("mem:") {
+    if is_remote(spec) || spec.starts_with("mem:") {
         return None;
     }
     match spec.strip_prefix("emulated-") {
         Some(rest) => local_path(rest.split_once(':')?.1),
         None => Some(PathBuf::from(spec)),
     }
+}
+
+/// A backing reached over the network: an NBD export or an RBD image.
+fn is_remote(spec: &str) -> bool {
+    spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") || spec.starts_with("rbd:")
 }
 
 /// Exclusive locks on every volume's local backing file or device.
@@ -137,6 +143,9 @@ pub fn open_backing(
     create_size_bytes: Option<u64>,
     nbd_timeout: Option<Duration>,
 ) -> Result<Arc<dyn BlockDevice>, CacheError> {
+    if spec.starts_with("rbd:") {
+        return Ok(Arc::new(RbdDevice::open(spec, nbd_timeout)?));
+    }
     if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") {
         let defaults = NbdOptions::default();
         let options = NbdOptions {
@@ -182,7 +191,11 @@ pub fn open_backing(
 /// What a backing is, for the superblock: the same name must mean the same
 /// backing at the next start (paths are made absolute).
 pub fn backing_identity(spec: &str) -> String {
-    if spec.starts_with("nbd://") || spec.starts_with("nbd+unix://") || spec.starts_with("mem:") {
+    if let Ok(rbd) = RbdSpec::parse(spec) {
+        // Without its options: the same image under another ceph.conf path.
+        return rbd.identity();
+    }
+    if is_remote(spec) || spec.starts_with("mem:") {
         return spec.to_string();
     }
     if let Some(rest) = spec.strip_prefix("emulated-") {

@@ -30,8 +30,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "wcache-data")]
     pub(crate) data_dir: PathBuf,
     /// Backing of the single export `disk`: FILE, nbd://HOST[:PORT]/NAME,
-    /// nbd+unix:///NAME?socket=PATH, emulated-MODEL:FILE (MODEL: hdd, raid10,
-    /// raid5, raid5-md, ssd, nvram; the simulator's model run in real time), mem:SIZE.
+    /// nbd+unix:///NAME?socket=PATH, rbd:POOL/IMAGE[:conf=PATH][:keyring=PATH][:id=NAME]
+    /// (a Ceph RBD image through librbd, its exclusive lock held),
+    /// emulated-MODEL:FILE (MODEL: hdd, raid10, raid5, raid5-md, ssd, nvram;
+    /// the simulator's model run in real time), mem:SIZE.
     /// Default: emulated-hdd:DATA_DIR/backing.img.
     #[arg(long)]
     pub(crate) backing: Option<String>,
@@ -47,6 +49,7 @@ pub struct ServeArgs {
     /// An NBD backing that is away (broken connection, restarting server)
     /// is reconnected with backoff; a request that needs it waits this long
     /// before it fails with EIO (cached reads and writes with room go on).
+    /// An RBD backing: librados' connect, OSD and monitor timeouts.
     #[arg(long, default_value = "30s")]
     pub(crate) backing_timeout: String,
     /// The admission policy of one export, EXPORT=POLICY, in place of

@@ -104,6 +104,16 @@ impl Served {
         socket: &Path,
         env: &[(&str, &str)],
     ) -> Result<Served, String> {
+        Served::try_start_within(args, socket, env, Duration::from_secs(20))
+    }
+
+    /// As `try_start_env`, waiting up to `wait` for it to listen.
+    pub fn try_start_within(
+        args: &[&str],
+        socket: &Path,
+        env: &[(&str, &str)],
+        wait: Duration,
+    ) -> Result<Served, String> {
         let _ = std::fs::remove_file(socket);
         let log = socket.with_extension("log");
         let file = std::fs::File::create(&log).expect("log file");
@@ -133,7 +143,7 @@ impl Served {
                 ));
             }
             assert!(
-                start.elapsed() < Duration::from_secs(20),
+                start.elapsed() < wait,
                 "wcache serve did not listen: {}",
                 served.log_text()
             );

@@ -132,7 +132,7 @@ impl CacheDeviceSpec {
 pub struct VolumeSpec {
     pub name: String,
     /// FILE, `nbd://HOST[:PORT]/NAME`, `nbd+unix:///NAME?socket=PATH`,
-    /// `emulated-MODEL:SPEC`, `mem:SIZE`.
+    /// `rbd:POOL/IMAGE[:KEY=VALUE]...`, `emulated-MODEL:SPEC`, `mem:SIZE`.
     pub backing: String,
     /// Write-back-journaled: where this backing's journal lives, a backing
     /// spec of its own (a missing file is created) or `backing-end` (the

@@ -17,6 +17,7 @@ pub mod file;
 pub mod journaled;
 pub mod mem;
 pub mod nbd;
+pub mod rbd;
 
 /// Why a device operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,330 @@
+//! `wcache serve` in front of Ceph RBD images on a real cluster
+//! (`scripts/ceph-cluster.sh`; the test command starts one and names it in
+//! CEPH_CONF, CEPH_KEYRING and CEPH_POOL): pages
+//! written and flushed survive a SIGKILL and a restart and reach the image;
+//! a second wcache on a served image is refused naming the lock's holder;
+//! an OSD restarted under a writer loses no acknowledged write; a missing
+//! image or pool and wrong credentials are named. Without a cluster the
+//! tests SKIP, or fail under WCACHE_REQUIRE_CEPH=1.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::{scattered_offset, wcache, Nbd, Served};
+
+struct Cluster {
+    conf: String,
+    keyring: String,
+    pool: String,
+}
+
+/// One test at a time: an OSD restart would stall the others.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The cluster the environment names with this test's turn on it, or
+/// None after SKIP.
+fn cluster() -> Option<(Cluster, MutexGuard<'static, ()>)> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    match (var("CEPH_CONF"), var("CEPH_KEYRING"), var("CEPH_POOL")) {
+        (Some(conf), Some(keyring), Some(pool)) => Some((
+            Cluster {
+                conf,
+                keyring,
+                pool,
+            },
+            SERIAL.lock().unwrap_or_else(|e| e.into_inner()),
+        )),
+        _ => {
+            let reason = "no Ceph cluster: run `eval $(scripts/ceph-cluster.sh env)` after `scripts/ceph-cluster.sh start`, as CEPH_CONF, CEPH_KEYRING, CEPH_POOL";
+            assert!(
+                std::env::var("WCACHE_REQUIRE_CEPH").as_deref() != Ok("1"),
+                "required by WCACHE_REQUIRE_CEPH=1: {reason}"
+            );
+            eprintln!("SKIP: {reason}");
+            None
+        }
+    }
+}
+
+impl Cluster {
+    /// `rbd ARGS` against the cluster; panics naming the output on failure.
+    fn rbd(&self, args: &[&str]) -> String {
+        let out = Command::new("rbd")
+            .args(["-c", &self.conf, "-k", &self.keyring])
+            .args(args)
+            .output()
+            .expect("run rbd (ceph-common)");
+        assert!(
+            out.status.success(),
+            "rbd {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A fresh image `name` of `size` with the exclusive-lock feature.
+    fn image(&self, name: &str, size: &str) -> String {
+        let full = format!("{}/{name}", self.pool);
+        let _ = Command::new("rbd")
+            .args([
+                "-c",
+                &self.conf,
+                "-k",
+                &self.keyring,
+                "rm",
+                "--no-progress",
+                &full,
+            ])
+            .output();
+        self.rbd(&[
+            "create",
+            "--size",
+            size,
+            "--image-feature",
+            "layering,exclusive-lock",
+            &full,
+        ]);
+        self.spec(name)
+    }
+
+    fn spec(&self, name: &str) -> String {
+        format!(
+            "rbd:{}/{name}:conf={}:keyring={}",
+            self.pool, self.conf, self.keyring
+        )
+    }
+
+    /// The image's bytes, read around any cache.
+    fn export(&self, name: &str, dir: &Path) -> Vec<u8> {
+        let file = dir.join(format!("{name}.export"));
+        let _ = std::fs::remove_file(&file);
+        let full = format!("{}/{name}", self.pool);
+        self.rbd(&[
+            "export",
+            "--no-progress",
+            &full,
+            &file.display().to_string(),
+        ]);
+        std::fs::read(&file).expect("exported image")
+    }
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+/// `wcache serve` of export `disk` on `spec`, cache `cache` in `dir`.
+fn serve(dir: &Path, cache: &str, spec: &str) -> Result<Served, String> {
+    serve_with(dir, cache, spec, &[])
+}
+
+/// As `serve`, with `extra` options.
+fn serve_with(dir: &Path, cache: &str, spec: &str, extra: &[&str]) -> Result<Served, String> {
+    let d = |name: &str| dir.join(name).display().to_string();
+    let (export, file, control) = (format!("disk={spec}"), d(cache), d(&format!("{cache}.ctl")));
+    let mut args = vec![
+        "--cache",
+        &file,
+        "--cache-size",
+        "32M",
+        "--export",
+        &export,
+        "--control",
+        &control,
+    ];
+    args.extend(extra);
+    // A SIGKILLed holder's lock is broken once its watch expires (30 s).
+    let wait = Duration::from_secs(60);
+    Served::try_start_within(&args, &dir.join(format!("{cache}.sock")), &[], wait)
+}
+
+fn page(p: u64, round: u64) -> Vec<u8> {
+    vec![(p as u8 | 1) ^ (round as u8).wrapping_mul(0x5b); 4096]
+}
+
+/// Written and flushed pages survive SIGKILL: the next start recovers
+/// them from the cache, a second wcache on the image meanwhile is refused
+/// naming the lock's holder, and a drain puts them on the image.
+#[test]
+fn flushed_pages_survive_a_sigkill_and_reach_the_image() {
+    let Some((c, _turn)) = cluster() else { return };
+    let dir = tmp();
+    let spec = c.image("kill9", "256M");
+    let served = serve(dir.path(), "a", &spec).unwrap();
+    let mut nbd = Nbd::connect(&served.socket, "disk").unwrap();
+    let pages = 200;
+    let at = |p: u64| scattered_offset(p) % (256 << 20);
+    for p in 0..pages {
+        nbd.write(at(p), &page(p, 0), false).unwrap();
+    }
+    nbd.flush().unwrap();
+    let second = serve(dir.path(), "b", &spec);
+    let refused = second
+        .err()
+        .expect("a second wcache on the image is refused");
+    assert!(refused.contains("exclusive lock is held by"), "{refused}");
+    served.kill9();
+
+    let start = Instant::now();
+    let served = serve(dir.path(), "a", &spec).unwrap();
+    eprintln!(
+        "restarted on the image in {:.1} s (the dead holder's lock broken)",
+        start.elapsed().as_secs_f64()
+    );
+    let mut nbd = Nbd::connect(&served.socket, "disk").unwrap();
+    let mut buf = vec![0u8; 4096];
+    for p in 0..pages {
+        nbd.read(at(p), &mut buf).unwrap();
+        assert!(buf == page(p, 0), "page {p} after the restart");
+    }
+    let control = dir.path().join("a.ctl").display().to_string();
+    let (ok, _, err) = wcache(&["flush", "--control", &control]);
+    assert!(ok, "{err}");
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+    let image = c.export("kill9", dir.path());
+    for p in 0..pages {
+        let a = at(p) as usize;
+        assert!(image[a..a + 4096] == page(p, 0), "page {p} on the image");
+    }
+}
+
+/// A writer flushes after every round of writes while OSD 0 is killed and
+/// started again (`scripts/ceph-cluster.sh restart-osd 0`), under
+/// write-through (every write reaches the image, so the writer waits out
+/// the restart) and under write-back destaging every 100 ms (the destages
+/// wait, the writer does not): every write whose flush returned is on the
+/// image after a drain, each page holding its last acknowledged round or
+/// the one after it.
+#[test]
+fn an_osd_restart_under_a_writer_loses_no_acknowledged_write() {
+    let Some((c, _turn)) = cluster() else { return };
+    for (i, mode) in [
+        &["--write-policy", "write-through"][..],
+        &["--max-dirty-age", "100ms"][..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = tmp();
+        let name = format!("osd-restart-{i}");
+        let spec = c.image(&name, "256M");
+        let served = serve_with(dir.path(), "a", &spec, mode).unwrap();
+        let (acked, slowest) = write_through_an_osd_restart(&served.socket);
+        let control = dir.path().join("a.ctl").display().to_string();
+        let (ok, _, err) = wcache(&["flush", "--control", &control]);
+        assert!(ok, "{err}");
+        let (ok, log) = served.stop();
+        assert!(ok, "{log}");
+        let image = c.export(&name, dir.path());
+        for (p, last) in acked.iter().enumerate() {
+            let last = last.expect("each page acknowledged at least once");
+            let a = p * 4096 * 17;
+            let on = &image[a..a + 4096];
+            let p = p as u64;
+            assert!(
+                on == page(p, last) || on == page(p, last + 1),
+                "{mode:?}, page {p}: neither round {last} nor the next"
+            );
+        }
+        eprintln!(
+            "{mode:?}: {} pages checked, {:?} rounds, slowest round {:.1} s",
+            acked.len(),
+            acked[0],
+            slowest.as_secs_f64()
+        );
+    }
+}
+
+/// Rounds of 64 writes and a flush to `socket` from 2 s before an OSD
+/// restart to 3 s after it: each page's last acknowledged round, and the
+/// slowest round.
+fn write_through_an_osd_restart(socket: &Path) -> (Vec<Option<u64>>, Duration) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, socket) = (Arc::clone(&stop), socket.to_path_buf());
+        std::thread::spawn(move || {
+            let mut nbd = Nbd::connect(&socket, "disk").unwrap();
+            let (mut acked, mut slowest) = (vec![None; 64], Duration::ZERO);
+            let mut round = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                round += 1;
+                let start = Instant::now();
+                for p in 0..64u64 {
+                    nbd.write(p * 4096 * 17, &page(p, round), false).unwrap();
+                }
+                nbd.flush().unwrap();
+                slowest = slowest.max(start.elapsed());
+                acked.iter_mut().for_each(|a| *a = Some(round));
+            }
+            (acked, slowest)
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/ceph-cluster.sh");
+    let start = Instant::now();
+    let out = Command::new(script)
+        .args(["restart-osd", "0"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "OSD 0 restarted in {:.1} s under the writer",
+        start.elapsed().as_secs_f64()
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Release);
+    writer.join().expect("the writer got every answer")
+}
+
+/// A missing image, a missing pool, a keyring of no use: the serve fails
+/// at start with an error that says which.
+#[test]
+fn a_missing_image_or_pool_and_bad_credentials_are_named() {
+    let Some((c, _turn)) = cluster() else { return };
+    let dir = tmp();
+    let bad_keyring = dir.path().join("bad.keyring");
+    std::fs::write(
+        &bad_keyring,
+        "[client.admin]\n\tkey = AQBtOhhnAAAAABAAx2V0bWVqYXZhc2NyaXB0dGVzdA==\n",
+    )
+    .unwrap();
+    let cases = [
+        (
+            format!(
+                "rbd:{}/no-such-image:conf={}:keyring={}",
+                c.pool, c.conf, c.keyring
+            ),
+            "no image \"no-such-image\"",
+        ),
+        (
+            format!("rbd:no-such-pool/x:conf={}:keyring={}", c.conf, c.keyring),
+            "no pool \"no-such-pool\"",
+        ),
+        (
+            format!(
+                "rbd:{}/x:conf={}:keyring={}",
+                c.pool,
+                c.conf,
+                bad_keyring.display()
+            ),
+            "refused client.admin's credentials",
+        ),
+        (format!("rbd:{}", c.pool), "is not POOL/IMAGE"),
+    ];
+    for (i, (spec, says)) in cases.iter().enumerate() {
+        let err = serve(dir.path(), &format!("c{i}"), spec)
+            .err()
+            .unwrap_or_else(|| panic!("{spec} was served"));
+        assert!(err.contains(says), "{spec}: {err}");
+    }
+}
