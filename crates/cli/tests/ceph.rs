@@ -148,8 +148,9 @@ fn page(p: u64, round: u64) -> Vec<u8> {
 }
 
 /// Written and flushed pages survive SIGKILL: the next start recovers
-/// them from the cache, a second wcache on the image meanwhile is refused
-/// naming the lock's holder, and a drain puts them on the image.
+/// them from the cache (once the dead holder's lock is broken), a second
+/// wcache on the image meanwhile is refused naming the lock's holder, a
+/// drain puts them on the image, and a clean stop releases the lock.
 #[test]
 fn flushed_pages_survive_a_sigkill_and_reach_the_image() {
     let Some((c, _turn)) = cluster() else { return };
@@ -187,6 +188,8 @@ fn flushed_pages_survive_a_sigkill_and_reach_the_image() {
     assert!(ok, "{err}");
     let (ok, log) = served.stop();
     assert!(ok, "{log}");
+    // A clean stop hands the lock back: the next holder need not wait.
+    assert!(log.contains("its exclusive lock released"), "{log}");
     let image = c.export("kill9", dir.path());
     for p in 0..pages {
         let a = at(p) as usize;

@@ -689,13 +689,9 @@ impl Driver {
         self.shared.lock_core().engine.visit_metrics(now, v);
     }
 
-    /// Each volume's backing health (`BlockDevice::health`), in volume order.
-    pub fn backing_health(&self) -> Vec<Option<String>> {
-        self.shared
-            .backings
-            .iter()
-            .map(|b| b.dev.health())
-            .collect()
+    /// Each volume's backing device, in volume order (its health, its release).
+    pub fn backing_devices(&self) -> impl Iterator<Item = &dyn BlockDevice> {
+        self.shared.backings.iter().map(|b| &*b.dev)
     }
 
     /// The names of the policies in force (`Engine::policy_names`).

@@ -677,6 +677,10 @@ impl Cache {
         let stats = self.driver.stats();
         let engine = self.driver.engine_stats();
         let joined = self.driver.shutdown_within(timeout);
+        if joined {
+            // A thread left behind may still be in a call to a backing.
+            self.driver.backing_devices().for_each(|b| b.release());
+        }
         let dirty_pages = self.driver.dirty_pages();
         let recorded_clean = match self.driver.store() {
             None => false,

@@ -169,6 +169,10 @@ pub trait BlockDevice: Send + Sync {
     fn health(&self) -> Option<String> {
         None
     }
+    /// The cache is closed, its threads joined: give up what the device
+    /// holds that another user would wait for (an RBD image's exclusive
+    /// lock). No I/O follows. Default: nothing held.
+    fn release(&self) {}
     /// The journal region a backing keeps for journaled write-back's
     /// atomic checkpoints (`journaled::JournaledDevice`); None: it has none.
     fn journal(&self) -> Option<&journaled::BackingJournal> {

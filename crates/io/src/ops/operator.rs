@@ -360,7 +360,7 @@ impl Operator {
         inner
             .exports
             .iter()
-            .zip(inner.driver.backing_health())
+            .zip(inner.driver.backing_devices().map(|b| b.health()))
             .zip(counts)
             .map(|((e, health), c)| ExportStatus {
                 backing_health: health,

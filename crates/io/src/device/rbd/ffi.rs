@@ -42,6 +42,7 @@ pub struct Api {
     pub rbd_aio_get_return_value: unsafe extern "C" fn(Handle) -> isize,
     pub rbd_aio_release: unsafe extern "C" fn(Handle),
     pub rbd_lock_acquire: unsafe extern "C" fn(Handle, c_int) -> c_int,
+    pub rbd_lock_release: unsafe extern "C" fn(Handle) -> c_int,
     pub rbd_lock_get_owners:
         unsafe extern "C" fn(Handle, *mut c_int, *mut *mut c_char, *mut usize) -> c_int,
     pub rbd_lock_get_owners_cleanup: unsafe extern "C" fn(*mut *mut c_char, usize),
@@ -98,6 +99,7 @@ fn load() -> Result<Api, String> {
         rbd_aio_get_return_value: sym!(rbd, b"rbd_aio_get_return_value\0"),
         rbd_aio_release: sym!(rbd, b"rbd_aio_release\0"),
         rbd_lock_acquire: sym!(rbd, b"rbd_lock_acquire\0"),
+        rbd_lock_release: sym!(rbd, b"rbd_lock_release\0"),
         rbd_lock_get_owners: sym!(rbd, b"rbd_lock_get_owners\0"),
         rbd_lock_get_owners_cleanup: sym!(rbd, b"rbd_lock_get_owners_cleanup\0"),
         _rados: rados,
