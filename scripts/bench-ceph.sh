@@ -15,8 +15,9 @@
 #              next flush (the NBD minimum; rbd-cache's durability and more)
 # wcache targets are driven by fio's nbd engine over a Unix socket.
 # Jobs: 4 KiB random write QD1 (p50, p99) and QD32, 1 MiB sequential write
-# QD4, 4 KiB random read QD32 of the data written before; each after a
-# sequential warm-up write of the region on every target.
+# QD4, 4 KiB random read QD32 of the data written before (the wcache
+# targets drained first, so that no destage runs beside the reads); each
+# after a sequential warm-up write of the region on every target.
 #
 # Usage: scripts/bench-ceph.sh  (RUNTIME=10 SIZE=256M CACHE_SIZE=1G
 #        BENCH_DIR=/var/tmp; JOBS picks some jobs; KEEP=1 leaves the
@@ -102,7 +103,16 @@ for job in warm "${JOBS[@]}"; do
   # shellcheck disable=SC2207
   args=($(job_args "$job")) || { echo "unknown job $job (w4k-qd1 w4k-qd32 w1m-qd4 r4k-qd32)"; exit 2; }
   echo "job $job"
+  if [[ "$job" == r* ]]; then
+    # Reads of cached data, not reads beside the destage of the writes
+    # before (which keeps the OSD and wcache busy for tens of seconds).
+    for t in wcache wcache-pof; do "$WCACHE" flush --control "$WORK/$t.ctl" >/dev/null; done
+  fi
   for t in "${TARGETS[@]}"; do fio_on "$t" "$job" "${args[@]}"; done
+done
+# What the wcache targets' reads found in their caches (since their start).
+for t in wcache wcache-pof; do
+  echo "$t: $("$WCACHE" status --control "$WORK/$t.ctl" | grep -o 'page hits reads [0-9.]* %' || true)"
 done
 
 python3 - "$WORK" "$RUNTIME" "$SIZE" "$CACHE_SIZE" "${JOBS[@]}" <<'PY'
