@@ -70,17 +70,20 @@ impl Cluster {
     /// A fresh image `name` of `size` with the exclusive-lock feature.
     fn image(&self, name: &str, size: &str) -> String {
         let full = format!("{}/{name}", self.pool);
-        let _ = Command::new("rbd")
-            .args([
-                "-c",
-                &self.conf,
-                "-k",
-                &self.keyring,
-                "rm",
-                "--no-progress",
-                &full,
-            ])
-            .output();
+        // An image a killed process had open keeps its watcher for 30 s.
+        let start = Instant::now();
+        loop {
+            let out = Command::new("rbd")
+                .args(["-c", &self.conf, "-k", &self.keyring])
+                .args(["rm", "--no-progress", &full])
+                .output()
+                .expect("run rbd");
+            let err = String::from_utf8_lossy(&out.stderr);
+            if !err.contains("watchers") || start.elapsed() > Duration::from_secs(45) {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
         self.rbd(&[
             "create",
             "--size",
@@ -200,16 +203,18 @@ fn flushed_pages_survive_a_sigkill_and_reach_the_image() {
 /// A writer flushes after every round of writes while OSD 0 is killed and
 /// started again (`scripts/ceph-cluster.sh restart-osd 0`), under
 /// write-through (every write reaches the image, so the writer waits out
-/// the restart) and under write-back destaging every 100 ms (the destages
-/// wait, the writer does not): every write whose flush returned is on the
-/// image after a drain, each page holding its last acknowledged round or
-/// the one after it.
+/// the restart) and under write-back destaging every 100 ms; then while
+/// the monitor is restarted under write-through. After a drain every write
+/// whose flush returned is on the image, each page holding its last
+/// acknowledged round or the one after it.
 #[test]
 fn an_osd_restart_under_a_writer_loses_no_acknowledged_write() {
     let Some((c, _turn)) = cluster() else { return };
-    for (i, mode) in [
-        &["--write-policy", "write-through"][..],
-        &["--max-dirty-age", "100ms"][..],
+    let (osd, mon) = (&["restart-osd", "0"][..], &["restart-mon"][..]);
+    for (i, (mode, restart)) in [
+        (&["--write-policy", "write-through"][..], osd),
+        (&["--max-dirty-age", "100ms"][..], osd),
+        (&["--write-policy", "write-through"][..], mon),
     ]
     .into_iter()
     .enumerate()
@@ -218,7 +223,7 @@ fn an_osd_restart_under_a_writer_loses_no_acknowledged_write() {
         let name = format!("osd-restart-{i}");
         let spec = c.image(&name, "256M");
         let served = serve_with(dir.path(), "a", &spec, mode).unwrap();
-        let (acked, slowest) = write_through_an_osd_restart(&served.socket);
+        let (acked, slowest) = write_through_a_restart(&served.socket, restart);
         let control = dir.path().join("a.ctl").display().to_string();
         let (ok, _, err) = wcache(&["flush", "--control", &control]);
         assert!(ok, "{err}");
@@ -232,11 +237,11 @@ fn an_osd_restart_under_a_writer_loses_no_acknowledged_write() {
             let p = p as u64;
             assert!(
                 on == page(p, last) || on == page(p, last + 1),
-                "{mode:?}, page {p}: neither round {last} nor the next"
+                "{mode:?} {restart:?}, page {p}: neither round {last} nor the next"
             );
         }
         eprintln!(
-            "{mode:?}: {} pages checked, {:?} rounds, slowest round {:.1} s",
+            "{mode:?} {restart:?}: {} pages checked, {:?} rounds, slowest round {:.1} s",
             acked.len(),
             acked[0],
             slowest.as_secs_f64()
@@ -244,10 +249,10 @@ fn an_osd_restart_under_a_writer_loses_no_acknowledged_write() {
     }
 }
 
-/// Rounds of 64 writes and a flush to `socket` from 2 s before an OSD
-/// restart to 3 s after it: each page's last acknowledged round, and the
-/// slowest round.
-fn write_through_an_osd_restart(socket: &Path) -> (Vec<Option<u64>>, Duration) {
+/// Rounds of 64 writes and a flush to `socket` from 2 s before
+/// `scripts/ceph-cluster.sh RESTART` to 3 s after it: each page's last
+/// acknowledged round, and the slowest round.
+fn write_through_a_restart(socket: &Path, restart: &[&str]) -> (Vec<Option<u64>>, Duration) {
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let (stop, socket) = (Arc::clone(&stop), socket.to_path_buf());
@@ -271,17 +276,14 @@ fn write_through_an_osd_restart(socket: &Path) -> (Vec<Option<u64>>, Duration) {
     std::thread::sleep(Duration::from_secs(2));
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/ceph-cluster.sh");
     let start = Instant::now();
-    let out = Command::new(script)
-        .args(["restart-osd", "0"])
-        .output()
-        .unwrap();
+    let out = Command::new(script).args(restart).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     eprintln!(
-        "OSD 0 restarted in {:.1} s under the writer",
+        "{restart:?} in {:.1} s under the writer",
         start.elapsed().as_secs_f64()
     );
     std::thread::sleep(Duration::from_secs(3));

@@ -20,6 +20,7 @@ mod ffi;
 
 use std::ffi::CString;
 use std::io;
+use std::sync::{RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use ffi::{c_string, Api, Handle};
@@ -98,7 +99,8 @@ pub struct RbdDevice {
     api: &'static Api,
     cluster: Handle,
     ioctx: Handle,
-    image: Handle,
+    /// Null once released (closed): I/O holds it shared, the close alone.
+    image: RwLock<Handle>,
     size_bytes: u64,
     name: String,
     cached: bool,
@@ -133,7 +135,7 @@ impl RbdDevice {
             api,
             cluster,
             ioctx: std::ptr::null_mut(),
-            image: std::ptr::null_mut(),
+            image: RwLock::new(std::ptr::null_mut()),
             size_bytes: 0,
             name: name.clone(),
             cached: parsed.option("rbd_cache").is_some_and(|v| v == "true"),
@@ -164,39 +166,49 @@ impl RbdDevice {
                 _ => format!("pool {:?}: {}", spec.pool, os_error(r as i64)),
             });
         }
-        let image = c_string("image", &spec.image)?;
+        let name = c_string("image", &spec.image)?;
+        let image = self.image.get_mut().unwrap_or_else(|e| e.into_inner());
         // SAFETY: an open io context; no snapshot (null): the image itself.
-        let r = unsafe {
-            (self.api.rbd_open)(
-                self.ioctx,
-                image.as_ptr(),
-                &mut self.image,
-                std::ptr::null(),
-            )
-        };
+        let r = unsafe { (self.api.rbd_open)(self.ioctx, name.as_ptr(), image, std::ptr::null()) };
         if r < 0 {
-            self.image = std::ptr::null_mut();
+            *image = std::ptr::null_mut();
             return Err(match -r {
                 libc::ENOENT => format!("no image {:?} in pool {:?}", spec.image, spec.pool),
                 _ => format!("open: {}", os_error(r as i64)),
             });
         }
         // SAFETY: an open image; a valid out pointer.
-        let r = unsafe { (self.api.rbd_get_size)(self.image, &mut self.size_bytes) };
+        let r = unsafe { (self.api.rbd_get_size)(*image, &mut self.size_bytes) };
         if r < 0 {
             return Err(format!("size: {}", os_error(r as i64)));
         }
         Ok(())
     }
 
+    /// The open image for one call, or an error once released.
+    fn image(&self, op: &'static str) -> Result<RwLockReadGuard<'_, Handle>, DeviceError> {
+        let image = self.image.read().unwrap_or_else(|e| e.into_inner());
+        if image.is_null() {
+            return Err(DeviceError::Io {
+                device: self.name.clone(),
+                op,
+                offset_bytes: 0,
+                len_bytes: 0,
+                source: io::Error::other("closed: the cache released the image"),
+            });
+        }
+        Ok(image)
+    }
+
     /// Takes the exclusive lock, or names who holds it.
     fn lock(&self) -> Result<(), String> {
+        let image = *self.image.read().unwrap_or_else(|e| e.into_inner());
         // SAFETY: an open image.
-        let r = unsafe { (self.api.rbd_lock_acquire)(self.image, ffi::LOCK_MODE_EXCLUSIVE) };
+        let r = unsafe { (self.api.rbd_lock_acquire)(image, ffi::LOCK_MODE_EXCLUSIVE) };
         if r == 0 {
             return Ok(());
         }
-        let owners = ffi::lock_owners(self.api, self.image);
+        let owners = ffi::lock_owners(self.api, image);
         Err(match -r {
             libc::EINVAL | libc::EOPNOTSUPP => format!(
                 "the image has no exclusive-lock feature, so nothing stops a second host writing it: enable it (rbd feature enable {} exclusive-lock)",
@@ -314,8 +326,9 @@ impl Drop for RbdDevice {
     fn drop(&mut self) {
         // SAFETY: each handle opened by `open`, closed once, none in use.
         unsafe {
-            if !self.image.is_null() {
-                (self.api.rbd_close)(self.image);
+            let image = *self.image.get_mut().unwrap_or_else(|e| e.into_inner());
+            if !image.is_null() {
+                (self.api.rbd_close)(image);
             }
             if !self.ioctx.is_null() {
                 (self.api.rados_ioctx_destroy)(self.ioctx);
@@ -341,7 +354,8 @@ impl BlockDevice for RbdDevice {
         for piece in buf.chunks_mut(PIECE_MAX_BYTES) {
             let len = piece.len();
             // SAFETY: an open image; `piece` is writable for `len` bytes.
-            let r = unsafe { (self.api.rbd_read)(self.image, at, len, piece.as_mut_ptr().cast()) };
+            let image = self.image("read")?;
+            let r = unsafe { (self.api.rbd_read)(*image, at, len, piece.as_mut_ptr().cast()) };
             if r < 0 {
                 return Err(self.io_error("read", at, len, r as i64));
             }
@@ -363,7 +377,8 @@ impl BlockDevice for RbdDevice {
         for piece in data.chunks(PIECE_MAX_BYTES) {
             let len = piece.len();
             // SAFETY: an open image; `piece` is readable for `len` bytes.
-            let r = unsafe { (self.api.rbd_write)(self.image, at, len, piece.as_ptr().cast()) };
+            let image = self.image("write")?;
+            let r = unsafe { (self.api.rbd_write)(*image, at, len, piece.as_ptr().cast()) };
             if r < 0 || r as usize != len {
                 return Err(self.io_error("write", at, len, (r as i64).min(-(libc::EIO as i64))));
             }
@@ -375,22 +390,36 @@ impl BlockDevice for RbdDevice {
     /// Every write in flight at once (librbd's asynchronous writes), then
     /// each waited for.
     fn write_many(&self, writes: &[(&[u8], u64)], failed: &mut dyn FnMut(usize, DeviceError)) {
+        let image = match self.image("write") {
+            Ok(image) => image,
+            Err(_) => {
+                for (i, (data, at)) in writes.iter().enumerate() {
+                    failed(
+                        i,
+                        self.io_error("write", *at, data.len(), -(libc::EBADF as i64)),
+                    );
+                }
+                return;
+            }
+        };
         let mut pending: Vec<(usize, Handle)> = Vec::with_capacity(writes.len());
+        let mut reported = vec![false; writes.len()];
         for (i, (data, at)) in writes.iter().enumerate() {
             let len = data.len() as u64;
             if let Err(e) = check_range(&|| self.name(), *at, len, self.size_bytes) {
                 failed(i, e);
                 continue;
             }
-            if data.len() > PIECE_MAX_BYTES {
-                if let Err(e) = self.write_at(data, *at) {
-                    failed(i, e);
+            for (k, piece) in data.chunks(PIECE_MAX_BYTES).enumerate() {
+                let piece_at = *at + (k * PIECE_MAX_BYTES) as u64;
+                match self.aio_write(*image, piece, piece_at) {
+                    Ok(c) => pending.push((i, c)),
+                    Err(r) => {
+                        reported[i] = true;
+                        failed(i, self.io_error("write", piece_at, piece.len(), r));
+                        break;
+                    }
                 }
-                continue;
-            }
-            match self.aio_write(data, *at) {
-                Ok(c) => pending.push((i, c)),
-                Err(r) => failed(i, self.io_error("write", *at, data.len(), r)),
             }
         }
         for (i, c) in pending {
@@ -401,7 +430,8 @@ impl BlockDevice for RbdDevice {
                 (self.api.rbd_aio_release)(c);
                 r
             };
-            if r < 0 {
+            if r < 0 && !reported[i] {
+                reported[i] = true;
                 let (data, at) = writes[i];
                 failed(i, self.io_error("write", at, data.len(), r as i64));
             }
@@ -409,8 +439,9 @@ impl BlockDevice for RbdDevice {
     }
 
     fn flush(&self) -> Result<(), DeviceError> {
+        let image = self.image("flush")?;
         // SAFETY: an open image.
-        let r = unsafe { (self.api.rbd_flush)(self.image) };
+        let r = unsafe { (self.api.rbd_flush)(*image) };
         if r < 0 {
             return Err(self.io_error("flush", 0, 0, r as i64));
         }
@@ -419,23 +450,34 @@ impl BlockDevice for RbdDevice {
 
     fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
         check_range(&|| self.name(), offset_bytes, len_bytes, self.size_bytes)?;
+        let image = self.image("trim")?;
         // SAFETY: an open image.
-        let r = unsafe { (self.api.rbd_discard)(self.image, offset_bytes, len_bytes) };
+        let r = unsafe { (self.api.rbd_discard)(*image, offset_bytes, len_bytes) };
         if r < 0 {
             return Err(self.io_error("trim", offset_bytes, len_bytes as usize, r as i64));
         }
         Ok(())
     }
 
-    /// The next holder of the image need not wait for this one's watch to
-    /// expire (a process ends without dropping its devices).
+    /// Closes the image: its exclusive lock is released and its watch
+    /// removed, so the next holder need not wait for the watch to expire (a
+    /// process ends without dropping its devices). Later calls fail.
     fn release(&self) {
-        // SAFETY: an open image; no call in flight (the cache is closed).
-        let r = unsafe { (self.api.rbd_lock_release)(self.image) };
+        let mut image = self.image.write().unwrap_or_else(|e| e.into_inner());
+        if image.is_null() {
+            return;
+        }
+        // SAFETY: an open image, no call in flight (the lock excludes them).
+        let r = unsafe {
+            let r = (self.api.rbd_lock_release)(*image);
+            (self.api.rbd_close)(*image);
+            r
+        };
+        *image = std::ptr::null_mut();
         match r {
-            0 => tracing::info!("{}: its exclusive lock released", self.name),
+            0 => tracing::info!("{}: closed, its exclusive lock released", self.name),
             _ => tracing::warn!(
-                "{}: releasing its exclusive lock: {}",
+                "{}: closed; releasing its lock: {}",
                 self.name,
                 os_error(r as i64)
             ),
@@ -454,7 +496,7 @@ impl BlockDevice for RbdDevice {
 
 impl RbdDevice {
     /// One asynchronous write in flight: its completion, or the errno.
-    fn aio_write(&self, data: &[u8], at: u64) -> Result<Handle, i64> {
+    fn aio_write(&self, image: Handle, data: &[u8], at: u64) -> Result<Handle, i64> {
         let mut c: Handle = std::ptr::null_mut();
         // SAFETY: no callback; a valid out pointer.
         let r = unsafe { (self.api.rbd_aio_create_completion)(std::ptr::null_mut(), None, &mut c) };
@@ -462,9 +504,7 @@ impl RbdDevice {
             return Err(r as i64);
         }
         // SAFETY: an open image; `data` outlives the wait in `write_many`.
-        let r = unsafe {
-            (self.api.rbd_aio_write)(self.image, at, data.len(), data.as_ptr().cast(), c)
-        };
+        let r = unsafe { (self.api.rbd_aio_write)(image, at, data.len(), data.as_ptr().cast(), c) };
         if r < 0 {
             // SAFETY: never submitted: released here only.
             unsafe { (self.api.rbd_aio_release)(c) };
