@@ -3,7 +3,8 @@
 //! CEPH_CONF, CEPH_KEYRING and CEPH_POOL): pages
 //! written and flushed survive a SIGKILL and a restart and reach the image;
 //! a second wcache on a served image is refused naming the lock's holder;
-//! an OSD restarted under a writer loses no acknowledged write; a missing
+//! an OSD or the monitor restarted under a writer loses no acknowledged
+//! write; a full pool fails destages by name and loses nothing; a missing
 //! image or pool and wrong credentials are named. Without a cluster the
 //! tests SKIP, or fail under WCACHE_REQUIRE_CEPH=1.
 
@@ -65,6 +66,32 @@ impl Cluster {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `ceph ARGS` against the cluster: (success, stdout and stderr).
+    fn ceph(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new("ceph")
+            .args(["-c", &self.conf, "-k", &self.keyring])
+            .args(args)
+            .output()
+            .expect("run ceph (ceph-common)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    }
+
+    /// Polls `ceph health detail` until `full` says whether `pool` is full.
+    fn wait_full(&self, pool: &str, full: bool) {
+        let start = Instant::now();
+        let says = format!("pool '{pool}' is full");
+        loop {
+            let (_, health) = self.ceph(&["health", "detail"]);
+            if health.contains(&says) == full {
+                return;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "{health}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 
     /// A fresh image `name` of `size` with the exclusive-lock feature.
@@ -289,6 +316,102 @@ fn write_through_a_restart(socket: &Path, restart: &[&str]) -> (Vec<Option<u64>>
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Release);
     writer.join().expect("the writer got every answer")
+}
+
+/// A pool over its quota (Ceph holds its writes): under write-back the
+/// writer's writes and flushes are acknowledged from the cache, the
+/// destages fail after the backing timeout with an error that names the
+/// likely cause, their pages stay dirty; once the quota is lifted a drain
+/// puts every page on the image.
+#[test]
+fn a_full_pool_fails_destages_by_name_and_loses_nothing() {
+    let Some((c, _turn)) = cluster() else { return };
+    let dir = tmp();
+    let pool = "wcache-full";
+    let remove = [
+        "osd",
+        "pool",
+        "rm",
+        pool,
+        pool,
+        "--yes-i-really-really-mean-it",
+    ];
+    // A failed run's pool, full, would refuse to be emptied.
+    let _ = c.ceph(&remove);
+    let (ok, out) = c.ceph(&["osd", "pool", "create", pool, "8"]);
+    assert!(ok, "{out}");
+    let size_one = [
+        "osd",
+        "pool",
+        "set",
+        pool,
+        "size",
+        "1",
+        "--yes-i-really-mean-it",
+    ];
+    assert!(c.ceph(&size_one).0);
+    c.rbd(&["pool", "init", pool]);
+    let full = Cluster {
+        pool: pool.to_string(),
+        conf: c.conf.clone(),
+        keyring: c.keyring.clone(),
+    };
+    let spec = full.image("img", "64M");
+    // Served before the pool fills: opening an image takes its lock, a write.
+    let served = serve_with(dir.path(), "a", &spec, &["--backing-timeout", "3s"]).unwrap();
+    // Over a quota of 1 MiB: 4 MiB written to the pool around wcache.
+    assert!(
+        c.ceph(&["osd", "pool", "set-quota", pool, "max_bytes", "1048576"])
+            .0
+    );
+    let fill = dir.path().join("fill");
+    std::fs::write(&fill, vec![7u8; 4 << 20]).unwrap();
+    let target = format!("{pool}/filler");
+    full.rbd(&[
+        "import",
+        "--no-progress",
+        &fill.display().to_string(),
+        &target,
+    ]);
+    c.wait_full(pool, true);
+
+    let mut nbd = Nbd::connect(&served.socket, "disk").unwrap();
+    for p in 0..64u64 {
+        nbd.write(p * 8192, &page(p, 7), false).unwrap();
+    }
+    nbd.flush().unwrap();
+    let control = dir.path().join("a.ctl").display().to_string();
+    // A drain cannot finish while the pool is full; its error names why.
+    let (ok, _, err) = wcache(&["flush", "--control", &control, "--stall-timeout-s", "8"]);
+    assert!(
+        !ok,
+        "a drain to a full pool succeeded: {}",
+        served.log_text()
+    );
+    let (_, status, _) = wcache(&["status", "--control", &control]);
+    assert!(status.contains("64 dirty pages"), "{status}");
+    assert!(
+        served.log_text().contains("a full pool or quota"),
+        "{}",
+        served.log_text()
+    );
+
+    assert!(
+        c.ceph(&["osd", "pool", "set-quota", pool, "max_bytes", "0"])
+            .0
+    );
+    c.wait_full(pool, false);
+    let (ok, _, err) = wcache(&["flush", "--control", &control]);
+    assert!(ok, "{err}");
+    let (ok, log) = served.stop();
+    assert!(ok, "{log}");
+    let image = full.export("img", dir.path());
+    for p in 0..64u64 {
+        let a = (p * 8192) as usize;
+        assert!(image[a..a + 4096] == page(p, 7), "page {p} on the image");
+    }
+    let (ok, out) = c.ceph(&remove);
+    assert!(ok, "{out}");
 }
 
 /// A missing image, a missing pool, a keyring of no use: the serve fails

@@ -113,9 +113,17 @@ unsafe impl Send for RbdDevice {}
 // SAFETY: as above.
 unsafe impl Sync for RbdDevice {}
 
-/// A negated errno from librados/librbd as an `io::Error`.
+/// A negated errno from librados/librbd as an `io::Error`. A timeout is
+/// the cluster holding a request it cannot serve (a full pool, a PG with no
+/// OSD up) until librados' timeout: it says so.
 fn os_error(r: i64) -> io::Error {
-    io::Error::from_raw_os_error((-r) as i32)
+    match (-r) as i32 {
+        libc::ETIMEDOUT => io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the cluster did not complete it within the backing timeout (a full pool or quota, or no OSD up for its PG: `ceph health`)",
+        ),
+        errno => io::Error::from_raw_os_error(errno),
+    }
 }
 
 impl RbdDevice {
