@@ -385,7 +385,7 @@ fn a_full_pool_fails_destages_by_name_and_loses_nothing() {
     let (ok, _, err) = wcache(&["flush", "--control", &control, "--stall-timeout-s", "8"]);
     assert!(
         !ok,
-        "a drain to a full pool succeeded: {}",
+        "a drain to a full pool succeeded ({err}): {}",
         served.log_text()
     );
     let (_, status, _) = wcache(&["status", "--control", &control]);
