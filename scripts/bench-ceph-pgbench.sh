@@ -3,15 +3,20 @@
 # the cluster of scripts/ceph-cluster.sh. This host has no rbd or nbd
 # kernel module, so each target is an NBD export made a block device with
 # nbdfuse and a loop device (the same path for both):
-#   rbd      qemu-nbd of the image (qemu's rbd driver, cache=none: librbd's
-#            cache off, a write durable on the OSD when done; flushes pass)
-#   wcache   `wcache serve` of the image (rbd: backing), write-back, its
-#            cache a file on BENCH_DIR (persist-on-write)
+#   rbd        qemu-nbd of the image (qemu's rbd driver, cache=none:
+#              librbd's cache off, a write durable on the OSD when done;
+#              flushes pass)
+#   rbd-cache  the same with cache=writeback (librbd's cache on: volatile
+#              until a flush, lost with the process before it)
+#   wcache     `wcache serve` of the image (rbd: backing), write-back, its
+#              cache a file on BENCH_DIR (persist-on-write)
+#   wcache-pof the same with --persist-on-flush
 # Each: mkfs.ext4, PostgreSQL (shared_buffers 32MB), pgbench -i -s SCALE,
 # then pgbench -c CLIENTS -j 2 -T SECS (TPC-B-like); tps and latency.
 #
 # Usage: scripts/bench-ceph-pgbench.sh  (SECS=60 SCALE=10 CLIENTS=8
-#        CACHE_SIZE=1G BENCH_DIR=/var/tmp TARGETS="rbd wcache"; root)
+#        CACHE_SIZE=1G BENCH_DIR=/var/tmp TARGETS="rbd rbd-cache wcache
+#        wcache-pof"; root)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECS=${SECS:-60}
@@ -19,7 +24,7 @@ SCALE=${SCALE:-10}
 CLIENTS=${CLIENTS:-8}
 CACHE_SIZE=${CACHE_SIZE:-1G}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
-read -r -a TARGETS <<<"${TARGETS:-rbd wcache}"
+read -r -a TARGETS <<<"${TARGETS:-rbd rbd-cache wcache wcache-pof}"
 PORT=54341
 
 need=()
@@ -37,7 +42,9 @@ WCACHE=${CARGO_TARGET_DIR:-$ROOT/target}/release/wcache
 
 started=0
 "$ROOT/scripts/ceph-cluster.sh" status >/dev/null 2>&1 || started=1
-eval "$(IMAGES="pg-rbd:4G pg-wcache:4G" "$ROOT/scripts/ceph-cluster.sh" start)"
+images=""
+for t in "${TARGETS[@]}"; do images+="pg-$t:4G "; done
+eval "$(IMAGES="$images" "$ROOT/scripts/ceph-cluster.sh" start)"
 
 WORK=$(mktemp -d "$BENCH_DIR/wcache-bench-ceph-pg.XXXXXX")
 chmod o+x "$WORK"
@@ -66,17 +73,21 @@ wait_socket() { for _ in $(seq 600); do [ -S "$1" ] && return 0; sleep 0.1; done
 
 export_target() { # target: an NBD server of its image on $WORK/$t.sock
   local t=$1
+  local cache=none pof=()
   case $t in
-    rbd)
-      qemu-nbd --socket="$WORK/$t.sock" --cache=none --persistent --shared=4 \
-        --image-opts "driver=raw,file.driver=rbd,file.pool=$CEPH_POOL,file.image=pg-rbd,file.conf=$CEPH_CONF,file.user=admin" \
+    rbd | rbd-cache)
+      [ "$t" = rbd-cache ] && cache=writeback
+      qemu-nbd --socket="$WORK/$t.sock" --cache=$cache --persistent --shared=4 \
+        --image-opts "driver=raw,file.driver=rbd,file.pool=$CEPH_POOL,file.image=pg-$t,file.conf=$CEPH_CONF,file.user=admin" \
         >"$WORK/$t.log" 2>&1 &
       ;;
-    wcache)
-      "$WCACHE" serve --socket "$WORK/$t.sock" --cache "$WORK/cache.img" --cache-size "$CACHE_SIZE" \
-        --export "disk=rbd:$CEPH_POOL/pg-wcache:conf=$CEPH_CONF:keyring=$CEPH_KEYRING" \
-        --control "$WORK/$t.ctl" >"$WORK/$t.log" 2>&1 &
+    wcache | wcache-pof)
+      [ "$t" = wcache-pof ] && pof=(--persist-on-flush)
+      "$WCACHE" serve --socket "$WORK/$t.sock" --cache "$WORK/$t-cache.img" --cache-size "$CACHE_SIZE" \
+        --export "disk=rbd:$CEPH_POOL/pg-$t:conf=$CEPH_CONF:keyring=$CEPH_KEYRING" \
+        --control "$WORK/$t.ctl" "${pof[@]}" >"$WORK/$t.log" 2>&1 &
       ;;
+    *) echo "unknown target $t (rbd rbd-cache wcache wcache-pof)"; exit 2 ;;
   esac
   SERVER=$!
   wait_socket "$WORK/$t.sock"
@@ -86,7 +97,7 @@ run_target() { # target: prints "tps p50 p99"
   local t=$1 uri
   export_target "$t"
   uri="nbd+unix:///?socket=$WORK/$t.sock"
-  [ "$t" = wcache ] && uri="nbd+unix:///disk?socket=$WORK/$t.sock"
+  [[ "$t" == wcache* ]] && uri="nbd+unix:///disk?socket=$WORK/$t.sock"
   mkdir -p "$WORK/nbd" "$WORK/fs"
   nbdfuse "$WORK/nbd" "$uri" &
   for _ in $(seq 100); do [ -e "$WORK/nbd/nbd" ] && break; sleep 0.1; done
@@ -120,7 +131,10 @@ for t in "${TARGETS[@]}"; do
   read -r tps p50 p99 <"$WORK/$t.result"
   printf '| %s | %.0f | %s | %s |\n' "$t" "$tps" "$p50" "$p99"
 done
-if [ -s "$WORK/rbd.result" ] && [ -s "$WORK/wcache.result" ]; then
-  python3 -c "import sys; a=float(sys.argv[1]); b=float(sys.argv[2]); print(f'wcache / rbd: {b/a:.2f}x tps')" \
-    "$(cut -d' ' -f1 "$WORK/rbd.result")" "$(cut -d' ' -f1 "$WORK/wcache.result")"
-fi
+ratio() { # a b: b's tps over a's
+  [ -s "$WORK/$1.result" ] && [ -s "$WORK/$2.result" ] || return 0
+  python3 -c "import sys; print(f'{sys.argv[2]} / {sys.argv[1]}: {float(sys.argv[4]) / float(sys.argv[3]):.2f}x tps')" \
+    "$1" "$2" "$(cut -d' ' -f1 "$WORK/$1.result")" "$(cut -d' ' -f1 "$WORK/$2.result")"
+}
+ratio rbd wcache
+ratio rbd-cache wcache-pof

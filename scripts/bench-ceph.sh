@@ -13,6 +13,9 @@
 #   wcache-pof the same with --persist-on-flush: a write survives the
 #              process's crash when it completes, a power loss after the
 #              next flush (the NBD minimum; rbd-cache's durability and more)
+#   wcache-qemu wcache as `wcache`, its backing qemu-nbd's export of the
+#              image (nbd+unix:, qemu's rbd driver, cache=none) instead of
+#              librbd in wcache itself: the other way to reach an image
 # wcache targets are driven by fio's nbd engine over a Unix socket.
 # Jobs: 4 KiB random write QD1 (p50, p99) and QD32, 1 MiB sequential write
 # QD4, 4 KiB random read QD32 of the data written before (the wcache
@@ -29,7 +32,9 @@ SIZE=${SIZE:-256M}
 CACHE_SIZE=${CACHE_SIZE:-1G}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 read -r -a JOBS <<<"${JOBS:-w4k-qd1 w4k-qd32 w1m-qd4 r4k-qd32}"
-TARGETS=(rbd rbd-cache wcache wcache-pof)
+TARGETS=(rbd rbd-cache wcache wcache-pof wcache-qemu)
+command -v qemu-nbd >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/qemu/block-rbd.so ] ||
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-utils qemu-block-extra >/dev/null; }
 for tool in fio python3; do
   command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install -y fio)"; exit 1; }
 done
@@ -61,6 +66,14 @@ serve() { # target extra-args...
   local t=$1
   shift
   local spec="rbd:$CEPH_POOL/bench-$t:conf=$CEPH_CONF:keyring=$CEPH_KEYRING"
+  if [ "$t" = wcache-qemu ]; then
+    qemu-nbd --socket="$WORK/qemu.sock" --cache=none --persistent --shared=8 \
+      --image-opts "driver=raw,file.driver=rbd,file.pool=$CEPH_POOL,file.image=bench-$t,file.conf=$CEPH_CONF,file.user=admin" \
+      >"$WORK/qemu.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 100); do [ -S "$WORK/qemu.sock" ] && break; sleep 0.1; done
+    spec="nbd+unix:///?socket=$WORK/qemu.sock"
+  fi
   "$WCACHE" serve --socket "$WORK/$t.sock" --cache "$WORK/$t-cache.img" --cache-size "$CACHE_SIZE" \
     --export "disk=$spec" --control "$WORK/$t.ctl" "$@" >"$WORK/$t.log" 2>&1 &
   PIDS+=($!)
@@ -69,6 +82,7 @@ serve() { # target extra-args...
 }
 serve wcache
 serve wcache-pof --persist-on-flush
+serve wcache-qemu
 
 job_args() {
   case $1 in
@@ -106,23 +120,24 @@ for job in warm "${JOBS[@]}"; do
   if [[ "$job" == r* ]]; then
     # Reads of cached data, not reads beside the destage of the writes
     # before (which keeps the OSD and wcache busy for tens of seconds).
-    for t in wcache wcache-pof; do "$WCACHE" flush --control "$WORK/$t.ctl" >/dev/null; done
+    for t in wcache wcache-pof wcache-qemu; do "$WCACHE" flush --control "$WORK/$t.ctl" >/dev/null; done
   fi
   for t in "${TARGETS[@]}"; do fio_on "$t" "$job" "${args[@]}"; done
 done
 # What the wcache targets' reads found in their caches (since their start).
-for t in wcache wcache-pof; do
+for t in wcache wcache-pof wcache-qemu; do
   echo "$t: $("$WCACHE" status --control "$WORK/$t.ctl" | grep -o 'page hits reads [0-9.]* %' || true)"
 done
 
 python3 - "$WORK" "$RUNTIME" "$SIZE" "$CACHE_SIZE" "${JOBS[@]}" <<'PY'
 import json, sys
 work, runtime, size, cache_size, jobs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
-targets = ["rbd", "rbd-cache", "wcache", "wcache-pof"]
+targets = ["rbd", "rbd-cache", "wcache", "wcache-pof", "wcache-qemu"]
 names = {"rbd": "bare RBD (librbd, cache off: durable when done)",
          "rbd-cache": "RBD with rbd_cache=true (volatile until flush)",
          "wcache": f"wcache write-back, {cache_size} cache on a disk file (durable when done)",
-         "wcache-pof": "wcache --persist-on-flush (crash-safe when done, durable at flush)"}
+         "wcache-pof": "wcache --persist-on-flush (crash-safe when done, durable at flush)",
+         "wcache-qemu": "wcache as wcache, its backing qemu-nbd's export of the image"}
 def get(t, job):
     j = json.load(open(f"{work}/{t}-{job}.json"))["jobs"][0]
     side = j["write" if job.startswith("w") else "read"]
@@ -132,17 +147,19 @@ def get(t, job):
 print(f"fio {runtime} s per job over {size} of each image; one OSD (bluestore on a file)")
 for t in targets:
     print(f"  {t}: {names[t]}")
-print("| job | " + " | ".join(targets) + " | wcache / rbd | wcache-pof / rbd-cache |")
-print("|---|" + "---|" * (len(targets) + 2))
+print("| job | " + " | ".join(targets) + " | wcache / rbd | wcache-pof / rbd-cache | wcache-qemu / wcache |")
+print("|---|" + "---|" * (len(targets) + 3))
 for job in jobs:
     r = {t: get(t, job) for t in targets}
     if job == "w4k-qd1":
         for key in ("p50", "p99"):
             cells = [f"{r[t][key]:,.0f} µs" for t in targets]
             print(f"| {job} {key} | " + " | ".join(cells) +
-                  f" | {r['wcache'][key] / r['rbd'][key]:.3f} | {r['wcache-pof'][key] / r['rbd-cache'][key]:.3f} |")
+                  f" | {r['wcache'][key] / r['rbd'][key]:.3f} | {r['wcache-pof'][key] / r['rbd-cache'][key]:.3f}"
+                  f" | {r['wcache-qemu'][key] / r['wcache'][key]:.3f} |")
     key, unit = ("mibs", "MiB/s") if job == "w1m-qd4" else ("iops", "IOPS")
     cells = [f"{r[t][key]:,.0f} {unit}" for t in targets]
     print(f"| {job} | " + " | ".join(cells) +
-          f" | {r['wcache'][key] / r['rbd'][key]:.2f} | {r['wcache-pof'][key] / r['rbd-cache'][key]:.2f} |")
+          f" | {r['wcache'][key] / r['rbd'][key]:.2f} | {r['wcache-pof'][key] / r['rbd-cache'][key]:.2f}"
+          f" | {r['wcache-qemu'][key] / r['wcache'][key]:.2f} |")
 PY
