@@ -361,8 +361,8 @@ impl BlockDevice for RbdDevice {
         let mut at = offset_bytes;
         for piece in buf.chunks_mut(PIECE_MAX_BYTES) {
             let len = piece.len();
-            // SAFETY: an open image; `piece` is writable for `len` bytes.
             let image = self.image("read")?;
+            // SAFETY: an open image; `piece` is writable for `len` bytes.
             let r = unsafe { (self.api.rbd_read)(*image, at, len, piece.as_mut_ptr().cast()) };
             if r < 0 {
                 return Err(self.io_error("read", at, len, r as i64));
@@ -384,11 +384,13 @@ impl BlockDevice for RbdDevice {
         let mut at = offset_bytes;
         for piece in data.chunks(PIECE_MAX_BYTES) {
             let len = piece.len();
-            // SAFETY: an open image; `piece` is readable for `len` bytes.
             let image = self.image("write")?;
+            // SAFETY: an open image; `piece` is readable for `len` bytes.
             let r = unsafe { (self.api.rbd_write)(*image, at, len, piece.as_ptr().cast()) };
             if r < 0 || r as usize != len {
-                return Err(self.io_error("write", at, len, (r as i64).min(-(libc::EIO as i64))));
+                // A short write (never seen) is an I/O error; an errno is itself.
+                let errno = if r < 0 { r as i64 } else { -(libc::EIO as i64) };
+                return Err(self.io_error("write", at, len, errno));
             }
             at += len as u64;
         }
