@@ -103,14 +103,24 @@ impl DeviceLock {
             LockMode::Shared => libc::LOCK_SH,
             LockMode::Exclusive => libc::LOCK_EX,
         } | libc::LOCK_NB;
+        let mut tries = 0;
         // SAFETY: flock(2) on a descriptor this function owns.
-        if unsafe { libc::flock(file.as_raw_fd(), operation) } != 0 {
+        while unsafe { libc::flock(file.as_raw_fd(), operation) } != 0 {
             let e = std::io::Error::last_os_error();
-            if e.kind() == ErrorKind::WouldBlock {
-                let holder = holders(&meta).unwrap_or_else(|| "another process".to_string());
-                return Err(held(what, shown, holder));
+            if e.kind() != ErrorKind::WouldBlock {
+                return Err(io(e));
             }
-            return Err(io(e));
+            match holders(&meta) {
+                Some(holder) => return Err(held(what, shown, holder)),
+                // No process listed: a child forked by this process (or
+                // another holder's) between its fork and its exec holds a
+                // copy of the locked descriptor for a moment. Try again.
+                None if tries < TRANSIENT_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(TRANSIENT_WAIT);
+                }
+                None => return Err(held(what, shown, "another process".to_string())),
+            }
         }
         Ok(DeviceLock { _file: file, mode })
     }
@@ -119,6 +129,11 @@ impl DeviceLock {
         self.mode
     }
 }
+
+/// A lock held by no process `/proc/locks` lists is tried again this many
+/// times, this long apart (a child between fork and exec holds it).
+const TRANSIENT_TRIES: u32 = 50;
+const TRANSIENT_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 fn held(what: &'static str, path: String, holder: String) -> LockError {
     LockError::Held {
