@@ -215,6 +215,10 @@ impl BlockDevice for EmulatedDevice {
         self.store.len_bytes()
     }
 
+    fn release(&self) {
+        self.store.release();
+    }
+
     fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DeviceError> {
         check_range(
             &|| self.name(),

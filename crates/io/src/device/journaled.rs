@@ -549,6 +549,12 @@ impl BlockDevice for JournaledDevice {
     fn health(&self) -> Option<String> {
         self.inner.health()
     }
+    fn release(&self) {
+        self.inner.release();
+        if !Arc::ptr_eq(&self.journal.dev, &self.inner) {
+            self.journal.dev.release();
+        }
+    }
     fn journal(&self) -> Option<&BackingJournal> {
         Some(&self.journal)
     }
