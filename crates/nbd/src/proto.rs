@@ -233,6 +233,8 @@ pub enum HandshakeError {
     TooManyOptions,
     #[error("input after the handshake ended")]
     AlreadyFinished,
+    #[error("NBD_OPT_EXPORT_NAME before NBD_OPT_STARTTLS, and TLS is required")]
+    TlsRequired,
 }
 
 /// Which option ended option haggling.
@@ -256,14 +258,27 @@ pub enum HandshakeEvent {
     },
     /// The client sent `NBD_OPT_ABORT`: send the pending output, then close.
     Aborted,
+    /// The client sent `NBD_OPT_STARTTLS` and it was accepted: send the
+    /// pending output (the ACK, in plaintext), run the TLS handshake on the
+    /// connection, then call `Handshake::tls_started`; every later byte,
+    /// both ways, goes over TLS.
+    StartTls,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     ClientFlags,
     OptionHeader,
-    OptionData { option: u32, length: u32 },
-    OptionSkip { option: u32, remaining: u64 },
+    OptionData {
+        option: u32,
+        length: u32,
+    },
+    OptionSkip {
+        option: u32,
+        remaining: u64,
+    },
+    /// STARTTLS was acknowledged: nothing is consumed until `tls_started`.
+    AwaitingTls,
     Finished,
 }
 
@@ -273,7 +288,9 @@ enum State {
 /// `clear_output()`; read bytes; `handle_input(bytes)` returns how many were
 /// consumed; drain `poll_event()` }. Once an event is produced,
 /// `handle_input` consumes nothing more: bytes after the final option belong
-/// to the transmission phase. An `Err` means: close the connection.
+/// to the transmission phase. An `Err` means: close the connection. With
+/// TLS (`with_tls`), `HandshakeEvent::StartTls` stops consumption until the
+/// caller has upgraded the connection and called `tls_started`.
 #[derive(Debug)]
 pub struct Handshake {
     exports: Vec<ExportInfo>,
@@ -286,6 +303,8 @@ pub struct Handshake {
     fixed_newstyle: bool,
     no_zeroes: bool,
     options_count: u32,
+    tls_mode: TlsMode,
+    tls_active: bool,
 }
 
 impl Handshake {
@@ -308,6 +327,8 @@ impl Handshake {
             fixed_newstyle: false,
             no_zeroes: false,
             options_count: 0,
+            tls_mode: TlsMode::Off,
+            tls_active: false,
         }
     }
 
@@ -343,7 +364,7 @@ impl Handshake {
         while used < input.len() {
             let rest = &input[used..];
             match self.state {
-                State::Finished => break,
+                State::Finished | State::AwaitingTls => break,
                 State::ClientFlags => {
                     used += self.fill_pending(rest, 4);
                     if self.pending.len() == 4 {
@@ -380,7 +401,11 @@ impl Handshake {
                     let remaining = remaining - take;
                     if remaining == 0 {
                         self.state = State::OptionHeader;
-                        self.reply_error(option, REP_ERR_TOO_BIG, "option data too long");
+                        if self.tls_required_now() {
+                            self.reply_error(option, REP_ERR_TLS_REQD, TLS_REQUIRED_MESSAGE);
+                        } else {
+                            self.reply_error(option, REP_ERR_TOO_BIG, "option data too long");
+                        }
                     } else {
                         self.state = State::OptionSkip { option, remaining };
                     }
@@ -451,6 +476,15 @@ impl Handshake {
     }
 
     fn on_option(&mut self, option: u32, data: &[u8]) -> Result<(), HandshakeError> {
+        if self.tls_required_now() && option != OPT_STARTTLS && option != OPT_ABORT {
+            if option == OPT_EXPORT_NAME {
+                // It cannot be answered with an error: close, as the spec asks.
+                self.state = State::Finished;
+                return Err(HandshakeError::TlsRequired);
+            }
+            self.reply_error(option, REP_ERR_TLS_REQD, TLS_REQUIRED_MESSAGE);
+            return Ok(());
+        }
         match option {
             OPT_EXPORT_NAME => self.on_export_name(data),
             OPT_ABORT => {
@@ -483,7 +517,7 @@ impl Handshake {
                 Ok(())
             }
             OPT_STARTTLS => {
-                self.reply_error(option, REP_ERR_UNSUP, "TLS is not supported");
+                self.on_starttls(data);
                 Ok(())
             }
             OPT_STRUCTURED_REPLY => {
@@ -885,95 +919,14 @@ fn be_u64(bytes: &[u8]) -> u64 {
     u64::from_be_bytes(word)
 }
 
-// ---------------------------------------------------------------------------
-// Fuzz entry points.
-
 /// Entry points for fuzzers (cargo-fuzz, proptest): feed arbitrary bytes to
 /// the parsers and check the allocation bounds. They panic only on a bug.
-pub mod fuzz {
-    use super::*;
-
-    /// Feed `data` to a handshake in chunks whose sizes come from `data`
-    /// itself; assert buffers stay bounded.
-    pub fn handshake(data: &[u8]) {
-        let mut exports = vec![ExportInfo::new("a", 1 << 20, 512, true)];
-        exports.push(ExportInfo::new("", 4096, 1, false));
-        let mut machine = Handshake::new(exports, Some(0));
-        let mut at = 0usize;
-        let mut step = 1usize;
-        while at < data.len() {
-            let end = (at + step).min(data.len());
-            match machine.handle_input(&data[at..end]) {
-                Ok(used) => {
-                    assert!(used <= end - at);
-                    if used < end - at {
-                        assert!(machine.is_finished());
-                        break;
-                    }
-                }
-                Err(_) => break,
-            }
-            assert!(machine.buffered_len() <= OPTION_DATA_MAX_BYTES as usize);
-            // A chunk of ≤ 37 bytes completes at most 3 options; replies are
-            // bounded by the export list, never by lengths the client claims.
-            assert!(machine.output().len() <= 4096);
-            machine.clear_output();
-            while machine.poll_event().is_some() {}
-            step = usize::from(data[at]) % 37 + 1;
-            at = end;
-        }
-    }
-
-    /// Parse `data` as a stream of transmission requests against a small
-    /// export, skipping payloads as the server would; assert that no
-    /// accepted payload exceeds the limits.
-    pub fn requests(data: &[u8]) {
-        let geometry = Geometry {
-            size_bytes: 1 << 20,
-            block_size_min_bytes: 512,
-            payload_max_bytes: PAYLOAD_MAX_BYTES,
-        };
-        let mut rest = data;
-        while rest.len() >= REQUEST_HEADER_LEN {
-            let mut bytes = [0u8; REQUEST_HEADER_LEN];
-            bytes.copy_from_slice(&rest[..REQUEST_HEADER_LEN]);
-            rest = &rest[REQUEST_HEADER_LEN..];
-            let header = match decode_request_header(&bytes) {
-                Ok(header) => header,
-                Err(_) => {
-                    // Try again as if the magic were right: exercise validation.
-                    bytes[0..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
-                    match decode_request_header(&bytes) {
-                        Ok(header) => header,
-                        Err(_) => unreachable!("magic was just fixed"),
-                    }
-                }
-            };
-            let decision = decide(&header, &geometry);
-            assert_eq!(decision.cookie, header.cookie);
-            let skip = match decision.payload {
-                Payload::None => 0,
-                Payload::Receive(len) => {
-                    assert!(len <= geometry.payload_max_bytes);
-                    assert!(matches!(decision.command, Ok(Command::Write { .. })));
-                    assert!(header.offset + u64::from(len) <= geometry.size_bytes);
-                    len as usize
-                }
-                Payload::Discard(len) => {
-                    assert!(decision.command.is_err());
-                    len as usize
-                }
-            };
-            if let Ok(Command::Read { offset, length }) = decision.command {
-                assert!(length <= geometry.payload_max_bytes);
-                assert!(offset + u64::from(length) <= geometry.size_bytes);
-            }
-            rest = &rest[skip.min(rest.len())..];
-        }
-    }
-}
+pub mod fuzz;
 
 pub mod client;
+mod starttls;
+pub use starttls::TlsMode;
+use starttls::TLS_REQUIRED_MESSAGE;
 
 #[cfg(test)]
 mod tests;

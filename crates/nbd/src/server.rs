@@ -32,14 +32,18 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::export::Export;
+use inline_policy::{thread_preemptions, InlinePolicy};
 use job_queue::JobQueue;
+pub use starttls::ServerTls;
 use writes::{more_input, receive_async_write, start_write, ReaderBatch, Start};
 
+mod inline_policy;
 mod job_queue;
+mod starttls;
 mod writes;
 use crate::proto::{
     decide, decode_request_header, encode_simple_reply, Command, ExportInfo, Handshake,
-    HandshakeEvent, NbdErrno, Payload, BLOCK_SIZE_MIN_MAX_BYTES, PAYLOAD_MAX_BYTES,
+    HandshakeEvent, NbdErrno, Payload, TlsMode, BLOCK_SIZE_MIN_MAX_BYTES, PAYLOAD_MAX_BYTES,
     REQUEST_HEADER_LEN, SIMPLE_REPLY_HEADER_LEN, STRING_MAX_BYTES,
 };
 
@@ -73,6 +77,8 @@ pub struct ServerConfig {
     /// sleeping, while the client's requests come back to back (see
     /// `ReadHalf`). `Duration::ZERO`: never poll.
     pub receive_poll: Duration,
+    /// TLS (NBD_OPT_STARTTLS) on TCP connections; Unix ones stay plaintext.
+    pub tls: ServerTls,
 }
 
 impl Default for ServerConfig {
@@ -86,6 +92,7 @@ impl Default for ServerConfig {
             reply_timeout: Duration::from_secs(60),
             inline_service_max: Duration::from_micros(100),
             receive_poll: Duration::from_micros(50),
+            tls: ServerTls::Off,
         }
     }
 }
@@ -514,6 +521,9 @@ fn serve_connection_inner(shared: &Arc<Shared>, socket: Socket) {
     transmission(shared, &connection, &mut reader, info);
     connection.send_queued();
     connection.wait_idle();
+    if let Socket::Tls(stream) = &connection.control {
+        let _ = stream.close_notify();
+    }
     let _ = connection.control.shutdown(Shutdown::Both);
     tracing::info!(peer = %peer, export = %export_name, "NBD client disconnected");
 }
@@ -537,7 +547,11 @@ fn handshake(
     writer: &mut Socket,
 ) -> Result<Option<usize>, ()> {
     let infos = shared.exports.iter().map(export_info).collect();
-    let mut machine = Handshake::new(infos, shared.default_export);
+    let tls = match writer {
+        Socket::Tcp(_) => shared.config.tls.mode(),
+        _ => TlsMode::Off,
+    };
+    let mut machine = Handshake::new(infos, shared.default_export).with_tls(tls);
     loop {
         if !machine.output().is_empty() {
             writer.write_all(machine.output()).map_err(drop)?;
@@ -546,6 +560,11 @@ fn handshake(
         match machine.poll_event() {
             Some(HandshakeEvent::Ready { export_index, .. }) => return Ok(Some(export_index)),
             Some(HandshakeEvent::Aborted) => return Ok(None),
+            Some(HandshakeEvent::StartTls) => {
+                starttls::upgrade(&shared.config.tls, reader, writer)?;
+                machine.tls_started();
+                continue;
+            }
             None => {}
         }
         let input = reader.fill_buf().map_err(drop)?;
@@ -557,78 +576,9 @@ fn handshake(
     }
 }
 
-/// Requests handed to the workers, while too many inline requests were
-/// slow, between two run inline to measure again.
-const INLINE_PROBE_EVERY: u32 = 16;
-/// Hand over while more than 1 in this many recent inline requests were slow.
-const INLINE_SLOW_ONE_IN: u64 = 20;
 /// Replies batched by the reader are sent once they reach this many bytes
 /// (and whenever the reader is about to wait for the client).
 const REPLY_BATCH_MAX_BYTES: usize = 64 * 1024;
-
-/// Chooses, per request, between running it on the reader thread and
-/// handing it to the workers, from the share of recent inline requests that
-/// took longer than `inline_service_max` (a moving average, weight 1/32 per
-/// request, in parts per 2^20). A share, not a mean time: one preemption of
-/// the reader must not send a fast export's requests to the workers, but a
-/// cache that misses to a disk one time in ten must. A slow request during
-/// which the reader was preempted (its count of involuntary context
-/// switches moved) is not counted: on a busy host, the scheduler, not the
-/// export, made it slow.
-struct InlinePolicy {
-    max_ns: u64,
-    slow_share: u64,
-    handed_over: u32,
-    preemptions: u64,
-}
-
-impl InlinePolicy {
-    const ONE: u64 = 1 << 20;
-
-    fn run_inline(&mut self) -> bool {
-        if self.max_ns == 0 {
-            return false;
-        }
-        if self.slow_share <= Self::ONE / INLINE_SLOW_ONE_IN {
-            return true;
-        }
-        // Slow lately: hand over, but measure again now and then, so a
-        // passing stall does not keep a fast export off the fast path.
-        self.handed_over += 1;
-        if self.handed_over >= INLINE_PROBE_EVERY {
-            self.handed_over = 0;
-            return true;
-        }
-        false
-    }
-
-    fn note(&mut self, elapsed: Duration) {
-        let mut slow = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX) > self.max_ns;
-        if slow {
-            // Only slow requests pay for the system call. The count also
-            // moves for a preemption since the last slow request, which at
-            // worst lets one slow request of a slow export go uncounted.
-            let preemptions = thread_preemptions();
-            if preemptions != self.preemptions {
-                self.preemptions = preemptions;
-                slow = false;
-            }
-        }
-        let sample = if slow { Self::ONE } else { 0 };
-        self.slow_share = self.slow_share - self.slow_share / 32 + sample / 32;
-    }
-}
-
-/// Involuntary context switches of the calling thread so far.
-fn thread_preemptions() -> u64 {
-    // SAFETY: getrusage fills a zeroed struct we own.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-    if rc != 0 {
-        return 0;
-    }
-    u64::try_from(usage.ru_nivcsw).unwrap_or(0)
-}
 
 fn transmission(
     shared: &Arc<Shared>,

@@ -1,16 +1,21 @@
-//! A connection's socket, TCP or Unix, for the server: one type with the
-//! calls the server makes (timeouts, shutdown, a read that never blocks,
-//! vectored writes), the reading half that polls before it sleeps, and who
-//! is at the other end (for the log). It must never interpret the bytes.
+//! A connection's socket, TCP, TCP with TLS, or Unix, for the server: one
+//! type with the calls the server makes (timeouts, shutdown, a read that
+//! never blocks, vectored writes), the reading half that polls before it
+//! sleeps, and who is at the other end (for the log). It must never
+//! interpret the bytes. TLS (`crate::tls`) comes after STARTTLS; without
+//! it, a read or write is the plain socket's call, with no lock or copy.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use crate::tls::TlsStream;
+
 pub(crate) enum Socket {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(TlsStream),
 }
 
 impl Socket {
@@ -23,6 +28,10 @@ impl Socket {
             Socket::Unix(s) => {
                 unix_peer_pid(s).map_or_else(|| "unix".into(), |p| format!("unix pid {p}"))
             }
+            Socket::Tls(s) => s
+                .tcp()
+                .peer_addr()
+                .map_or_else(|_| "tls ?".into(), |a| format!("tls {a}")),
         }
     }
 
@@ -30,6 +39,7 @@ impl Socket {
         Ok(match self {
             Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
             Socket::Unix(s) => Socket::Unix(s.try_clone()?),
+            Socket::Tls(s) => Socket::Tls(s.try_clone()?),
         })
     }
 
@@ -37,6 +47,7 @@ impl Socket {
         match self {
             Socket::Tcp(s) => s.shutdown(how),
             Socket::Unix(s) => s.shutdown(how),
+            Socket::Tls(s) => s.shutdown(how),
         }
     }
 
@@ -44,6 +55,7 @@ impl Socket {
         match self {
             Socket::Tcp(s) => s.set_read_timeout(timeout),
             Socket::Unix(s) => s.set_read_timeout(timeout),
+            Socket::Tls(s) => s.tcp().set_read_timeout(timeout),
         }
     }
 
@@ -51,6 +63,7 @@ impl Socket {
         match self {
             Socket::Tcp(s) => s.set_write_timeout(timeout),
             Socket::Unix(s) => s.set_write_timeout(timeout),
+            Socket::Tls(s) => s.tcp().set_write_timeout(timeout),
         }
     }
 }
@@ -60,6 +73,7 @@ impl Read for Socket {
         match self {
             Socket::Tcp(s) => s.read(buf),
             Socket::Unix(s) => s.read(buf),
+            Socket::Tls(s) => (&*s).read(buf),
         }
     }
 }
@@ -70,44 +84,58 @@ impl Socket {
         match self {
             Socket::Tcp(s) => s.as_raw_fd(),
             Socket::Unix(s) => s.as_raw_fd(),
+            Socket::Tls(s) => s.tcp().as_raw_fd(),
         }
     }
 
-    /// Bytes wait to be read (a peek that never blocks; an error counts as
-    /// none: the next read reports it).
+    /// Bytes wait to be read (never blocks; an error counts as none: the
+    /// next read reports it).
     pub(crate) fn has_input(&self) -> bool {
-        let mut byte = 0u8;
-        // SAFETY: one byte of valid memory for the call.
-        let n = unsafe {
-            libc::recv(
-                self.raw_fd(),
-                (&mut byte as *mut u8).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        n > 0
+        match self {
+            Socket::Tls(s) => s.has_input(),
+            _ => peek_input(self.raw_fd()),
+        }
     }
 
-    /// One `recv` that never blocks: `Ok(None)` when nothing is there yet.
+    /// A read that never blocks: `Ok(None)` when nothing is there yet.
     pub(crate) fn try_read(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        // SAFETY: `buf` is valid for writes of its length for the call.
-        let n = unsafe {
-            libc::recv(
-                self.raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n >= 0 {
-            return Ok(Some(n as usize));
+        match self {
+            Socket::Tls(s) => s.try_read(buf),
+            _ => recv_dontwait(self.raw_fd(), buf),
         }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
-            _ => Err(e),
-        }
+    }
+}
+
+/// Bytes wait to be read on `fd` (a peek that never blocks; an error
+/// counts as none).
+pub(crate) fn peek_input(fd: std::os::unix::io::RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: one byte of valid memory for the call.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0
+}
+
+/// One `recv` on `fd` that never blocks: `Ok(None)` when nothing is there yet.
+pub(crate) fn recv_dontwait(
+    fd: std::os::unix::io::RawFd,
+    buf: &mut [u8],
+) -> io::Result<Option<usize>> {
+    // SAFETY: `buf` is valid for writes of its length for the call.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    if n >= 0 {
+        return Ok(Some(n as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+        _ => Err(e),
     }
 }
 
@@ -153,6 +181,7 @@ impl Write for Socket {
         match self {
             Socket::Tcp(s) => s.write(buf),
             Socket::Unix(s) => s.write(buf),
+            Socket::Tls(s) => (&*s).write(buf),
         }
     }
 
@@ -160,6 +189,7 @@ impl Write for Socket {
         match self {
             Socket::Tcp(s) => s.write_vectored(bufs),
             Socket::Unix(s) => s.write_vectored(bufs),
+            Socket::Tls(s) => (&*s).write_vectored(bufs),
         }
     }
 

@@ -4,6 +4,8 @@
 use super::*;
 use proptest::prelude::*;
 
+mod starttls;
+
 fn exports() -> Vec<ExportInfo> {
     let mut first = ExportInfo::new("disk", 1 << 20, 512, false);
     first.description = Some("first disk".into());
@@ -299,7 +301,6 @@ fn abort_is_acked_and_ends_the_handshake() {
 fn unsupported_options_get_err_unsup() {
     for opt in [
         OPT_STRUCTURED_REPLY,
-        OPT_STARTTLS,
         OPT_SET_META_CONTEXT,
         OPT_EXTENDED_HEADERS,
         0,
