@@ -12,7 +12,9 @@ log "dependencies"
 need_apt=()
 command -v fio >/dev/null || need_apt+=(fio)
 command -v nbdkit >/dev/null || need_apt+=(nbdkit)
-command -v nbdinfo >/dev/null || need_apt+=(libnbd-bin)
+command -v nbdinfo >/dev/null && command -v nbdcopy >/dev/null || need_apt+=(libnbd-bin)
+# Certificates for the NBD TLS test (crates/cli/tests/nbd_tls.rs).
+command -v openssl >/dev/null || need_apt+=(openssl)
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v tmux >/dev/null || need_apt+=(tmux)
 # A real program on wcache mount (crates/fuse/tests/mount.rs).

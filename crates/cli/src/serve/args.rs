@@ -26,6 +26,20 @@ pub struct ServeArgs {
     /// TCP address to listen on, e.g. 127.0.0.1:10809.
     #[arg(long)]
     pub(crate) listen: Option<String>,
+    /// TLS on the TCP listener (--listen), as nbdkit's --tls: off; on
+    /// (clients may upgrade with NBD_OPT_STARTTLS); require (every client
+    /// must, before anything else). The Unix socket stays plaintext.
+    #[arg(long, default_value = "off", value_parser = ["off", "on", "require"])]
+    pub(crate) tls: String,
+    /// With --tls on or require: a directory holding server-cert.pem,
+    /// server-key.pem and (for --tls-verify-peer) ca-cert.pem, laid out as
+    /// nbdkit's --tls-certificates.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) tls_certificates: Option<PathBuf>,
+    /// With --tls on or require: every TLS client must present a
+    /// certificate signed by DIR/ca-cert.pem (as nbdkit's --tls-verify-peer).
+    #[arg(long)]
+    pub(crate) tls_verify_peer: bool,
     /// Directory for the default cache, backing and socket.
     #[arg(long, default_value = "wcache-data")]
     pub(crate) data_dir: PathBuf,

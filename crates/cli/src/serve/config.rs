@@ -65,6 +65,9 @@ impl From<Size> for String {
 struct ServeFile {
     socket: Option<Spanned<PathBuf>>,
     listen: Option<Spanned<String>>,
+    tls: Option<Spanned<String>>,
+    tls_certificates: Option<Spanned<PathBuf>>,
+    tls_verify_peer: Option<Spanned<bool>>,
     control: Option<Spanned<PathBuf>>,
     metrics: Option<Spanned<String>>,
     data_dir: Option<Spanned<PathBuf>>,
@@ -166,6 +169,12 @@ fn registered<P: ?Sized, A>(
 fn exports(list: &Vec<String>) -> Result<(), String> {
     export_args(list).map(|_| ()).map_err(|e| e.to_string())
 }
+fn tls_mode(mode: &String) -> Result<(), String> {
+    match mode.as_str() {
+        "off" | "on" | "require" => Ok(()),
+        _ => Err(format!("{mode:?}: valid: off, on, require")),
+    }
+}
 fn points(name: &String) -> Result<(), String> {
     ConsistencyPoints::from_name(name)
         .map(|_| ())
@@ -237,6 +246,9 @@ pub fn apply(
     merge!(file, args, given, err;
         socket: opt, no_check as Check<PathBuf>;
         listen: opt, no_check as Check<String>;
+        tls: val, tls_mode;
+        tls_certificates: opt, no_check as Check<PathBuf>;
+        tls_verify_peer: val, no_check as Check<bool>;
         data_dir: val, no_check as Check<PathBuf>;
         backing: opt, no_check as Check<String>;
         exports: val, exports;

@@ -27,6 +27,8 @@ pub(crate) struct Listeners {
     /// (path, temporary path, listener)
     unix: Option<(PathBuf, PathBuf, UnixListener)>,
     tcp: Option<(String, TcpListener)>,
+    /// `nbds` when the TCP listener offers TLS, else `nbd`.
+    tcp_scheme: &'static str,
     ops: Option<OpsListeners>,
 }
 
@@ -45,6 +47,7 @@ impl Listeners {
         let mut listeners = Listeners {
             unix: None,
             tcp: None,
+            tcp_scheme: if args.tls == "off" { "nbd" } else { "nbds" },
             ops: None,
         };
         if let Some(path) = socket {
@@ -140,7 +143,7 @@ impl Listeners {
             let local = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
             server.listen_tcp(listener)?;
             for v in volumes {
-                uris.push(format!("nbd://{local}/{}", v.name()));
+                uris.push(format!("{}://{local}/{}", self.tcp_scheme, v.name()));
             }
         }
         announce(&uris);

@@ -31,7 +31,8 @@ use std::time::Duration;
 use wcache_io::ops::{ClientStatus, ClientsHook};
 use wcache_io::service::{self, FrontEnd, Service, ServiceError};
 use wcache_io::{Cache, CacheConfig, Volume};
-use wcache_nbd::{Server, ServerConfig};
+use wcache_nbd::tls::{self, ClientAuth, TlsError};
+use wcache_nbd::{Server, ServerConfig, ServerTls};
 
 pub use args::ServeArgs;
 use listeners::Listeners;
@@ -60,6 +61,17 @@ pub enum ServeError {
     },
     #[error("--export-admission {0:?}: expected EXPORT=POLICY, e.g. db=cp-pi-ioi")]
     ExportAdmission(String),
+    #[error(
+        "--tls {0} needs --tls-certificates DIR (a directory holding server-cert.pem and \
+         server-key.pem, docs/nbd.md \"TLS\")"
+    )]
+    TlsCertificatesNeeded(String),
+    #[error("--tls {0} applies to the TCP listener, and there is none: add --listen HOST:PORT")]
+    TlsWithoutListen(String),
+    #[error("--tls-verify-peer needs --tls on or --tls require")]
+    TlsVerifyPeerWithoutTls,
+    #[error("--tls-certificates: {0}")]
+    Tls(#[from] TlsError),
 }
 
 /// The NBD server as the service's front end.
@@ -102,6 +114,7 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
     // Every setting is checked before any file is touched.
     let config = cache_config(&args)?;
     config.check()?;
+    let tls = nbd_tls(&args)?;
     if config.is_volatile_write_back() {
         for line in service::volatile_write_back_warning() {
             say_err!("{line}");
@@ -131,7 +144,7 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
     for line in service::open_report(&cache, &config) {
         say!("{line}");
     }
-    let mut server = NbdFrontEnd(start_nbd_server(&args, &cache)?);
+    let mut server = NbdFrontEnd(start_nbd_server(&args, &cache, tls)?);
     let mut service = prepared
         .start(cache, &server, listeners.take_ops())
         .map_err(ServeError::from)?;
@@ -151,8 +164,35 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
     Ok(())
 }
 
+/// The NBD server's TLS from `--tls`, `--tls-certificates` and
+/// `--tls-verify-peer`, its files read and checked: a start that cannot
+/// serve TLS is refused before any device is touched.
+fn nbd_tls(args: &ServeArgs) -> Result<ServerTls, ServeError> {
+    if args.tls == "off" {
+        if args.tls_verify_peer {
+            return Err(ServeError::TlsVerifyPeerWithoutTls);
+        }
+        return Ok(ServerTls::Off);
+    }
+    let Some(dir) = &args.tls_certificates else {
+        return Err(ServeError::TlsCertificatesNeeded(args.tls.clone()));
+    };
+    if args.listen.is_none() {
+        return Err(ServeError::TlsWithoutListen(args.tls.clone()));
+    }
+    let clients = match args.tls_verify_peer {
+        true => ClientAuth::Required,
+        false => ClientAuth::None,
+    };
+    let config = tls::server_config(dir, clients)?;
+    Ok(match args.tls.as_str() {
+        "require" => ServerTls::Require(config),
+        _ => ServerTls::On(config),
+    })
+}
+
 /// The NBD server over the cache's volumes (not yet listening).
-fn start_nbd_server(args: &ServeArgs, cache: &Cache) -> Result<Server, AnyError> {
+fn start_nbd_server(args: &ServeArgs, cache: &Cache, tls: ServerTls) -> Result<Server, AnyError> {
     let mut builder = Server::builder();
     for volume in cache.volumes() {
         builder = builder.export(volume.name(), Arc::new(NbdVolume(volume.clone())));
@@ -160,6 +200,7 @@ fn start_nbd_server(args: &ServeArgs, cache: &Cache) -> Result<Server, AnyError>
     let server_config = ServerConfig {
         workers_count: args.workers,
         receive_poll: Duration::from_micros(args.poll_us),
+        tls,
         ..ServerConfig::default()
     };
     Ok(builder.config(server_config).start()?)
@@ -242,7 +283,11 @@ fn print_attach(volumes: &[Volume], socket: Option<&Path>, uris: &[String]) {
     }
     if let Some(uri) = uris.first() {
         say!("Attach it (as root where noted):");
-        say!("  nbdinfo '{uri}'");
+        if uri.starts_with("nbds:") {
+            say!("  nbdinfo '{uri}?tls-certificates=DIR'   (DIR: the client's ca-cert.pem, client-cert.pem, client-key.pem)");
+        } else {
+            say!("  nbdinfo '{uri}'");
+        }
         say!("  mkdir -p /mnt/wcache /mnt/disk && nbdfuse /mnt/wcache '{uri}' &");
         say!("    then: dev=$(losetup -f --show /mnt/wcache/nbd); mkfs.ext4 $dev; mount $dev /mnt/disk");
         if let Some(path) = socket {
