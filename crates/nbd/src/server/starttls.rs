@@ -74,7 +74,7 @@ pub(super) fn upgrade(
             poll_next: true,
         },
     );
+    tracing::debug!(peer = %peer, tls = %stream.negotiated(), "NBD connection upgraded to TLS");
     *writer = Socket::Tls(stream);
-    tracing::debug!(peer = %peer, "NBD connection upgraded to TLS");
     Ok(())
 }

@@ -122,6 +122,16 @@ impl TlsStream {
         }
     }
 
+    /// The TLS version and cipher suite agreed, for the log
+    /// (`TLSv1_3 TLS13_AES_128_GCM_SHA256`); empty before the handshake.
+    pub fn negotiated(&self) -> String {
+        let conn = lock(&self.conn);
+        match (conn.protocol_version(), conn.negotiated_cipher_suite()) {
+            (Some(version), Some(suite)) => format!("{version:?} {:?}", suite.suite()),
+            _ => String::new(),
+        }
+    }
+
     /// Another handle on the same connection (for another thread).
     pub fn try_clone(&self) -> io::Result<TlsStream> {
         Ok(TlsStream {
