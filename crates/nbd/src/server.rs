@@ -495,6 +495,7 @@ fn serve_connection_inner(shared: &Arc<Shared>, socket: Socket) {
         }
     };
     let export_name = shared.exports[export_index].name.clone();
+    let peer = writer.peer(); // `tls ADDR` after STARTTLS
     tracing::info!(peer = %peer, export = %export_name, "NBD client connected");
     let _listed = shared.clients.register(&peer, &export_name);
     let _ = writer.set_read_timeout(None);
