@@ -13,6 +13,7 @@ mod limits;
 mod logging;
 mod mount;
 mod ops;
+mod replica;
 mod serve;
 mod sim_checks;
 mod sim_config;
@@ -57,6 +58,9 @@ enum Command {
     Sim(Box<SimArgs>),
     /// Serve cached volumes over NBD (no arguments: a demo in ./wcache-data).
     Serve(Box<serve::ServeArgs>),
+    /// Keep a copy of a primary's cache device on this host, for a
+    /// takeover when the primary is lost (docs/replication.md).
+    Replica(Box<replica::ReplicaArgs>),
     /// Serve a directory's files through the cache over FUSE, each request
     /// with its caller's process (docs/mount.md).
     Mount(Box<mount::MountArgs>),
@@ -352,6 +356,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim(*args),
         Command::Serve(args) => serve::serve(*args, &given_on_command_line(&matches, "serve")),
         Command::Mount(args) => mount::mount(*args),
+        Command::Replica(args) => replica::replica(*args),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Critical(args) => ops::critical(args),
         Command::Check(args) => check::check(args),

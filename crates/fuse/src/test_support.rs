@@ -40,6 +40,7 @@ pub fn memory_cache(admission: &str, backing: Option<Arc<dyn BlockDevice>>) -> C
         format: FormatAsked::Found,
         volatile_write_back: false,
         backing_timeout: None,
+        replicate: None,
     };
     Cache::open_with(&config, vec![backing]).expect("memory cache")
 }

@@ -55,6 +55,7 @@ fn cache_config(cache: &Path, format: FormatAsked) -> CacheConfig {
         format,
         volatile_write_back: false,
         backing_timeout: None,
+        replicate: None,
     }
 }
 

@@ -24,6 +24,7 @@ pub mod driver;
 pub mod format;
 pub mod lock;
 pub mod ops;
+pub mod replica;
 pub mod service;
 pub mod store;
 

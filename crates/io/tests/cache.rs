@@ -58,6 +58,7 @@ fn config(cache: &Path, volumes: Vec<VolumeSpec>) -> CacheConfig {
         format: FormatAsked::Found,
         volatile_write_back: false,
         backing_timeout: None,
+        replicate: None,
     }
 }
 

@@ -56,6 +56,7 @@ fn open(dir: &Path, backing: &str) -> Cache {
         format: FormatAsked::Found,
         volatile_write_back: false,
         backing_timeout: None,
+        replicate: None,
     };
     Cache::open(&config).expect("open cache")
 }

@@ -56,6 +56,7 @@ fn config(cache: &Path, backing: &Path, log: bool) -> CacheConfig {
         format: FormatAsked::Found,
         volatile_write_back: false,
         backing_timeout: None,
+        replicate: None,
     }
 }
 

@@ -98,6 +98,34 @@ pub struct ServeArgs {
     /// before they are destaged, and on any crash.
     #[arg(long)]
     pub(crate) volatile_write_back_for_benchmarks: bool,
+    /// Mirror the cache device to a `wcache replica` on another host
+    /// (HOST:PORT): a flush returns once both hosts hold every earlier
+    /// write (docs/replication.md).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) replicate_to: Option<String>,
+    /// The cache's replication state file (cache id, epoch, role).
+    /// Default: the cache file's path with `.replica` added.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) replica_state: Option<PathBuf>,
+    /// A replication peer that does not answer (connect, hello, flush)
+    /// within this is lost; the cache goes on as --on-peer-lost says.
+    #[arg(long, default_value = "5s")]
+    pub(crate) peer_timeout: String,
+    /// While the peer is away or resyncing: write-through (drain, then take
+    /// writes through to the backing; write-back's policy only) or
+    /// write-back (go on alone, the unprotected amount shown in status).
+    #[arg(long, default_value = "write-through")]
+    pub(crate) on_peer_lost: String,
+    /// Start even when the peer cannot be reached (degraded). The operator
+    /// asserts that the peer did not take this cache over.
+    #[arg(long)]
+    pub(crate) start_without_peer: bool,
+    /// Serve a replica's copy of a cache: its primary is lost (stopped or
+    /// fenced). Raises the cache's epoch, so that the old primary is
+    /// refused by any peer of the new one; the copy is recovered as after a
+    /// crash and its dirty pages destaged to the backing.
+    #[arg(long)]
+    pub(crate) takeover: bool,
     /// The cache, its policies and the service's endpoints, as `wcache mount` has them.
     #[command(flatten)]
     pub(crate) cache_opts: CacheArgs,

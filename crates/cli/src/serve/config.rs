@@ -115,6 +115,12 @@ struct ServeFile {
     no_io_uring: Option<Spanned<bool>>,
     stop_timeout: Option<Spanned<f64>>,
     volatile_write_back_for_benchmarks: Option<Spanned<bool>>,
+    replicate_to: Option<Spanned<String>>,
+    replica_state: Option<Spanned<PathBuf>>,
+    peer_timeout: Option<Spanned<String>>,
+    on_peer_lost: Option<Spanned<String>>,
+    start_without_peer: Option<Spanned<bool>>,
+    takeover: Option<Spanned<bool>>,
 }
 
 type Check<T> = fn(&T) -> Result<(), String>;
@@ -124,6 +130,14 @@ fn cache_format(v: &u32) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{v} is not a cache format: 2 or 3"))
+    }
+}
+
+fn on_peer_lost() -> impl Fn(&String) -> Result<(), String> {
+    |text| {
+        crate::serve::replication::on_peer_lost_arg(text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -262,6 +276,12 @@ pub fn apply(
         workers: val, within(limits::threads);
         poll_us: val, within(limits::poll_us);
         volatile_write_back_for_benchmarks: val, no_check as Check<bool>;
+        replicate_to: opt, no_check as Check<String>;
+        replica_state: opt, no_check as Check<PathBuf>;
+        peer_timeout: val, duration("peer-timeout");
+        on_peer_lost: val, on_peer_lost();
+        start_without_peer: val, no_check as Check<bool>;
+        takeover: val, no_check as Check<bool>;
     );
     Ok(args)
 }

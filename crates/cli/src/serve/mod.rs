@@ -22,6 +22,7 @@ mod args;
 mod config;
 mod listeners;
 mod nbd_volume;
+pub(crate) mod replication;
 pub(crate) mod settings;
 
 use std::path::Path;
@@ -112,7 +113,8 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
     };
     let prepared = Service::prepare();
     // Every setting is checked before any file is touched.
-    let config = cache_config(&args)?;
+    let mut config = cache_config(&args)?;
+    config.replicate = replication::mirror_options(&args, &config)?;
     config.check()?;
     let tls = nbd_tls(&args)?;
     if config.is_volatile_write_back() {
@@ -134,6 +136,10 @@ pub fn serve(args: ServeArgs, given: &[String]) -> Result<(), AnyError> {
     }
     let mut listeners = Listeners::bind(&args)?;
     let socket = listeners.socket();
+    if let Err(e) = replication::check_or_take_over(&args, &config) {
+        listeners.discard();
+        return Err(e);
+    }
     let cache = match Cache::open(&config) {
         Ok(cache) => cache,
         Err(e) => {

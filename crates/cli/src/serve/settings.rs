@@ -161,6 +161,7 @@ pub(crate) fn base_config(
         },
         volatile_write_back: false,
         backing_timeout: None,
+        replicate: None,
     })
 }
 

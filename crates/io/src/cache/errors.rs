@@ -18,6 +18,8 @@ use crate::store::{OpenError, StoreError};
 pub enum CacheError {
     #[error(transparent)]
     Settings(#[from] ConfigError),
+    #[error(transparent)]
+    Replication(#[from] crate::replica::MirrorError),
     #[error(
         "write-back is refused with --cache mem: it acknowledges writes that only the cache \
          holds, and process memory loses them on any exit or crash. Use a cache file or device \

@@ -22,6 +22,8 @@
 mod devices;
 mod errors;
 mod monitor;
+mod offline;
+mod replicated;
 mod volume;
 
 pub use crate::driver::Io;
@@ -29,6 +31,7 @@ pub use devices::open_existing_cache_device;
 use devices::*;
 pub use errors::CacheError;
 pub use monitor::Monitor;
+pub use offline::{offline_engine_config, EngineSource, OfflineConfig};
 pub use volume::{Volume, WriteBatch};
 
 use std::path::{Path, PathBuf};
@@ -48,11 +51,9 @@ use crate::driver::{DrainError, Driver, DriverConfig, DriverStats, Payload, Requ
 use crate::format::{EngineRecord, Layout, Superblock, VolumeEntry};
 use crate::lock::{DeviceLock, LockMode};
 use crate::ops::{ExportStatus, Operator, RequestClass, Snapshot, VolumeLatency};
+use crate::replica::keeper::PolicyKeeper;
+use crate::replica::Mirror;
 use crate::store::{show_volumes, Asked, CacheStore, OpenReport};
-
-/// The write group the offline drain uses when the superblock does not
-/// record one (version 1): at least this, and at least a page.
-const OFFLINE_GROUP_BYTES_MIN: u64 = 64 * 1024;
 
 /// Where the cache lives.
 #[derive(Clone, Debug)]
@@ -168,6 +169,8 @@ pub struct CacheConfig {
     /// How long a request to an NBD backing that is away waits for it to
     /// come back before it fails with EIO (None: `NbdOptions`' default).
     pub backing_timeout: Option<Duration>,
+    /// Mirror the cache device to a peer host (`crate::replica`).
+    pub replicate: Option<crate::replica::MirrorOptions>,
 }
 
 /// The format a start asks of its cache device (`CacheConfig::format`).
@@ -235,56 +238,6 @@ fn check_volume_names(volumes: &[VolumeSpec]) -> Result<(), CacheError> {
     Ok(())
 }
 
-/// What an offline drain needs: an existing cache device and the volumes
-/// its superblock names, in order.
-#[derive(Clone, Debug)]
-pub struct OfflineConfig {
-    pub cache_path: PathBuf,
-    pub volumes: Vec<VolumeSpec>,
-    pub backing_sync: SyncMode,
-    pub driver: DriverConfig,
-    /// The host journal in bytes of a cache served write-back-journaled
-    /// (its backings' journals are that large); required for one.
-    pub journal_bytes: Option<u64>,
-}
-
-/// Where the engine configuration of a running cache comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EngineSource {
-    /// The settings it was started with (`Cache::open`); a persistent
-    /// cache's superblock now records them.
-    Settings,
-    /// The superblock's record of the last open for service (`open_offline`).
-    Recorded,
-    /// Not recorded (a version-1 superblock): `open_offline` runs
-    /// write-back with a write group of max(page, 64 KiB) and the default
-    /// destage order and rate. Every page is destaged all the same, perhaps
-    /// more slowly than with the server's settings.
-    Guessed,
-}
-
-/// The engine configuration `open_offline` runs a cache device with: the
-/// superblock's page size and slot count, and its recorded group size and
-/// policies, or for a version-1 superblock (nothing recorded) the guess
-/// `EngineSource::Guessed` describes.
-pub fn offline_engine_config(sb: &Superblock) -> (EngineConfig, EngineSource) {
-    let page = sb.layout.page_size_bytes;
-    let mut engine = EngineConfig {
-        page_size_bytes: page,
-        group_size_bytes: page.max(OFFLINE_GROUP_BYTES_MIN),
-        cache_slots: sb.layout.slot_count,
-        write_policy: WritePolicyKind::WriteBack,
-        ..EngineConfig::default()
-    };
-    match &sb.engine {
-        Some(record) => {
-            record.apply(&mut engine);
-            (engine, EngineSource::Recorded)
-        }
-        None => (engine, EngineSource::Guessed),
-    }
-}
-
 /// The cache device as opened.
 #[derive(Clone, Debug)]
 pub struct CacheDeviceInfo {
@@ -335,6 +288,10 @@ pub struct Cache {
     /// The cache device, backing files and journal files, exclusively
     /// ours until the cache is dropped (after `close` recorded its state).
     _locks: Vec<DeviceLock>,
+    /// The cache device's mirror on a peer host, where replicated.
+    mirror: Option<Arc<Mirror>>,
+    /// Write-through while the peer is away (`--on-peer-lost write-through`).
+    keeper: Option<PolicyKeeper>,
 }
 
 impl Cache {
@@ -372,6 +329,8 @@ impl Cache {
         }
         let (backings, journals, (cache, device), locks) = open_devices(config, provided)?;
         check_cache_size(&config.engine, device.size_bytes, persistent)?;
+        // Mirrored before the first write of the format or the recovery.
+        let (mirror, cache) = replicated::mirror(config, cache)?;
         let mut engine = config.engine.clone();
         engine.cache_slots = device.size_bytes / engine.page_size_bytes.max(1);
         let (driver, report) = match config.cache {
@@ -421,87 +380,11 @@ impl Cache {
             (engine, EngineSource::Settings),
         );
         cache.write_back_allowed = !config.cache.is_memory() || config.volatile_write_back;
+        cache.mirror = mirror;
         cache.operator = cache.make_operator();
         cache.journals = journals;
         cache._locks = locks;
-        Ok(cache)
-    }
-
-    /// Opens a cache device that no server is using, to drain it: never
-    /// creates or formats; the volumes must be exactly the ones its
-    /// superblock names (same order, sizes and backings), since a drain to
-    /// the wrong backing would corrupt it. The engine runs with the
-    /// superblock's page size and recorded configuration
-    /// (`offline_engine_config`; `engine_source` says whether it was
-    /// recorded or, on a version-1 device, guessed). The superblock keeps
-    /// its version and record.
-    pub fn open_offline(config: &OfflineConfig) -> Result<Cache, CacheError> {
-        check_volume_names(&config.volumes)?;
-        if !config.cache_path.exists() {
-            return Err(CacheError::Missing(config.cache_path.display().to_string()));
-        }
-        let mut locks = vec![DeviceLock::acquire(
-            &config.cache_path,
-            LockMode::Exclusive,
-            "cache device",
-        )?];
-        let dev = open_existing_cache_device(&config.cache_path, SyncMode::Fdatasync)?;
-        let sb = CacheStore::read_superblock(dev.as_ref())?;
-        let backings = open_backings(&config.volumes, (config.backing_sync, None), None, None)?;
-        locks.extend(lock_backings(&config.volumes)?);
-        let (mut engine, source) = offline_engine_config(&sb);
-        if engine.write_policy == WritePolicyKind::JournaledWriteBack {
-            let bytes = config.journal_bytes.ok_or(CacheError::JournalSizeNeeded)?;
-            let pages = bytes / engine.page_size_bytes.max(1);
-            engine.journal = JournalConfig {
-                journal_pages: pages,
-                checkpoint: CheckpointMode::BackingJournal { pages },
-                ..JournalConfig::default()
-            };
-        }
-        let (backings, _) = open_journals(
-            backings,
-            &config.volumes,
-            &engine,
-            (config.backing_sync, None),
-            &mut locks,
-        )?;
-        let given = volume_entries(&config.volumes, &backings)?;
-        if given != sb.volumes {
-            return Err(CacheError::Mismatch {
-                cache: show_volumes(&sb.volumes),
-                given: show_volumes(&given),
-            });
-        }
-        // Used only if the device must be formatted anew (it no longer fits
-        // its slot count and holds no dirty page): then it is what this run uses.
-        let record = EngineRecord::from_config(&engine)?;
-        let device = CacheDeviceInfo {
-            name: dev.name(),
-            size_bytes: dev.len_bytes(),
-            mapped: false,
-            on_volatile_memory: is_on_volatile_memory(&config.cache_path),
-            durability: None,
-        };
-        let (driver, report) = start_persistent(
-            &mut engine,
-            dev,
-            given,
-            (&record, false),
-            (false, FormatAsked::Found),
-            backings.clone(),
-            config.driver.clone(),
-        )?;
-        let mut cache = Cache::assemble(
-            driver,
-            &config.volumes,
-            &backings,
-            1,
-            device,
-            Some(report),
-            (engine, source),
-        );
-        cache._locks = locks;
+        cache.keeper = replicated::keeper(config, &cache);
         Ok(cache)
     }
 
@@ -536,7 +419,14 @@ impl Cache {
             })
             .collect();
         let mut cache = Cache {
-            operator: Operator::new(driver.clone(), Vec::new(), Vec::new(), String::new(), false),
+            operator: Operator::new(
+                driver.clone(),
+                Vec::new(),
+                Vec::new(),
+                String::new(),
+                false,
+                None,
+            ),
             driver,
             volumes,
             device,
@@ -546,6 +436,8 @@ impl Cache {
             write_back_allowed: true,
             journals: Vec::new(),
             _locks: Vec::new(),
+            mirror: None,
+            keeper: None,
         };
         cache.operator = cache.make_operator();
         cache
@@ -569,6 +461,7 @@ impl Cache {
             latency,
             self.device.name.clone(),
             self.write_back_allowed,
+            self.mirror.clone(),
         )
     }
 
@@ -672,7 +565,10 @@ impl Cache {
     /// the clean shutdown is recorded all the same — its pages are still
     /// dirty in the cache, and nothing it holds was acknowledged. The caller
     /// then exits the process rather than use the devices again.
-    pub fn close_within(self, timeout: Duration) -> Result<CloseReport, CacheError> {
+    pub fn close_within(mut self, timeout: Duration) -> Result<CloseReport, CacheError> {
+        if let Some(mut keeper) = self.keeper.take() {
+            keeper.stop();
+        }
         let snapshot = self.operator.snapshot();
         let stats = self.driver.stats();
         let engine = self.driver.engine_stats();
@@ -695,6 +591,10 @@ impl Cache {
                 true
             }
         };
+        if let Some(mirror) = &self.mirror {
+            // After the clean record: the peer's copy records it too.
+            mirror.close();
+        }
         Ok(CloseReport {
             stats,
             engine,

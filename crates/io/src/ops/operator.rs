@@ -148,6 +148,9 @@ pub struct Status {
     /// The front end's clients connected now (empty where it lists none).
     #[serde(default)]
     pub clients: Vec<ClientStatus>,
+    /// The link to the replication peer, where the cache is replicated.
+    #[serde(default)]
+    pub replication: Option<crate::replica::ReplicationStatus>,
 }
 
 /// How an online drain is going.
@@ -245,6 +248,8 @@ struct Inner {
     stop: Mutex<Option<StopHook>>,
     clients: Mutex<Option<ClientsHook>>,
     critical_callers: Mutex<Option<CriticalCallersHook>>,
+    /// The cache device's mirror on a peer host, where replicated.
+    replication: Option<Arc<crate::replica::Mirror>>,
 }
 
 impl Operator {
@@ -254,6 +259,7 @@ impl Operator {
         latency: Vec<Arc<VolumeLatency>>,
         cache_device: String,
         write_back_allowed: bool,
+        replication: Option<Arc<crate::replica::Mirror>>,
     ) -> Operator {
         Operator {
             inner: Arc::new(Inner {
@@ -268,6 +274,7 @@ impl Operator {
                 stop: Mutex::new(None),
                 clients: Mutex::new(None),
                 critical_callers: Mutex::new(None),
+                replication,
             }),
         }
     }
@@ -343,7 +350,18 @@ impl Operator {
             destage_rate: rate.to_string(),
             exports: self.export_statuses(),
             clients: self.clients(),
+            replication: self.replication(),
         }
+    }
+
+    /// The replication link now, where the cache is replicated.
+    pub fn replication(&self) -> Option<crate::replica::ReplicationStatus> {
+        self.inner.replication.as_ref().map(|m| m.status())
+    }
+
+    /// The replication link's mirror, where the cache is replicated.
+    pub fn mirror(&self) -> Option<Arc<crate::replica::Mirror>> {
+        self.inner.replication.clone()
     }
 
     /// Every export with its backing's health, dirty pages and hit ratios now.

@@ -203,6 +203,13 @@ impl FileDevice {
         self.options.sync
     }
 
+    /// The file, where it is a regular file (not a block device), not
+    /// mapped: for calls only a regular file takes (punching a hole).
+    pub fn regular_file(&self) -> Option<&File> {
+        let regular = self.file.metadata().is_ok_and(|m| m.is_file());
+        (regular && self.mapping.is_none()).then_some(&self.file)
+    }
+
     /// True when reads and writes are memory copies into a mapping.
     pub fn is_mapped(&self) -> bool {
         self.mapping.is_some()
