@@ -240,6 +240,25 @@ fn print_exports_and_clients(s: &Status) {
             c.peer, c.export, c.connected_s
         );
     }
+    if let Some(r) = &s.replication {
+        print_replication(r);
+    }
+}
+
+fn print_replication(r: &wcache_io::replica::ReplicationStatus) {
+    println!(
+        "replication: {} to {} (cache {}, epoch {}); {} MiB the peer may lack; {} links lost, {} MiB resynced",
+        r.state,
+        r.peer,
+        r.cache_id,
+        r.epoch,
+        r.unprotected_bytes.div_ceil(1 << 20),
+        r.links_lost,
+        r.resynced_bytes >> 20
+    );
+    if let (Some(away), Some(why)) = (r.away_s, &r.last_error) {
+        println!("  away for {away:.1} s: {why}");
+    }
 }
 
 pub fn stats(args: StatsArgs) -> Result<(), AnyError> {

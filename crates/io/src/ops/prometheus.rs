@@ -219,7 +219,59 @@ pub fn render_info(status: &Status) -> String {
         label(&status.destage_rate),
         status.page_size_bytes
     );
+    if let Some(r) = &status.replication {
+        render_replication(&mut out, r);
+    }
     out
+}
+
+/// The replication link (where the cache is replicated): its state as an
+/// info metric, what the peer may lack, losses and resyncs.
+fn render_replication(out: &mut String, r: &crate::replica::ReplicationStatus) {
+    family(
+        out,
+        "wcache_replication_info",
+        "gauge",
+        "The replication peer and the link's state (connected, resyncing, degraded).",
+    );
+    let _ = writeln!(
+        out,
+        "wcache_replication_info{{peer=\"{}\",state=\"{}\",cache_id=\"{}\",epoch=\"{}\"}} 1",
+        label(&r.peer),
+        label(&r.state),
+        label(&r.cache_id),
+        r.epoch
+    );
+    let gauges: [(&str, &str, &str, u64); 4] = [
+        (
+            "wcache_replication_connected",
+            "gauge",
+            "1 while the peer holds every acknowledged write (connected and in sync).",
+            u64::from(r.state == "connected"),
+        ),
+        (
+            "wcache_replication_unprotected_bytes",
+            "gauge",
+            "Bytes of the cache device the peer may lack (whole regions).",
+            r.unprotected_bytes,
+        ),
+        (
+            "wcache_replication_links_lost_total",
+            "counter",
+            "Links to the peer lost since start.",
+            r.links_lost,
+        ),
+        (
+            "wcache_replication_resynced_bytes_total",
+            "counter",
+            "Bytes copied to the peer by resyncs since start.",
+            r.resynced_bytes,
+        ),
+    ];
+    for (name, kind, help, value) in gauges {
+        family(out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
+    }
 }
 
 /// What breaks Prometheus's naming conventions in an exposition, one line
