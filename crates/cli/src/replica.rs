@@ -32,6 +32,12 @@ pub struct ReplicaArgs {
     /// A primary silent for this long is gone (it tests the link every second).
     #[arg(long, default_value = "5s")]
     peer_timeout: String,
+    /// TLS on the link, both ways: `server-cert.pem` and `server-key.pem`
+    /// are this host's, and primaries must show a certificate signed by
+    /// `ca-cert.pem` (plaintext is refused). Without it the link is
+    /// plaintext: a private network only.
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
     /// Mirror the next primary that connects, whatever this copy held
     /// (another cache, a newer epoch, a copy that was taken over): its
     /// content is replaced by the primary's.
@@ -45,12 +51,17 @@ pub fn replica(args: ReplicaArgs) -> Result<(), AnyError> {
         .replica_state
         .clone()
         .unwrap_or_else(|| state::default_path(&args.cache));
+    let tls = match &args.tls_certificates {
+        Some(dir) => LinkTls::server(dir)
+            .map_err(|e| format!("--tls-certificates {}: {e}", dir.display()))?,
+        None => LinkTls::Off,
+    };
     let listener = TcpListener::bind(&args.listen)
         .map_err(|e| format!("--listen {}: cannot listen there: {e}", args.listen))?;
     let mut peer = Peer::open(PeerOptions {
         cache: args.cache.clone(),
         state_path: state_path.clone(),
-        tls: LinkTls::Off,
+        tls,
         timeout,
         force: args.force,
     })?;

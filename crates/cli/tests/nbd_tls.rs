@@ -12,6 +12,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use common::certs::{make_ca, sign, words};
 use common::{wcache, Served};
 
 /// Fails, naming the package, when `tool` is not installed.
@@ -28,61 +29,6 @@ fn run(program: &str, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("run {program}: {e}"))
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// `text` split at spaces (the paths here have none).
-fn words(text: &str) -> Vec<&str> {
-    text.split_whitespace().collect()
-}
-
-/// A CA in `dir`: ca-cert.pem and ca-key.pem.
-fn make_ca(dir: &Path, name: &str) {
-    std::fs::create_dir_all(dir).expect("mkdir");
-    let mut args = words(
-        "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-         -keyout ca-key.pem -out ca-cert.pem -addext basicConstraints=critical,CA:TRUE \
-         -addext keyUsage=critical,keyCertSign,cRLSign -subj",
-    );
-    let subject = format!("/CN={name}");
-    args.push(&subject);
-    openssl(dir, &args);
-}
-
-/// `SIDE-cert.pem` and `SIDE-key.pem` (SIDE: server or client) in `dir`,
-/// signed by the CA in `ca_dir`, for localhost and 127.0.0.1.
-fn sign(dir: &Path, ca_dir: &Path, side: &str) {
-    std::fs::create_dir_all(dir).expect("mkdir");
-    let usage = if side == "server" {
-        "serverAuth"
-    } else {
-        "clientAuth"
-    };
-    let text = format!("subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage={usage}\n");
-    std::fs::write(dir.join(format!("{side}.ext")), text).expect("ext file");
-    let request = format!(
-        "req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN={side} \
-         -keyout {side}-key.pem -out {side}.csr"
-    );
-    openssl(dir, &words(&request));
-    let ca = ca_dir.display();
-    let signing = format!(
-        "x509 -req -in {side}.csr -CA {ca}/ca-cert.pem -CAkey {ca}/ca-key.pem -set_serial 2 \
-         -days 30 -extfile {side}.ext -out {side}-cert.pem"
-    );
-    openssl(dir, &words(&signing));
 }
 
 /// The `nbds://HOST:PORT` part of the URI the server announced.
@@ -111,16 +57,16 @@ fn tls_require_serves_libnbd_clients_and_refuses_plaintext_and_strangers() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (good, other_ca) = (tmp.path().join("good"), tmp.path().join("other-ca"));
     make_ca(&good, "wcache test CA");
-    sign(&good, &good, "server");
-    sign(&good, &good, "client");
+    sign(&good, &good, "server", "127.0.0.1");
+    sign(&good, &good, "client", "127.0.0.1");
     make_ca(&other_ca, "another CA");
     // Trusts the server, but its certificate is another CA's.
     let stranger = tmp.path().join("stranger");
-    sign(&stranger, &other_ca, "client");
+    sign(&stranger, &other_ca, "client", "127.0.0.1");
     std::fs::copy(good.join("ca-cert.pem"), stranger.join("ca-cert.pem")).expect("cp");
     // Has a certificate of ours, but trusts only another CA.
     let untrusting = tmp.path().join("untrusting");
-    sign(&untrusting, &good, "client");
+    sign(&untrusting, &good, "client", "127.0.0.1");
     std::fs::copy(other_ca.join("ca-cert.pem"), untrusting.join("ca-cert.pem")).expect("cp");
 
     let good_dir = good.to_string_lossy().into_owned();
@@ -186,7 +132,7 @@ fn tls_require_refuses_to_start_without_the_server_key_naming_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let certs = tmp.path().join("certs");
     make_ca(&certs, "wcache test CA");
-    sign(&certs, &certs, "server");
+    sign(&certs, &certs, "server", "127.0.0.1");
     std::fs::remove_file(certs.join("server-key.pem")).expect("rm");
     let cache = tmp.path().join("cache.img");
     let (dir, cache_path) = (certs.to_string_lossy(), cache.to_string_lossy());

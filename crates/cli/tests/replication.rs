@@ -43,6 +43,10 @@ fn ip(args: &[&str]) {
 impl Net {
     /// Namespaces `wcr<pid><tag>a` and `...b`, 10.77.`subnet`.1 and .2.
     fn new(tag: &str, subnet: u8) -> Net {
+        assert!(
+            netns_available(),
+            "network namespaces (ip netns) are needed: run as root"
+        );
         let base = format!("wcr{}{tag}", std::process::id());
         let (a, b) = (format!("{base}a"), format!("{base}b"));
         let (va, vb) = (
@@ -270,42 +274,47 @@ fn replica(net: &Net, site: &Site, port: u16, extra: &[&str]) -> Proc {
 /// in its own namespace, reaches it through the file system).
 fn primary(net: &Net, site: &Site, port: u16, extra: &[&str]) -> Proc {
     let peer = format!("{}:{port}", net.addr_b);
-    let (cache, backing, socket, control) = (
-        site.s("cache.img"),
-        site.s("backing.img"),
-        site.s("p.sock"),
-        site.s("p.ctl"),
-    );
-    let mut args = vec![
-        "serve",
-        "--cache",
-        &cache,
-        "--cache-size",
-        "64M",
-        "--backing",
-        &backing,
-        "--backing-size",
-        "64M",
-        "--socket",
-        &socket,
-        "--control",
-        &control,
-        "--write-policy",
-        "write-back",
-        "--replicate-to",
-        &peer,
-        // Dirty pages stay in the caches: a takeover must bring them.
-        "--max-dirty-age",
-        "1h",
-        "--idle-after",
-        "1h",
-        "--peer-timeout",
-        "2s",
-    ];
-    args.extend(extra);
+    // Dirty pages stay in the caches: a takeover must bring them.
+    let mut more = vec!["--write-policy", "write-back", "--max-dirty-age", "1h"];
+    more.extend(["--idle-after", "1h"]);
+    more.extend(extra);
+    let args = serve_args(site, &peer, &more);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut p = Proc::start(&net.a, &args, &site.path("primary.log"));
     p.wait_for("serving 1 export", Duration::from_secs(20));
     p
+}
+
+/// `wcache serve` of `site`'s cache and backing (64 MiB each) on Unix
+/// socket p.sock, control p.ctl, replicated to `peer`, then `extra`.
+fn serve_args(site: &Site, peer: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["serve", "--cache-size", "64M", "--backing-size", "64M"]
+        .map(String::from)
+        .into();
+    for (option, file) in [
+        ("--cache", "cache.img"),
+        ("--backing", "backing.img"),
+        ("--socket", "p.sock"),
+        ("--control", "p.ctl"),
+    ] {
+        args.extend([option.to_string(), site.s(file)]);
+    }
+    args.extend([
+        "--replicate-to".into(),
+        peer.to_string(),
+        "--peer-timeout".into(),
+        "2s".into(),
+    ]);
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
+/// A start of `args` in namespace `ns` that must fail: its log.
+fn refused(ns: &str, args: &[String], log: &Path) -> String {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, log) = Proc::start(ns, &args, log).exit_within(Duration::from_secs(20));
+    assert!(!ok, "started: {log}");
+    log
 }
 
 /// Takes over the copy (the replica stopped), drains it to the backing, stops.
@@ -375,6 +384,14 @@ fn wait_state(control: &str, state: &str, within: Duration) -> serde_json::Value
     }
 }
 
+/// A count from the environment (the long runs of docs/replication.md), or `default`.
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 fn netns_available() -> bool {
     Command::new("ip")
         .args(["netns", "list"])
@@ -387,14 +404,7 @@ fn netns_available() -> bool {
 /// refused (its peer is gone, and the copy will not mirror it again).
 #[test]
 fn a_killed_primary_is_taken_over_with_every_acknowledged_write() {
-    assert!(
-        netns_available(),
-        "network namespaces (ip netns) are needed: run as root"
-    );
-    let rounds: usize = std::env::var("WCACHE_TAKEOVER_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let rounds: usize = env_count("WCACHE_TAKEOVER_ROUNDS", 3);
     let net = Net::new("k", 31);
     let mut checked = 0;
     for round in 0..rounds {
@@ -422,26 +432,14 @@ fn a_killed_primary_is_taken_over_with_every_acknowledged_write() {
             .unwrap_or_else(|e| panic!("round {round}: {e}; takeover: {log}"));
         checked += PAGES;
         // The old primary comes back: its peer is gone, so it does not start.
-        let mut again = Proc::start(
+        let peer_addr = format!("{}:{port}", net.addr_b);
+        let log = refused(
             &net.a,
-            &[
-                "serve",
-                "--cache",
-                &site.s("cache.img"),
-                "--backing",
-                &site.s("backing.img"),
-                "--socket",
-                &site.s("p2.sock"),
-                "--replicate-to",
-                &format!("{}:{port}", net.addr_b),
-                "--peer-timeout",
-                "1s",
-            ],
+            &serve_args(&site, &peer_addr, &[]),
             &site.path("again.log"),
         );
-        let (ok, log) = again.exit_within(Duration::from_secs(20));
         assert!(
-            !ok && log.contains("cannot reach it") && log.contains("--start-without-peer"),
+            log.contains("cannot reach it") && log.contains("--start-without-peer"),
             "{log}"
         );
         // And the copy, now a primary, will not mirror the old one.
@@ -472,14 +470,7 @@ fn a_killed_primary_is_taken_over_with_every_acknowledged_write() {
 /// after the last resync finds every acknowledged write.
 #[test]
 fn partitions_under_a_writer_degrade_resync_and_lose_nothing() {
-    assert!(
-        netns_available(),
-        "network namespaces (ip netns) are needed: run as root"
-    );
-    let partitions: usize = std::env::var("WCACHE_PARTITIONS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let partitions: usize = env_count("WCACHE_PARTITIONS", 3);
     let net = Net::new("p", 32);
     let site = Site::new();
     let port = 10950;
@@ -524,10 +515,6 @@ fn partitions_under_a_writer_degrade_resync_and_lose_nothing() {
 /// write-back again. Status, the log and the metrics say so.
 #[test]
 fn a_lost_peer_means_write_through_until_it_is_back_in_sync() {
-    assert!(
-        netns_available(),
-        "network namespaces (ip netns) are needed: run as root"
-    );
     let net = Net::new("l", 33);
     let site = Site::new();
     let port = 10960;
@@ -588,116 +575,126 @@ fn a_lost_peer_means_write_through_until_it_is_back_in_sync() {
 /// inconsistent copy: each refused by name, nothing written.
 #[test]
 fn bad_peers_and_takeovers_are_refused_by_name() {
-    assert!(
-        netns_available(),
-        "network namespaces (ip netns) are needed: run as root"
-    );
     let net = Net::new("b", 34);
     let site = Site::new();
     // Nobody listens.
-    let mut p = Proc::start(
+    let nobody = format!("{}:10970", net.addr_b);
+    let log = refused(
         &net.a,
-        &[
-            "serve",
-            "--cache",
-            &site.s("cache.img"),
-            "--cache-size",
-            "16M",
-            "--backing",
-            &site.s("backing.img"),
-            "--backing-size",
-            "16M",
-            "--socket",
-            &site.s("p.sock"),
-            "--replicate-to",
-            &format!("{}:10970", net.addr_b),
-            "--peer-timeout",
-            "1s",
-        ],
+        &serve_args(&site, &nobody, &[]),
         &site.path("unreachable.log"),
     );
-    let (ok, log) = p.exit_within(Duration::from_secs(20));
     assert!(
-        !ok && log.contains("cannot reach it") && log.contains(&net.addr_b),
-        "{log}"
-    );
-    assert!(
-        !site.path("cache.img.replica").exists() || log.contains("cannot reach"),
+        log.contains("cannot reach it") && log.contains(&nobody),
         "{log}"
     );
     // A peer that mirrors another cache.
     let mut peer = replica(&net, &site, 10971, &[]);
     let other = Site::new();
-    let args = |s: &Site| {
-        vec![
-            "serve".to_string(),
-            "--cache".into(),
-            s.s("cache.img"),
-            "--cache-size".into(),
-            "16M".into(),
-            "--backing".into(),
-            s.s("backing.img"),
-            "--backing-size".into(),
-            "16M".into(),
-            "--socket".into(),
-            s.s("p.sock"),
-            "--replicate-to".into(),
-            format!("{}:10971", net.addr_b),
-        ]
-    };
-    let first = args(&site);
+    let peer_addr = format!("{}:10971", net.addr_b);
+    let first = serve_args(&site, &peer_addr, &[]);
     let first: Vec<&str> = first.iter().map(String::as_str).collect();
     let mut p = Proc::start(&net.a, &first, &site.path("first.log"));
     p.wait_for("serving 1 export", Duration::from_secs(20));
     assert!(p.stop(), "{}", p.log());
-    let second = args(&other);
-    let second: Vec<&str> = second.iter().map(String::as_str).collect();
-    let mut q = Proc::start(&net.a, &second, &other.path("second.log"));
-    let (ok, log) = q.exit_within(Duration::from_secs(20));
+    let log = refused(
+        &net.a,
+        &serve_args(&other, &peer_addr, &[]),
+        &other.path("second.log"),
+    );
     assert!(
-        !ok && log.contains("refused this primary") && log.contains("mirrors cache"),
+        log.contains("refused this primary") && log.contains("mirrors cache"),
         "{log}"
     );
     peer.stop();
+    // `wcache serve` of `cache` on `site` (no replication), as a failure's stderr.
+    let serve_fails = |site: &Site, cache: &str, extra: &[&str]| {
+        let (cache, backing, socket) = (site.s(cache), site.s("backing.img"), site.s("t.sock"));
+        let mut args = vec![
+            "serve",
+            "--cache",
+            &cache,
+            "--backing",
+            &backing,
+            "--socket",
+            &socket,
+        ];
+        args.extend(extra);
+        let (ok, out, err) = wcache(&args);
+        assert!(!ok, "served: {out}{err}");
+        err
+    };
     // --takeover of a cache that was never replicated.
-    let plain = Site::new();
-    let (ok, out, err) = wcache(&[
-        "serve",
-        "--cache",
-        &plain.s("cache.img"),
-        "--backing",
-        &plain.s("backing.img"),
-        "--socket",
-        &plain.s("t.sock"),
-        "--takeover",
-    ]);
-    assert!(!ok && err.contains("not a replica's copy"), "{out}{err}");
+    let err = serve_fails(&Site::new(), "cache.img", &["--takeover"]);
+    assert!(err.contains("not a replica's copy"), "{err}");
     // An inconsistent copy (a resync was running).
     let state = site.path("copy.img.replica");
     let text = std::fs::read_to_string(&state)
         .unwrap()
         .replace("\"consistent\": true", "\"consistent\": false");
     std::fs::write(&state, text).unwrap();
-    let (ok, out, err) = wcache(&[
-        "serve",
-        "--cache",
-        &site.s("copy.img"),
-        "--backing",
-        &site.s("backing.img"),
-        "--socket",
-        &site.s("t.sock"),
-        "--takeover",
-    ]);
-    assert!(!ok && err.contains("not consistent"), "{out}{err}");
+    let err = serve_fails(&site, "copy.img", &["--takeover"]);
+    assert!(err.contains("not consistent"), "{err}");
     // A replica's copy served without --takeover.
-    let (ok, out, err) = wcache(&[
-        "serve",
-        "--cache",
-        &site.s("copy.img"),
-        "--backing",
-        &site.s("backing.img"),
-        "--socket",
-        &site.s("t.sock"),
-    ]);
-    assert!(!ok && err.contains("--takeover"), "{out}{err}");
+    let err = serve_fails(&site, "copy.img", &[]);
+    assert!(err.contains("--takeover"), "{err}");
+}
+
+/// TLS on the link, both ways: a primary with a client certificate of the
+/// peer's CA mirrors; a plaintext primary, one whose certificate another
+/// CA signed, and a certificates directory without the client's
+/// certificate are refused, each by name.
+#[test]
+fn the_link_is_tls_both_ways_and_strangers_are_refused() {
+    use common::certs::{make_ca, sign};
+    let net = Net::new("t", 35);
+    let site = Site::new();
+    let (ca, stranger) = (site.path("ca"), site.path("stranger"));
+    make_ca(&ca, "replication CA");
+    sign(&ca, &ca, "server", &net.addr_b);
+    sign(&ca, &ca, "client", "10.77.35.1");
+    make_ca(&stranger, "another CA");
+    sign(&stranger, &stranger, "client", "10.77.35.1");
+    std::fs::copy(ca.join("ca-cert.pem"), stranger.join("peer-ca.pem")).unwrap();
+    let port = 10980;
+    let dir = ca.display().to_string();
+    let mut peer = replica(&net, &site, port, &["--tls-certificates", &dir]);
+    let mut p = primary(&net, &site, port, &["--replicate-tls-certificates", &dir]);
+    let control = site.s("p.ctl");
+    let mut nbd = Nbd::connect_retry(&site.path("p.sock"), "disk").unwrap();
+    nbd.write(0, &page(0, 1), false).unwrap();
+    nbd.flush().unwrap();
+    wait_state(&control, "connected", Duration::from_secs(10));
+    drop(nbd);
+    assert!(p.stop(), "{}", p.log());
+    let peer_addr = format!("{}:{port}", net.addr_b);
+    let other = Site::new();
+    let attempt = |extra: &[&str], name: &str| {
+        refused(
+            &net.a,
+            &serve_args(&other, &peer_addr, extra),
+            &other.path(name),
+        )
+    };
+    let log = attempt(&[], "plain.log");
+    assert!(
+        log.contains("--replicate-tls-certificates"),
+        "plaintext: {log}"
+    );
+    // The stranger trusts the peer's CA, but its own certificate is another CA's.
+    std::fs::rename(stranger.join("ca-cert.pem"), stranger.join("own-ca.pem")).unwrap();
+    std::fs::rename(stranger.join("peer-ca.pem"), stranger.join("ca-cert.pem")).unwrap();
+    let s = stranger.display().to_string();
+    let log = attempt(&["--replicate-tls-certificates", &s], "stranger.log");
+    assert!(
+        log.contains("cannot reach it") && log.to_lowercase().contains("tls"),
+        "stranger: {log}"
+    );
+    let empty = other.path("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let e = empty.display().to_string();
+    let log = attempt(&["--replicate-tls-certificates", &e], "empty.log");
+    assert!(log.contains("client-cert.pem"), "no certificate: {log}");
+    assert!(peer.log().contains("mirroring a primary"), "{}", peer.log());
+    peer.stop();
 }

@@ -116,6 +116,12 @@ pub struct ServeArgs {
     /// write-back (go on alone, the unprotected amount shown in status).
     #[arg(long, default_value = "write-through")]
     pub(crate) on_peer_lost: String,
+    /// TLS on the replication link, both ways: this directory's
+    /// `ca-cert.pem` signs the peer's certificate, and `client-cert.pem`
+    /// and `client-key.pem` are this host's (the peer requires them).
+    /// Without it the link is plaintext: a private network only.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) replicate_tls_certificates: Option<PathBuf>,
     /// Start even when the peer cannot be reached (degraded). The operator
     /// asserts that the peer did not take this cache over.
     #[arg(long)]

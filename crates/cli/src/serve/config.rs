@@ -120,6 +120,7 @@ struct ServeFile {
     peer_timeout: Option<Spanned<String>>,
     on_peer_lost: Option<Spanned<String>>,
     start_without_peer: Option<Spanned<bool>>,
+    replicate_tls_certificates: Option<Spanned<PathBuf>>,
     takeover: Option<Spanned<bool>>,
 }
 
@@ -281,6 +282,7 @@ pub fn apply(
         peer_timeout: val, duration("peer-timeout");
         on_peer_lost: val, on_peer_lost();
         start_without_peer: val, no_check as Check<bool>;
+        replicate_tls_certificates: opt, no_check as Check<PathBuf>;
         takeover: val, no_check as Check<bool>;
     );
     Ok(args)

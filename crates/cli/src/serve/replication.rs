@@ -63,13 +63,18 @@ pub(super) fn mirror_options(
         return Err(ReplicationArgError::Peer(peer.clone()).into());
     }
     let state_path = state_path(args, config).ok_or(ReplicationArgError::Memory)?;
+    let tls = match &args.replicate_tls_certificates {
+        Some(dir) => LinkTls::client(dir)
+            .map_err(|e| format!("--replicate-tls-certificates {}: {e}", dir.display()))?,
+        None => LinkTls::Off,
+    };
     Ok(Some(MirrorOptions {
         peer: peer.clone(),
         state_path,
         timeout,
         start_without_peer: args.start_without_peer,
         on_peer_lost,
-        tls: LinkTls::Off,
+        tls,
     }))
 }
 

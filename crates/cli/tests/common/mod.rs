@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

@@ -229,8 +229,17 @@ impl Mirror {
         };
         let mut stream = link::connect(peer, self.options.timeout, &self.options.tls)
             .map_err(|e| unreachable(e.to_string()))?;
+        let plain = matches!(self.options.tls, link::LinkTls::Off);
         stream_hello(&mut stream, &self.hello, self.options.timeout)
-            .map_err(|e| unreachable(e.to_string()))
+            .map_err(|e| match plain {
+                true => unreachable(format!("{e} (a peer that requires TLS closes a plaintext link: --replicate-tls-certificates)")),
+                // TLS 1.3: the peer checks this host's certificate after the
+                // handshake; its refusal comes as an alert at the first read.
+                false if e.kind() == io::ErrorKind::InvalidData => {
+                    unreachable(format!("TLS: {e} (the peer refused this host's certificate or the other way round)"))
+                }
+                false => unreachable(e.to_string()),
+            })
             .and_then(|reply| check_reply(peer, &self.hello, reply))?;
         Ok(stream)
     }
