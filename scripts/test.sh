@@ -15,6 +15,8 @@ command -v nbdkit >/dev/null || need_apt+=(nbdkit)
 command -v nbdinfo >/dev/null && command -v nbdcopy >/dev/null || need_apt+=(libnbd-bin)
 # Certificates for the NBD TLS test (crates/cli/tests/nbd_tls.rs).
 command -v openssl >/dev/null || need_apt+=(openssl)
+# Network namespaces and veth pairs for the replication tests (crates/cli/tests/replication.rs).
+command -v ip >/dev/null || need_apt+=(iproute2)
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v tmux >/dev/null || need_apt+=(tmux)
 # A real program on wcache mount (crates/fuse/tests/mount.rs).

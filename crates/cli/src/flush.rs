@@ -89,6 +89,20 @@ pub fn flush(args: FlushArgs) -> Result<(), AnyError> {
     }
 }
 
+/// A replica's copy destaged while its primary lives would write an old
+/// state over the backing: only a takeover (`wcache serve --takeover`) serves it.
+fn refuse_a_replicas_copy(cache: &std::path::Path) -> Result<(), AnyError> {
+    use wcache_io::replica::{state, MirrorError, ReplicaState, Role};
+    let path = state::default_path(cache);
+    match ReplicaState::load(&path)? {
+        Some(s) if s.role == Role::Replica => Err(MirrorError::IsReplica {
+            state: path.display().to_string(),
+        }
+        .into()),
+        _ => Ok(()),
+    }
+}
+
 fn flush_offline(args: FlushArgs) -> Result<(), AnyError> {
     let Some(cache_path) = args.cache.clone() else {
         return Err(
@@ -102,6 +116,7 @@ fn flush_offline(args: FlushArgs) -> Result<(), AnyError> {
             "offline flush: give --export NAME=BACKING for every volume of the cache".into(),
         );
     }
+    refuse_a_replicas_copy(&cache_path)?;
     let mut volumes = export_args(&args.exports)?;
     journal_args(&args.journals, &mut volumes)?;
     let config = OfflineConfig {

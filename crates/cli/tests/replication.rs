@@ -635,9 +635,15 @@ fn bad_peers_and_takeovers_are_refused_by_name() {
     std::fs::write(&state, text).unwrap();
     let err = serve_fails(&site, "copy.img", &["--takeover"]);
     assert!(err.contains("not consistent"), "{err}");
-    // A replica's copy served without --takeover.
+    // A replica's copy served without --takeover, or drained offline.
     let err = serve_fails(&site, "copy.img", &[]);
     assert!(err.contains("--takeover"), "{err}");
+    let export = format!("disk={}", site.s("backing.img"));
+    let (ok, out, err) = wcache(&["flush", "--cache", &site.s("copy.img"), "--export", &export]);
+    assert!(
+        !ok && err.contains("--takeover"),
+        "offline flush of a copy: {out}{err}"
+    );
 }
 
 /// TLS on the link, both ways: a primary with a client certificate of the
@@ -697,4 +703,36 @@ fn the_link_is_tls_both_ways_and_strangers_are_refused() {
     assert!(log.contains("client-cert.pem"), "no certificate: {log}");
     assert!(peer.log().contains("mirroring a primary"), "{}", peer.log());
     peer.stop();
+}
+
+/// A graceful handover: a primary stopped cleanly (SIGTERM) with dirty
+/// pages leaves the peer's copy identical and marked clean; the peer takes
+/// it over warm, every dirty page recovered from the copy and destaged.
+#[test]
+fn a_clean_stop_hands_the_dirty_pages_to_the_peer() {
+    let net = Net::new("h", 36);
+    let site = Site::new();
+    let port = 10990;
+    let mut peer = replica(&net, &site, port, &[]);
+    let mut p = primary(&net, &site, port, &[]);
+    let mut nbd = Nbd::connect_retry(&site.path("p.sock"), "disk").unwrap();
+    for i in 0..PAGES {
+        nbd.write(i * STRIDE, &page(i, 1), false).unwrap();
+    }
+    nbd.flush().unwrap();
+    drop(nbd);
+    assert!(p.stop(), "{}", p.log());
+    assert!(p.log().contains("dirty"), "{}", p.log());
+    peer.wait_for("the primary stopped cleanly", Duration::from_secs(10));
+    peer.stop();
+    let data = std::fs::read(site.path("backing.img")).unwrap();
+    assert_eq!(
+        round_of(0, &data[..PAGE]),
+        Some(0),
+        "destaged before the handover"
+    );
+    let log = take_over(&site);
+    assert!(log.contains("last shutdown clean"), "{log}");
+    assert!(recovered_pages(&log) >= PAGES, "{log}");
+    check_backing(&site.path("backing.img"), 1).unwrap_or_else(|e| panic!("{e}: {log}"));
 }

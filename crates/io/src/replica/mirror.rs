@@ -410,23 +410,30 @@ impl Mirror {
     /// Asks the peer to make every earlier write durable and waits for its
     /// answer (or the link's loss, or the timeout, which ends the link).
     fn flush_peer(&self, kind: Kind) {
-        let (id, generation) = {
-            let mut tx = lock(&self.tx);
-            if tx.writer.is_none() {
-                return;
-            }
-            let id = tx.next_id;
-            tx.next_id += 1;
-            let current = std::mem::take(&mut tx.current);
-            lock(&self.rx).pending.push_back((id, current));
-            let generation = tx.generation;
-            if !self.send(&mut tx, Header::new(kind, 0, 0, id), &[]) {
-                drop(tx);
-                self.wait_answer(id, generation);
-                return;
-            }
-            (id, generation)
-        };
+        if let Some(asked) = self.ask_flush(kind) {
+            self.await_flush(asked);
+        }
+    }
+
+    /// Sends a flush frame (covering every write sent before it); None
+    /// when the link is down (nothing to wait for).
+    fn ask_flush(&self, kind: Kind) -> Option<(u64, u64)> {
+        let mut tx = lock(&self.tx);
+        tx.writer.as_ref()?;
+        let id = tx.next_id;
+        tx.next_id += 1;
+        let current = std::mem::take(&mut tx.current);
+        lock(&self.rx).pending.push_back((id, current));
+        let generation = tx.generation;
+        // A failed send closes the socket: the reader then calls `lose`,
+        // which the wait sees.
+        self.send(&mut tx, Header::new(kind, 0, 0, id), &[]);
+        Some((id, generation))
+    }
+
+    /// Waits for the answer to the flush `ask_flush` sent, or the link's
+    /// loss; a peer silent past the timeout is lost.
+    fn await_flush(&self, (id, generation): (u64, u64)) {
         if !self.wait_answer(id, generation) {
             let why = format!(
                 "the peer did not answer a flush within {:?}",
@@ -690,9 +697,14 @@ impl BlockDevice for Mirror {
     }
 
     fn flush(&self) -> Result<(), DeviceError> {
-        self.local.flush()?;
-        self.flush_peer(Kind::Flush);
-        Ok(())
+        // The peer's flush runs while the local one does: every write that
+        // returned before this call was sent before this frame.
+        let asked = self.ask_flush(Kind::Flush);
+        let local = self.local.flush();
+        if let Some(asked) = asked {
+            self.await_flush(asked);
+        }
+        local
     }
 
     fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
