@@ -53,6 +53,9 @@ pub enum PeerError {
     },
 }
 
+/// What one receive from the primary may take.
+const RECEIVE_BYTES: usize = 256 << 10;
+
 /// Why a session with one primary ended.
 enum End {
     Bye,
@@ -276,15 +279,17 @@ impl Peer {
     /// write fails (said to the primary, which then goes on alone).
     fn frames(&mut self, stream: &mut Stream) -> Result<End, String> {
         let mut data = Vec::new();
+        // Frames come back to back: one receive takes many of them.
+        let mut reader = io::BufReader::with_capacity(RECEIVE_BYTES, &mut stream.reader);
         loop {
-            let header = match Header::read(&mut stream.reader) {
+            let header = match Header::read(&mut reader) {
                 Ok(h) => h,
                 Err(e) => return Ok(End::Lost(e.to_string())),
             };
             self.last_heard = Some(Instant::now());
             data.resize(header.len as usize, 0);
             if header.kind == Kind::Write {
-                if let Err(e) = stream.reader.read_exact(&mut data) {
+                if let Err(e) = reader.read_exact(&mut data) {
                     return Ok(End::Lost(e.to_string()));
                 }
             }
