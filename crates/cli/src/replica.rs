@@ -6,12 +6,9 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 use clap::Args;
 use wcache_io::replica::{state, LinkTls, Peer, PeerOptions};
-
-use crate::args::duration_ns_arg;
 
 type AnyError = Box<dyn std::error::Error>;
 
@@ -46,7 +43,7 @@ pub struct ReplicaArgs {
 }
 
 pub fn replica(args: ReplicaArgs) -> Result<(), AnyError> {
-    let timeout = Duration::from_nanos(duration_ns_arg("peer-timeout", &args.peer_timeout)?);
+    let timeout = crate::serve::replication::peer_timeout_arg(&args.peer_timeout)?;
     let state_path = args
         .replica_state
         .clone()

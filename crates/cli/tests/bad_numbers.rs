@@ -149,6 +149,7 @@ const SERVE: &[Case] = &[
     (Ctx::Serve, "flush-interval", &["-1", "0.0001", "3601", "NaN", "inf"], None),
     (Ctx::Serve, "backing-size", &["0", "-1", "100", "8388607T", "16E"], None),
     (Ctx::Serve, "backing-timeout", &["-1", "25h", "600y"], None),
+    (Ctx::Serve, "peer-timeout", &["-1", "0", "1us", "25h", "600y"], None),
     (Ctx::Serve, "low-threshold", &["-1", "101", "NaN", "inf"], None),
     (Ctx::Serve, "high-threshold", &["0", "-1", "101", "NaN", "inf"], None),
     (Ctx::Serve, "destages-max", &["0", "-1", "65537", HUGE], None),
@@ -188,6 +189,7 @@ const CONFIG: &[(&str, &[&str])] = &[
     ("flush-interval", &["-1.0", "0.0001", "3601.0", "nan", "inf"]),
     ("backing-size", &["0", "-1", "\"8388607T\""]),
     ("backing-timeout", &["\"-1s\"", "\"25h\""]),
+    ("peer-timeout", &["\"-1s\"", "\"0s\"", "\"25h\""]),
     ("low-threshold", &["-1.0", "101.0", "nan", "inf"]),
     ("high-threshold", &["0.0", "101.0", "nan", "inf"]),
     ("destages-max", &["0", "-1", "65537"]),
@@ -362,6 +364,7 @@ const SERVE_DEFAULTS: &[(&str, &str)] = &[
     ("flush-interval", "1.0"),
     ("backing-size", "8G"),
     ("backing-timeout", "30s"),
+    ("peer-timeout", "5s"),
     ("low-threshold", "80.0"),
     ("high-threshold", "90.0"),
     ("destages-max", "20"),
@@ -524,6 +527,8 @@ const NOT_NUMBERS: &[&str] = &[
     "checkpoint", "replacement", "admission", "workload", "hrrw", "trace", "trace-format",
     "timeline", "config", "socket", "listen", "control", "metrics", "data-dir", "cache",
     "cache-sync", "backing", "export", "backing-sync", "export-admission", "critical", "journal",
+    "tls", "tls-certificates", "replicate-to", "replica-state", "on-peer-lost",
+    "replicate-tls-certificates",
 ];
 
 /// Every subcommand's options that take a value, from its `--help`.

@@ -134,6 +134,14 @@ fn cache_format(v: &u32) -> Result<(), String> {
     }
 }
 
+fn peer_timeout() -> impl Fn(&String) -> Result<(), String> {
+    |text| {
+        crate::serve::replication::peer_timeout_arg(text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
 fn on_peer_lost() -> impl Fn(&String) -> Result<(), String> {
     |text| {
         crate::serve::replication::on_peer_lost_arg(text)
@@ -279,7 +287,7 @@ pub fn apply(
         volatile_write_back_for_benchmarks: val, no_check as Check<bool>;
         replicate_to: opt, no_check as Check<String>;
         replica_state: opt, no_check as Check<PathBuf>;
-        peer_timeout: val, duration("peer-timeout");
+        peer_timeout: val, peer_timeout();
         on_peer_lost: val, on_peer_lost();
         start_without_peer: val, no_check as Check<bool>;
         replicate_tls_certificates: opt, no_check as Check<PathBuf>;

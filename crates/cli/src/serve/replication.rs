@@ -21,12 +21,28 @@ pub(crate) enum ReplicationArgError {
     OnPeerLost(String),
     #[error("--replicate-to and --takeover need a cache file or device (--cache), not memory")]
     Memory,
+    #[error(
+        "--peer-timeout {0:?}: at least 10ms (a peer is lost when it does not answer within it)"
+    )]
+    PeerTimeout(String),
     #[error("--replicate-to {0:?}: expected HOST:PORT")]
     Peer(String),
     #[error("--takeover: no replication state at {0}: this cache is not a replica's copy")]
     NoState(String),
     #[error("--takeover: {state}: the copy is not consistent (a resync was running when its primary was lost): serving it could lose acknowledged writes. Its primary's cache, if it can be started, holds them all")]
     Inconsistent { state: String },
+}
+
+/// The shortest `--peer-timeout`: a link is given at least this long.
+const PEER_TIMEOUT_MIN: Duration = Duration::from_millis(10);
+
+/// `--peer-timeout` (of `serve` and `replica`): a duration of 10 ms or more.
+pub(crate) fn peer_timeout_arg(text: &str) -> Result<Duration, AnyError> {
+    let timeout = Duration::from_nanos(duration_ns_arg("peer-timeout", text)?);
+    if timeout < PEER_TIMEOUT_MIN {
+        return Err(ReplicationArgError::PeerTimeout(text.to_string()).into());
+    }
+    Ok(timeout)
 }
 
 pub(crate) fn on_peer_lost_arg(text: &str) -> Result<OnPeerLost, ReplicationArgError> {
@@ -55,7 +71,7 @@ pub(super) fn mirror_options(
     config: &CacheConfig,
 ) -> Result<Option<MirrorOptions>, AnyError> {
     let on_peer_lost = on_peer_lost_arg(&args.on_peer_lost)?;
-    let timeout = Duration::from_nanos(duration_ns_arg("peer-timeout", &args.peer_timeout)?);
+    let timeout = peer_timeout_arg(&args.peer_timeout)?;
     let Some(peer) = &args.replicate_to else {
         return Ok(None);
     };

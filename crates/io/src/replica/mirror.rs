@@ -27,7 +27,12 @@ use super::link::{self, Stream};
 use super::state::{ReplicaState, Role};
 use super::wire::{self, Answer, Header, Hello, Kind, Reply};
 use super::{MirrorError, MirrorOptions, ReplicationStatus};
-use crate::device::{BlockDevice, DeviceError};
+
+mod device;
+mod resync;
+
+use crate::device::BlockDevice;
+use resync::Lacking;
 
 /// The unit of what the peer lacks, and of a resync's reads.
 pub const REGION_BYTES: u64 = 1 << 20;
@@ -74,30 +79,6 @@ struct Rx {
     lost: u64,
 }
 
-/// Regions the peer may lack, one bit each.
-struct Lacking {
-    bits: Vec<u64>,
-    count: u64,
-}
-
-impl Lacking {
-    fn mark(&mut self, region: u32) {
-        let (w, b) = (region as usize / 64, region % 64);
-        if self.bits[w] & (1 << b) == 0 {
-            self.bits[w] |= 1 << b;
-            self.count += 1;
-        }
-    }
-
-    fn take_first(&mut self) -> Option<u32> {
-        let w = self.bits.iter().position(|&w| w != 0)?;
-        let b = self.bits[w].trailing_zeros();
-        self.bits[w] &= !(1 << b);
-        self.count -= 1;
-        Some((w * 64) as u32 + b)
-    }
-}
-
 /// The primary's cache device, mirrored to a peer.
 pub struct Mirror {
     local: Arc<dyn BlockDevice>,
@@ -133,6 +114,34 @@ impl Mirror {
         options: MirrorOptions,
     ) -> Result<Arc<Mirror>, MirrorError> {
         let state = primary_state(&options)?;
+        let mirror = Arc::new(Mirror::new(local, options, &state));
+        match mirror.connect() {
+            Ok(mut stream) => {
+                let failed = |e: io::Error| MirrorError::Resync {
+                    peer: mirror.options.peer.clone(),
+                    why: e.to_string(),
+                };
+                mirror
+                    .skip_what_the_peer_holds(&mut stream)
+                    .map_err(failed)?;
+                mirror.attach(stream);
+                mirror.resync().map_err(failed)?;
+            }
+            Err(e @ MirrorError::Refused { .. }) => return Err(e),
+            Err(e) if !mirror.options.start_without_peer => return Err(e),
+            Err(e) => tracing::warn!("replication: starting without the peer: {e}"),
+        }
+        let keeper = Arc::clone(&mirror);
+        let handle = std::thread::Builder::new()
+            .name("wcache-replica".into())
+            .spawn(move || keeper.keep_link())
+            .expect("spawn the replication thread");
+        lock(&mirror.threads).push(handle);
+        Ok(mirror)
+    }
+
+    /// A mirror of `local` not connected yet, every region lacking.
+    fn new(local: Arc<dyn BlockDevice>, options: MirrorOptions, state: &ReplicaState) -> Mirror {
         let size_bytes = local.len_bytes();
         let regions = u32::try_from(size_bytes.div_ceil(REGION_BYTES)).expect("regions fit");
         let hello = Hello {
@@ -145,7 +154,7 @@ impl Mirror {
             count: 0,
         };
         (0..regions).for_each(|r| lacking.mark(r));
-        let mirror = Arc::new(Mirror {
+        Mirror {
             local,
             hello,
             regions,
@@ -173,26 +182,7 @@ impl Mirror {
             losses: AtomicU64::new(0),
             threads: Mutex::new(Vec::new()),
             options,
-        });
-        match mirror.connect() {
-            Ok(stream) => {
-                mirror.attach(stream);
-                mirror.resync().map_err(|e| MirrorError::Resync {
-                    peer: mirror.options.peer.clone(),
-                    why: e.to_string(),
-                })?;
-            }
-            Err(e @ MirrorError::Refused { .. }) => return Err(e),
-            Err(e) if !mirror.options.start_without_peer => return Err(e),
-            Err(e) => tracing::warn!("replication: starting without the peer: {e}"),
         }
-        let keeper = Arc::clone(&mirror);
-        let handle = std::thread::Builder::new()
-            .name("wcache-replica".into())
-            .spawn(move || keeper.keep_link())
-            .expect("spawn the replication thread");
-        lock(&mirror.threads).push(handle);
-        Ok(mirror)
     }
 
     pub fn link_state(&self) -> LinkState {
@@ -471,70 +461,6 @@ impl Mirror {
         }
     }
 
-    /// Copies every region the peer lacks, then ends the resync with a
-    /// flush; the link is connected (consistent) once the peer answers it.
-    fn resync(&self) -> io::Result<()> {
-        let started = Instant::now();
-        let generation = lock(&self.tx).generation;
-        {
-            let mut tx = lock(&self.tx);
-            if !self.send(&mut tx, Header::new(Kind::ResyncBegin, 0, 0, 0), &[]) {
-                return Err(io::Error::other("the link failed at the resync's start"));
-            }
-        }
-        let mut buf = vec![0u8; REGION_BYTES as usize];
-        let mut copied = 0u64;
-        loop {
-            let mut tx = lock(&self.tx);
-            if tx.generation != generation
-                || tx.writer.is_none()
-                || self.stop.load(Ordering::Acquire)
-            {
-                return Err(io::Error::other("the link failed during the resync"));
-            }
-            let Some(region) = lock(&self.lacking).take_first() else {
-                break;
-            };
-            let offset = region as u64 * REGION_BYTES;
-            let len = REGION_BYTES.min(self.hello.size_bytes - offset) as usize;
-            if let Err(e) = self.local.read_at(&mut buf[..len], offset) {
-                lock(&self.lacking).mark(region);
-                return Err(io::Error::other(e.to_string()));
-            }
-            tx.current.push(region);
-            let sent = if buf[..len].iter().all(|&b| b == 0) {
-                self.send(&mut tx, Header::new(Kind::Zero, len as u32, offset, 0), &[])
-            } else {
-                copied += len as u64;
-                self.send(
-                    &mut tx,
-                    Header::new(Kind::Write, len as u32, offset, 0),
-                    &[&buf[..len]],
-                )
-            };
-            if !sent {
-                return Err(io::Error::other("the link failed during the resync"));
-            }
-        }
-        self.flush_peer(Kind::ResyncEnd);
-        let tx = lock(&self.tx);
-        if tx.generation != generation || tx.writer.is_none() {
-            return Err(io::Error::other("the link failed at the resync's end"));
-        }
-        self.state
-            .store(LinkState::Connected as u8, Ordering::Release);
-        *lock(&self.since) = None;
-        drop(tx);
-        self.resynced_bytes.fetch_add(copied, Ordering::Relaxed);
-        tracing::info!(
-            peer = %self.options.peer,
-            copied_mib = copied >> 20,
-            seconds = started.elapsed().as_secs_f64(),
-            "replication: the peer is in sync"
-        );
-        Ok(())
-    }
-
     /// The replication thread: connects again while degraded, resyncs, and
     /// tests an idle link with a flush now and then.
     fn keep_link(self: Arc<Self>) {
@@ -542,7 +468,13 @@ impl Mirror {
         while !self.stop.load(Ordering::Acquire) {
             match self.link_state() {
                 LinkState::Degraded if Instant::now() >= retry => match self.connect() {
-                    Ok(stream) => {
+                    Ok(mut stream) => {
+                        if let Err(e) = self.skip_what_the_peer_holds(&mut stream) {
+                            tracing::warn!("replication: comparing with the peer: {e}");
+                            (stream.closer)();
+                            retry = Instant::now() + HEARTBEAT;
+                            continue;
+                        }
                         self.attach(stream);
                         if let Err(e) = self.resync() {
                             tracing::warn!("replication: resync stopped: {e}");
@@ -648,89 +580,4 @@ fn check_reply(peer: &str, hello: &Hello, reply: Reply) -> Result<(), MirrorErro
             reply.epoch
         ),
     })
-}
-
-impl BlockDevice for Mirror {
-    fn len_bytes(&self) -> u64 {
-        self.local.len_bytes()
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), DeviceError> {
-        self.local.read_at(buf, offset_bytes)
-    }
-
-    fn write_at(&self, data: &[u8], offset_bytes: u64) -> Result<(), DeviceError> {
-        self.local.write_at(data, offset_bytes)?;
-        self.mirror(&[data], offset_bytes);
-        Ok(())
-    }
-
-    fn write_vectored_at(&self, bufs: &[&[u8]], offset_bytes: u64) -> Result<(), DeviceError> {
-        self.local.write_vectored_at(bufs, offset_bytes)?;
-        self.mirror(bufs, offset_bytes);
-        Ok(())
-    }
-
-    fn write_many(&self, writes: &[(&[u8], u64)], failed: &mut dyn FnMut(usize, DeviceError)) {
-        let mut bad = vec![false; writes.len()];
-        self.local.write_many(writes, &mut |i, e| {
-            bad[i] = true;
-            failed(i, e)
-        });
-        for ((data, offset), bad) in writes.iter().zip(bad) {
-            if !bad {
-                self.mirror(&[data], *offset);
-            }
-        }
-    }
-
-    fn write_direct_vectored_at(
-        &self,
-        bufs: &[&[u8]],
-        offset_bytes: u64,
-    ) -> Result<bool, DeviceError> {
-        let done = self.local.write_direct_vectored_at(bufs, offset_bytes)?;
-        if done {
-            self.mirror(bufs, offset_bytes);
-        }
-        Ok(done)
-    }
-
-    fn flush(&self) -> Result<(), DeviceError> {
-        // The peer's flush runs while the local one does: every write that
-        // returned before this call was sent before this frame.
-        let asked = self.ask_flush(Kind::Flush);
-        let local = self.local.flush();
-        if let Some(asked) = asked {
-            self.await_flush(asked);
-        }
-        local
-    }
-
-    fn trim(&self, offset_bytes: u64, len_bytes: u64) -> Result<(), DeviceError> {
-        // Trimmed content is unspecified: the peer may keep the old bytes.
-        self.local.trim(offset_bytes, len_bytes)
-    }
-
-    fn fill_holes(&self) -> Result<u64, DeviceError> {
-        // Holes read as zeros before and after: nothing changes for the peer.
-        self.local.fill_holes()
-    }
-
-    fn alignment_bytes(&self) -> usize {
-        self.local.alignment_bytes()
-    }
-
-    fn name(&self) -> String {
-        self.local.name()
-    }
-
-    fn health(&self) -> Option<String> {
-        let s = self.status();
-        Some(format!("replication {} to {}", s.state, s.peer))
-    }
-
-    fn release(&self) {
-        self.local.release()
-    }
 }

@@ -53,6 +53,9 @@ pub enum PeerError {
     },
 }
 
+/// The largest range one sums request covers.
+pub const SUMS_RANGE_MAX: u64 = 64 << 20;
+
 /// What one receive from the primary may take.
 const RECEIVE_BYTES: usize = 256 << 10;
 
@@ -288,10 +291,24 @@ impl Peer {
             };
             self.last_heard = Some(Instant::now());
             data.resize(header.len as usize, 0);
-            if header.kind == Kind::Write {
+            if matches!(header.kind, Kind::Write | Kind::SumsAsk) {
                 if let Err(e) = reader.read_exact(&mut data) {
                     return Ok(End::Lost(e.to_string()));
                 }
+            }
+            if header.kind == Kind::SumsAsk {
+                let answer = self.sums(header.offset, &data).map_err(|e| e.to_string())?;
+                let h = Header::new(Kind::Sums, answer.len() as u32, header.offset, header.id);
+                stream
+                    .writer
+                    .write_all(&h.encode())
+                    .map_err(|e| e.to_string())?;
+                stream
+                    .writer
+                    .write_all(&answer)
+                    .and_then(|_| stream.writer.flush())
+                    .map_err(|e| e.to_string())?;
+                continue;
             }
             match self.apply(header, &data) {
                 Ok(Some(id)) => {
@@ -317,6 +334,31 @@ impl Peer {
         }
     }
 
+    /// The checksums of a range of this copy (`Kind::SumsAsk`: its length
+    /// in `len_le`), as `wire::page_sums` makes them.
+    fn sums(&self, offset: u64, len_le: &[u8]) -> Result<Vec<u8>, String> {
+        let device = self.device.as_ref().expect("a device once accepted");
+        let len = len_le
+            .try_into()
+            .map(u64::from_le_bytes)
+            .map_err(|_| "a sums request without its length".to_string())?;
+        let pages = len.div_ceil(wire::SUM_PAGE_BYTES);
+        if len > SUMS_RANGE_MAX
+            || offset
+                .checked_add(len)
+                .is_none_or(|end| end > device.len_bytes())
+        {
+            return Err(format!("a sums request of {len} bytes at {offset}"));
+        }
+        let mut data = vec![0u8; len as usize];
+        device
+            .read_at(&mut data, offset)
+            .map_err(|e| e.to_string())?;
+        let mut out = Vec::with_capacity(pages as usize * 4);
+        wire::page_sums(&data, &mut out);
+        Ok(out)
+    }
+
     /// One frame on this copy; `Some(id)`: answer a flush.
     fn apply(&mut self, header: Header, data: &[u8]) -> Result<Option<u64>, String> {
         let device = self.device.as_ref().expect("a device once accepted");
@@ -335,7 +377,7 @@ impl Peer {
                 return Ok(Some(header.id));
             }
             Kind::Bye => device.flush().map_err(err)?,
-            Kind::Flushed | Kind::Failed => {
+            Kind::Flushed | Kind::Failed | Kind::SumsAsk | Kind::Sums => {
                 return Err(format!("a primary sent a {:?} frame", header.kind))
             }
         }

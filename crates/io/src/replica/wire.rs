@@ -87,6 +87,22 @@ pub enum Kind {
     Flushed = 7,
     /// Peer: a frame failed (its text follows); the link ends.
     Failed = 8,
+    /// Primary, before the first write of a connection: the checksums of
+    /// the range at the offset, whose length in bytes follows (8 bytes).
+    SumsAsk = 9,
+    /// Peer: the crc32c of each `SUM_PAGE_BYTES` of the range asked, in order.
+    Sums = 10,
+}
+
+/// The unit a resync compares: a range the peer holds with the same crc32c
+/// as the primary's, page by page, is not sent again.
+pub const SUM_PAGE_BYTES: u64 = 4096;
+
+/// The checksums of `data`, one crc32c per `SUM_PAGE_BYTES` (the last may be shorter).
+pub fn page_sums(data: &[u8], out: &mut Vec<u8>) {
+    for page in data.chunks(SUM_PAGE_BYTES as usize) {
+        out.extend_from_slice(&crate::checksum::crc32c(page).to_le_bytes());
+    }
 }
 
 impl Kind {
@@ -100,6 +116,8 @@ impl Kind {
             6 => Kind::Bye,
             7 => Kind::Flushed,
             8 => Kind::Failed,
+            9 => Kind::SumsAsk,
+            10 => Kind::Sums,
             _ => return None,
         })
     }
