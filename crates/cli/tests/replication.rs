@@ -785,3 +785,34 @@ fn a_restarted_primary_sends_the_peer_only_what_differs() {
     check_backing(&site.path("backing.img"), acked).unwrap_or_else(|e| panic!("{e}: {log}"));
     eprintln!("restart: the copy held {held} of 64 regions, {resynced} bytes resynced; {first} then {acked} rounds acknowledged");
 }
+
+/// A peer whose copy was lost (deleted while its state file stayed) comes
+/// back: it says it holds nothing known, the primary compares every region
+/// and sends what differs, and a takeover after a kill finds every write
+/// made before the loss.
+#[test]
+fn a_peer_that_lost_its_copy_gets_all_of_it_again() {
+    let net = Net::new("c", 38);
+    let site = Site::new();
+    let port = 10996;
+    let mut peer = replica(&net, &site, port, &[]);
+    let mut p = primary(&net, &site, port, &["--on-peer-lost", "write-back"]);
+    let control = site.s("p.ctl");
+    let mut nbd = Nbd::connect_retry(&site.path("p.sock"), "disk").unwrap();
+    for i in 0..PAGES {
+        nbd.write(i * STRIDE, &page(i, 1), false).unwrap();
+    }
+    nbd.flush().unwrap();
+    peer.kill9();
+    std::fs::remove_file(site.path("copy.img")).unwrap();
+    wait_state(&control, "degraded", Duration::from_secs(10));
+    let mut peer = replica(&net, &site, port, &[]);
+    wait_state(&control, "connected", Duration::from_secs(30));
+    assert!(peer.log().contains("is missing"), "{}", peer.log());
+    drop(nbd);
+    p.kill9();
+    peer.wait_for("the primary is gone", Duration::from_secs(10));
+    peer.stop();
+    let log = take_over(&site);
+    check_backing(&site.path("backing.img"), 1).unwrap_or_else(|e| panic!("{e}: {log}"));
+}

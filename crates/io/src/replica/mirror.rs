@@ -220,7 +220,7 @@ impl Mirror {
         let mut stream = link::connect(peer, self.options.timeout, &self.options.tls)
             .map_err(|e| unreachable(e.to_string()))?;
         let plain = matches!(self.options.tls, link::LinkTls::Off);
-        stream_hello(&mut stream, &self.hello, self.options.timeout)
+        let answer_is_new = stream_hello(&mut stream, &self.hello, self.options.timeout)
             .map_err(|e| match plain {
                 true => unreachable(format!("{e} (a peer that requires TLS closes a plaintext link: --replicate-tls-certificates)")),
                 // TLS 1.3: the peer checks this host's certificate after the
@@ -231,6 +231,11 @@ impl Mirror {
                 false => unreachable(e.to_string()),
             })
             .and_then(|reply| check_reply(peer, &self.hello, reply))?;
+        if answer_is_new {
+            // The copy holds nothing known: every region is compared.
+            let mut lacking = lock(&self.lacking);
+            (0..self.regions).for_each(|r| lacking.mark(r));
+        }
         Ok(stream)
     }
 
@@ -477,7 +482,12 @@ impl Mirror {
                         }
                         self.attach(stream);
                         if let Err(e) = self.resync() {
+                            // The link ends with it (if it has not already):
+                            // degraded, tried again.
                             tracing::warn!("replication: resync stopped: {e}");
+                            if let Some(close) = lock(&self.tx).closer.as_ref() {
+                                close();
+                            }
                         }
                     }
                     Err(e) => {
@@ -561,9 +571,10 @@ fn stream_hello(stream: &mut Stream, hello: &Hello, timeout: Duration) -> io::Re
     Ok(reply)
 }
 
-fn check_reply(peer: &str, hello: &Hello, reply: Reply) -> Result<(), MirrorError> {
-    if reply.answer == Answer::Accepted {
-        return Ok(());
+/// Ok(true): accepted on a copy that holds nothing known of this cache.
+fn check_reply(peer: &str, hello: &Hello, reply: Reply) -> Result<bool, MirrorError> {
+    if matches!(reply.answer, Answer::Accepted | Answer::AcceptedNew) {
+        return Ok(reply.answer == Answer::AcceptedNew);
     }
     Err(MirrorError::Refused {
         peer: peer.to_string(),

@@ -89,6 +89,15 @@ impl Peer {
                 });
             }
         }
+        // A state without its copy (deleted, replaced): nothing is known of
+        // what the copy holds; it is adopted anew and compared whole.
+        let state = match state {
+            Some(s) if !options.cache.exists() => {
+                tracing::warn!(cache = %s.cache_id, "replication: the copy {} is missing: it is made anew from the primary", options.cache.display());
+                None
+            }
+            s => s,
+        };
         let mut peer = Peer {
             force: options.force,
             state,
@@ -190,7 +199,7 @@ impl Peer {
         };
         let (answer, text) = self.check_hello(&hello);
         self.answer(stream, answer, &text)?;
-        if answer != Answer::Accepted {
+        if !matches!(answer, Answer::Accepted | Answer::AcceptedNew) {
             return Err(format!("refused its hello: {text}"));
         }
         tracing::info!(primary = %stream.peer, cache = %wire::show_id(&hello.cache_id), epoch = hello.epoch, "replication: mirroring a primary");
@@ -264,7 +273,10 @@ impl Peer {
         }
         self.state = Some(state);
         self.force = false;
-        (Answer::Accepted, String::new())
+        match adopt {
+            true => (Answer::AcceptedNew, String::new()),
+            false => (Answer::Accepted, String::new()),
+        }
     }
 
     fn set_consistent(&mut self, consistent: bool) -> Result<(), String> {

@@ -42,6 +42,10 @@ pub enum Answer {
     Size = 4,
     /// The peer cannot mirror (its device failed, its state cannot be written).
     Failed = 5,
+    /// Mirroring, on a copy that holds nothing known of this cache (a new
+    /// peer, or one told to forget with `--force`): every region is
+    /// compared before the first write.
+    AcceptedNew = 6,
 }
 
 impl Answer {
@@ -53,6 +57,7 @@ impl Answer {
             3 => Answer::TakenOver,
             4 => Answer::Size,
             5 => Answer::Failed,
+            6 => Answer::AcceptedNew,
             _ => return None,
         })
     }
