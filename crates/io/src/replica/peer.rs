@@ -12,7 +12,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::link::{self, LinkTls, Stream};
 use super::state::{ReplicaState, Role, StateError};
@@ -71,8 +71,6 @@ pub struct Peer {
     state: Option<ReplicaState>,
     device: Option<FileDevice>,
     force: bool,
-    /// When the current primary was last heard (None: none since start).
-    pub last_heard: Option<Instant>,
     _lock: Option<DeviceLock>,
 }
 
@@ -102,7 +100,6 @@ impl Peer {
             force: options.force,
             state,
             device: None,
-            last_heard: None,
             _lock: None,
             options,
         };
@@ -143,8 +140,11 @@ impl Peer {
         Ok(())
     }
 
-    /// Serves primaries one after another until `stop`; `on_lost` hears of
-    /// each session's end (the automatic takeover's clock).
+    /// Serves primaries one after another, until `stop` (`wcache replica`
+    /// runs until it is killed: everything it answered is durable, so a
+    /// kill loses nothing). One session at a time: an old session never
+    /// writes after a new one starts; a new primary's connection waits
+    /// until the old one's silence passes the timeout.
     pub fn serve(&mut self, listener: &TcpListener, stop: &AtomicBool) -> io::Result<()> {
         listener.set_nonblocking(true)?;
         while !stop.load(Ordering::Acquire) {
@@ -203,7 +203,6 @@ impl Peer {
             return Err(format!("refused its hello: {text}"));
         }
         tracing::info!(primary = %stream.peer, cache = %wire::show_id(&hello.cache_id), epoch = hello.epoch, "replication: mirroring a primary");
-        self.last_heard = Some(Instant::now());
         self.frames(stream)
     }
 
@@ -301,7 +300,6 @@ impl Peer {
                 Ok(h) => h,
                 Err(e) => return Ok(End::Lost(e.to_string())),
             };
-            self.last_heard = Some(Instant::now());
             data.resize(header.len as usize, 0);
             if matches!(header.kind, Kind::Write | Kind::SumsAsk) {
                 if let Err(e) = reader.read_exact(&mut data) {
