@@ -388,13 +388,12 @@ impl Mirror {
             }
         }
         if piece_len > 0 && sent_all {
-            sent_all = flush_piece(&mut tx, &mut pieces, &mut piece_len, &mut at);
+            flush_piece(&mut tx, &mut pieces, &mut piece_len, &mut at);
         }
         let regions = self.regions_of(offset, len as u64);
-        if sent_all {
-            tx.current.extend(regions);
-        } else if tx.writer.is_some() {
-            // Sent in part before the link failed: the reader marks `current`.
+        if tx.writer.is_some() {
+            // Sent (or in part, before the link failed: the reader's `lose`
+            // then marks `current` lacking).
             tx.current.extend(regions);
         } else {
             let mut lacking = lock(&self.lacking);

@@ -11,7 +11,6 @@ use std::io::{self, Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::link::{self, LinkTls, Stream};
@@ -420,6 +419,3 @@ fn zero(device: &FileDevice, offset: u64, len: u64) -> Result<(), crate::device:
     }
     Ok(())
 }
-
-/// Shared by the CLI: a stop flag set by SIGINT/SIGTERM.
-pub type StopFlag = Arc<AtomicBool>;
