@@ -12,14 +12,19 @@
 //! of the same region always reaches the peer after the copy), then ends
 //! the resync with a flush. The mirror is not consistent while it runs.
 //!
-//! Lock order: `tx`, then `rx`, then `lacking`. This module must never
+//! A write goes to the peer before the local device while the link is up
+//! (so the peer's write and the local one overlap); a region is read for a
+//! comparison or a copy only with no such write under way (`order`), so
+//! the copy holds every write whose frame went before it.
+//!
+//! Lock order: `order`, then `tx`, then `rx`, then `lacking`. This module must never
 //! report a flush done on the peer that the peer did not answer, and never
 //! forget a region the peer may lack.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -31,7 +36,7 @@ use super::{MirrorError, MirrorOptions, ReplicationStatus};
 mod device;
 mod resync;
 
-use crate::device::BlockDevice;
+use crate::device::{BlockDevice, DeviceError};
 use resync::Lacking;
 
 /// The unit of what the peer lacks, and of a resync's reads.
@@ -85,6 +90,9 @@ pub struct Mirror {
     options: MirrorOptions,
     hello: Hello,
     regions: u32,
+    /// Shared by each write under way (`write_both`), exclusive while a
+    /// region is read to be compared or copied. Taken before `tx`.
+    order: RwLock<()>,
     tx: Mutex<Tx>,
     rx: Mutex<Rx>,
     answered: Condvar,
@@ -158,6 +166,7 @@ impl Mirror {
             local,
             hello,
             regions,
+            order: RwLock::new(()),
             tx: Mutex::new(Tx {
                 writer: None,
                 closer: None,
@@ -357,10 +366,65 @@ impl Mirror {
         first..=last.min(self.regions - 1)
     }
 
+    /// Writes to the peer and the local device: sent first where the link
+    /// is up (the peer's write then runs beside the local one), else
+    /// written locally first and then sent or marked lacking. Holds `order`
+    /// shared throughout: a region is read for a comparison or a resync
+    /// only when no write sent before it reached this device is under way.
+    fn write_both(
+        &self,
+        data: &[&[u8]],
+        offset: u64,
+        local: impl FnOnce() -> Result<(), DeviceError>,
+    ) -> Result<(), DeviceError> {
+        let _order = self.order.read().unwrap_or_else(|p| p.into_inner());
+        let sent = self.send_first(data, offset);
+        let result = local();
+        self.after_local(sent, result.is_ok(), data, offset);
+        result
+    }
+
+    /// Sends a write before the local device takes it; false (nothing
+    /// sent) when the link is down.
+    fn send_first(&self, data: &[&[u8]], offset: u64) -> bool {
+        let mut tx = lock(&self.tx);
+        if tx.writer.is_none() {
+            return false;
+        }
+        self.mirror_locked(&mut tx, data, offset);
+        true
+    }
+
+    /// After the local write: one not sent first is sent (or marked
+    /// lacking) now; one sent first that failed here left the peer with
+    /// bytes this device may not hold: its regions are marked lacking and
+    /// the link is ended, so the resync copies them from this device.
+    fn after_local(&self, sent: bool, ok: bool, data: &[&[u8]], offset: u64) {
+        match (sent, ok) {
+            (false, true) => self.mirror(data, offset),
+            (true, false) => {
+                let len: usize = data.iter().map(|d| d.len()).sum();
+                let tx = lock(&self.tx);
+                let mut lacking = lock(&self.lacking);
+                self.regions_of(offset, len as u64)
+                    .for_each(|r| lacking.mark(r));
+                drop(lacking);
+                if let Some(close) = tx.closer.as_ref() {
+                    close();
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Sends a write the local device took, or marks it lacking.
     fn mirror(&self, data: &[&[u8]], offset: u64) {
-        let len: usize = data.iter().map(|d| d.len()).sum();
         let mut tx = lock(&self.tx);
+        self.mirror_locked(&mut tx, data, offset);
+    }
+
+    fn mirror_locked(&self, tx: &mut Tx, data: &[&[u8]], offset: u64) {
+        let len: usize = data.iter().map(|d| d.len()).sum();
         let mut at = offset;
         let mut sent_all = tx.writer.is_some();
         // Frames carry at most FRAME_DATA_MAX bytes: cut longer writes.
@@ -383,12 +447,12 @@ impl Mirror {
                 piece_len += take;
                 rest = &rest[take..];
                 if piece_len == wire::FRAME_DATA_MAX && sent_all {
-                    sent_all = flush_piece(&mut tx, &mut pieces, &mut piece_len, &mut at);
+                    sent_all = flush_piece(tx, &mut pieces, &mut piece_len, &mut at);
                 }
             }
         }
         if piece_len > 0 && sent_all {
-            flush_piece(&mut tx, &mut pieces, &mut piece_len, &mut at);
+            flush_piece(tx, &mut pieces, &mut piece_len, &mut at);
         }
         let regions = self.regions_of(offset, len as u64);
         if tx.writer.is_some() {

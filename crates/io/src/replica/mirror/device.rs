@@ -1,5 +1,6 @@
 //! The mirror as the cache's device: reads from the local device, writes
-//! to both, a flush that waits for both (the peer's beside the local one).
+//! to both (to the peer first, so that the peer's write runs beside the
+//! local one), a flush that waits for both (the peer's beside the local one).
 
 use super::{Kind, Mirror};
 use crate::device::{BlockDevice, DeviceError};
@@ -14,40 +15,47 @@ impl BlockDevice for Mirror {
     }
 
     fn write_at(&self, data: &[u8], offset_bytes: u64) -> Result<(), DeviceError> {
-        self.local.write_at(data, offset_bytes)?;
-        self.mirror(&[data], offset_bytes);
-        Ok(())
+        self.write_both(&[data], offset_bytes, || {
+            self.local.write_at(data, offset_bytes)
+        })
     }
 
     fn write_vectored_at(&self, bufs: &[&[u8]], offset_bytes: u64) -> Result<(), DeviceError> {
-        self.local.write_vectored_at(bufs, offset_bytes)?;
-        self.mirror(bufs, offset_bytes);
-        Ok(())
+        self.write_both(bufs, offset_bytes, || {
+            self.local.write_vectored_at(bufs, offset_bytes)
+        })
     }
 
     fn write_many(&self, writes: &[(&[u8], u64)], failed: &mut dyn FnMut(usize, DeviceError)) {
-        let mut bad = vec![false; writes.len()];
+        let _order = self.order.read().unwrap_or_else(|p| p.into_inner());
+        let sent: Vec<bool> = writes
+            .iter()
+            .map(|(data, offset)| self.send_first(&[data], *offset))
+            .collect();
+        let mut ok = vec![true; writes.len()];
         self.local.write_many(writes, &mut |i, e| {
-            bad[i] = true;
+            ok[i] = false;
             failed(i, e)
         });
-        for ((data, offset), bad) in writes.iter().zip(bad) {
-            if !bad {
-                self.mirror(&[data], *offset);
-            }
+        for (((data, offset), sent), ok) in writes.iter().zip(sent).zip(ok) {
+            self.after_local(sent, ok, &[data], *offset);
         }
     }
 
+    /// Where the local device declines a direct write, the mirror writes
+    /// it buffered itself (its frames are sent already): always true.
     fn write_direct_vectored_at(
         &self,
         bufs: &[&[u8]],
         offset_bytes: u64,
     ) -> Result<bool, DeviceError> {
-        let done = self.local.write_direct_vectored_at(bufs, offset_bytes)?;
-        if done {
-            self.mirror(bufs, offset_bytes);
-        }
-        Ok(done)
+        self.write_both(bufs, offset_bytes, || {
+            if self.local.write_direct_vectored_at(bufs, offset_bytes)? {
+                return Ok(());
+            }
+            self.local.write_vectored_at(bufs, offset_bytes)
+        })?;
+        Ok(true)
     }
 
     fn flush(&self) -> Result<(), DeviceError> {

@@ -71,6 +71,9 @@ impl Mirror {
             }
             ask_sums(stream, start, len, &mut theirs)?;
             for region in regions {
+                // No write sent before it reached this device is under way
+                // while the region is read (`Mirror::write_both`).
+                let _order = self.order.write().unwrap_or_else(|p| p.into_inner());
                 if !lock(&self.lacking).clear(region) {
                     continue;
                 }
@@ -114,6 +117,7 @@ impl Mirror {
         let mut bounce = AlignedBuf::new();
         let mut copied = 0u64;
         loop {
+            let _order = self.order.write().unwrap_or_else(|p| p.into_inner());
             let mut tx = lock(&self.tx);
             if tx.generation != generation
                 || tx.writer.is_none()
