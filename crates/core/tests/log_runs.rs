@@ -160,3 +160,28 @@ fn a_failed_batch_fails_every_page_of_a_run_and_keeps_the_old_bytes() {
     b.drain();
     assert_eq!(b.backing_byte(11), 0x0D);
 }
+
+/// Writes admitted while the open batch is held share it, with nothing in
+/// flight before them: one `WriteBatch` at the release, not one per write
+/// (a front end's writes started together: one barrier).
+#[test]
+fn writes_admitted_while_the_batch_is_held_share_one_batch() {
+    let mut b = bench();
+    b.e.hold_batch();
+    let a = write(&mut b, (2 * PAGE, PAGE), 0xA1);
+    let c = write(&mut b, (40 * PAGE, 2 * PAGE), 0xC2);
+    b.pump();
+    assert!(
+        !b.cmds.iter().any(is_batch),
+        "no batch while held: {:?}",
+        b.cmds
+    );
+    b.e.release_batch(Nanos(0));
+    b.pump();
+    let pages = batch_pages(&b);
+    let counts: Vec<u32> = pages.iter().map(|p| p.page_count()).collect();
+    assert_eq!(counts, [1, 2], "both writes in the one batch: {pages:?}");
+    b.complete_while(is_batch);
+    assert!(b.answered(a) && b.answered(c));
+    assert_eq!(read(&mut b, (40 * PAGE, PAGE))[0], 0xC2);
+}

@@ -10,12 +10,13 @@
 //! past the size are zeros, and pages a truncation may have left in the
 //! cache are zeroed through the cache before the file grows over them.
 
+use std::ops::RangeInclusive;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 
 use fuser::Errno;
 use wcache_core::{IoError, RequestFlags, RequestKind, SubmitError};
-use wcache_io::{Io, Payload, RequestError, Volume};
+use wcache_io::{Io, Payload, RequestError, Volume, WriteDone};
 
 use crate::callers::Caller;
 use crate::dirty::DirtyPages;
@@ -63,6 +64,48 @@ pub(crate) fn submit(
         tracing::warn!("{kind:?} of {len} bytes at volume offset {at}: {e}");
         errno(&e)
     })
+}
+
+/// Writes `(volume offset, bytes)` with `flags`, started together in one
+/// `Volume::batch` so that they share the cache's log batch and its
+/// barrier, in this order; waits for all and returns each one's result.
+pub(crate) fn write_together(
+    volume: &Volume,
+    writes: Vec<(u64, Vec<u8>)>,
+    flags: RequestFlags,
+) -> Vec<Result<(), Errno>> {
+    type Results = (Mutex<(usize, Vec<Result<(), Errno>>)>, Condvar);
+    let n = writes.len();
+    let done: Arc<Results> = Arc::new((Mutex::new((n, vec![Ok(()); n])), Condvar::new()));
+    {
+        let batch = volume.batch();
+        for (i, (at, bytes)) in writes.into_iter().enumerate() {
+            let len = bytes.len() as u64;
+            let io = Io {
+                kind: RequestKind::Write,
+                offset_bytes: at,
+                len_bytes: len,
+                flags,
+            };
+            let done = Arc::clone(&done);
+            let answer: WriteDone = Box::new(move |result, _, _| {
+                let result = result.map_err(|e| {
+                    tracing::warn!("Write of {len} bytes at volume offset {at}: {e}");
+                    errno(&e)
+                });
+                let mut st = done.0.lock().unwrap_or_else(|e| e.into_inner());
+                st.1[i] = result;
+                st.0 -= 1;
+                done.1.notify_all();
+            });
+            batch.write_async(io, bytes, 0, answer);
+        }
+    }
+    let mut st = done.0.lock().unwrap_or_else(|e| e.into_inner());
+    while st.0 > 0 {
+        st = done.1.wait(st).unwrap_or_else(|e| e.into_inner());
+    }
+    std::mem::take(&mut st.1)
 }
 
 /// The mount's data path.
@@ -191,17 +234,19 @@ impl Data {
             self.grow(file, window, end, flags)?;
         }
         let (a, b) = (round_down(offset, self.page), round_up(end, self.page));
-        if self.write_pages(file, window, offset, data, old_size, flags, hold)? {
-            if durable {
-                let pages = a / self.page..=b / self.page - 1;
-                self.dirty.write_back(window, Some(pages), flags)?;
-            }
-        } else {
+        let held = self.write_pages(file, window, offset, data, old_size, flags, hold)?;
+        if !held {
             file.cached_end.fetch_max(b, Ordering::AcqRel);
         }
-        if durable && end > old_size {
-            // O_SYNC/O_DSYNC: the new size is durable with the data.
-            self.record_size(file, window, flags)?;
+        // O_SYNC/O_DSYNC: the new size is durable with the data.
+        let grew = end > old_size;
+        match (durable, held) {
+            (true, true) => {
+                let pages = a / self.page..=b / self.page - 1;
+                self.write_back_recording(file, window, Some(pages), flags, grew)?;
+            }
+            (true, false) if grew => self.record_size(file, window, flags)?,
+            _ => {}
         }
         Ok(data.len() as u32)
     }
@@ -331,22 +376,52 @@ impl Data {
         window: u64,
         flags: RequestFlags,
     ) -> Result<(), Errno> {
-        let mut recorded = file.recorded.lock().unwrap_or_else(|e| e.into_inner());
-        let size = file.size();
-        if size == *recorded {
+        self.recording(file, window, flags, Ok)
+    }
+
+    /// The file's held pages in `pages` written back with `flags`, and with
+    /// them, where `record` and the size changed, its size record: in one
+    /// batch of the cache's (`DirtyPages::write_back`), so that an fsync of
+    /// an appended file costs one barrier, not two. The record goes last.
+    fn write_back_recording(
+        &self,
+        file: &BackingFile,
+        window: u64,
+        pages: Option<RangeInclusive<u64>>,
+        flags: RequestFlags,
+        record: bool,
+    ) -> Result<(), Errno> {
+        if !record {
+            self.dirty.write_back(window, pages, flags, None)?;
             return Ok(());
         }
-        let record = SizeRecord::encode(size, self.page);
-        let (at, len) = (window + FILE_BYTES_MAX, self.page);
-        submit(
-            &self.volume,
-            RequestKind::Write,
-            at,
-            len,
-            flags,
-            Payload::Write(&record),
-        )?;
-        *recorded = size;
+        self.recording(file, window, flags, |rider| {
+            self.dirty.write_back(window, pages, flags, rider)
+        })
+    }
+
+    /// The file's size record, if the size changed since the last one: given
+    /// to `send` to carry, else (what `send` gives back) written alone.
+    fn recording(
+        &self,
+        file: &BackingFile,
+        window: u64,
+        flags: RequestFlags,
+        send: impl FnOnce(Option<(u64, Vec<u8>)>) -> Result<Option<(u64, Vec<u8>)>, Errno>,
+    ) -> Result<(), Errno> {
+        let mut recorded = file.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let size = file.size();
+        let rider = (size != *recorded)
+            .then(|| (window + FILE_BYTES_MAX, SizeRecord::encode(size, self.page)));
+        let changed = rider.is_some();
+        if let Some((at, bytes)) = send(rider)? {
+            let len = bytes.len() as u64;
+            let payload = Payload::Write(&bytes);
+            submit(&self.volume, RequestKind::Write, at, len, flags, payload)?;
+        }
+        if changed {
+            *recorded = size;
+        }
         Ok(())
     }
 
@@ -467,8 +542,7 @@ impl Data {
         let slot = file.and_then(|f| f.slot.get());
         if let (Some(file), Some(slot)) = (file, slot) {
             let window = (*slot as u64) << crate::files::WINDOW_BITS;
-            self.dirty.write_back(window, None, flags)?;
-            self.record_size(file, window, flags)?;
+            self.write_back_recording(file, window, None, flags, true)?;
         }
         submit(&self.volume, RequestKind::Flush, 0, 0, flags, Payload::None)?;
         match file {

@@ -21,7 +21,7 @@ use fuser::Errno;
 use wcache_core::{RequestFlags, RequestKind};
 use wcache_io::{Payload, Volume};
 
-use crate::data::submit;
+use crate::data::{submit, write_together};
 use crate::files::BackingFile;
 
 /// How much is held, and for how long.
@@ -257,27 +257,30 @@ impl DirtyPages {
     /// flags), or an O_SYNC/O_DSYNC write (FUA). A wait for another's
     /// writeback first sends a FLUSH with `flags`, through which a critical
     /// caller's wait promotes it (I/O criticality inheritance). A failed
-    /// background writeback of the file is reported here, once.
+    /// background writeback of the file is reported here, once. `rider`
+    /// goes with the first pages sent (`run`); it is returned when there
+    /// were none, for the caller to send alone.
     pub fn write_back(
         &self,
         window: u64,
         pages: Option<RangeInclusive<u64>>,
         flags: RequestFlags,
-    ) -> Result<(), Errno> {
+        mut rider: Option<(u64, Vec<u8>)>,
+    ) -> Result<Option<(u64, Vec<u8>)>, Errno> {
         let range = pages.unwrap_or(0..=u64::MAX);
         let mut promoted = false;
         let mut st = self.lock();
         let Some(target) = st.files.get(&window).map(|fp| fp.seq) else {
-            return Ok(());
+            return Ok(rider);
         };
         loop {
             let Some(fp) = st.files.get_mut(&window) else {
-                return Ok(());
+                return Ok(rider);
             };
             let due = |h: &Held| h.since.is_some_and(|s| s <= target);
             if let Some(flight) = self.take(window, fp, &range, u64::MAX, due) {
                 drop(st);
-                self.run(flight, flags, false)?;
+                self.run(flight, flags, false, rider.take())?;
                 st = self.lock();
                 continue;
             }
@@ -286,7 +289,7 @@ impl DirtyPages {
                 .range(range.clone())
                 .any(|(_, h)| h.flight.is_some_and(|s| s <= target));
             if !waiting {
-                return fp.error.take().map_or(Ok(()), Err);
+                return fp.error.take().map_or(Ok(rider), Err);
             }
             if !promoted {
                 promoted = true;
@@ -376,30 +379,36 @@ impl DirtyPages {
         (!flight.pages.is_empty()).then_some(flight)
     }
 
-    /// Writes a flight to the engine with `flags`, then ends it; a failure
-    /// is kept for the file's next fsync with `keep_error` (background).
-    fn run(&self, flight: Flight, flags: RequestFlags, keep_error: bool) -> Result<(), Errno> {
-        let mut result = Ok(());
-        for (first, bytes) in &flight.extents {
+    /// Writes a flight to the engine with `flags`, its extents and then
+    /// `rider` (a write the caller wants with them: a file's size record)
+    /// started together, so that they share the cache's log batch and its
+    /// barrier; then ends the flight. A failure is kept for the file's next
+    /// fsync with `keep_error` (background). The error of the flight, else
+    /// of the rider.
+    fn run(
+        &self,
+        mut flight: Flight,
+        flags: RequestFlags,
+        keep_error: bool,
+        rider: Option<(u64, Vec<u8>)>,
+    ) -> Result<(), Errno> {
+        let mut writes = Vec::with_capacity(flight.extents.len() + 1);
+        for (first, bytes) in std::mem::take(&mut flight.extents) {
             let at = first * self.page;
             let end = at + bytes.len() as u64;
             flight.file.cached_end.fetch_max(end, Ordering::AcqRel);
-            let (offset, len) = (flight.window + at, bytes.len() as u64);
-            let payload = Payload::Write(bytes);
-            result = submit(
-                &self.volume,
-                RequestKind::Write,
-                offset,
-                len,
-                flags,
-                payload,
-            );
-            if result.is_err() {
-                break;
-            }
+            writes.push((flight.window + at, bytes));
         }
+        let rides = rider.is_some();
+        writes.extend(rider);
+        let mut results = write_together(&self.volume, writes, flags);
+        let rider_result = match rides {
+            true => results.pop().expect("the rider's result"),
+            false => Ok(()),
+        };
+        let result = results.into_iter().collect::<Result<(), Errno>>();
         self.land(&flight, result, keep_error);
-        result
+        result.and(rider_result)
     }
 
     /// A flight ended: its pages leave unless written again meanwhile; on
@@ -482,7 +491,7 @@ impl DirtyPages {
                         .0;
                 }
             };
-            if let Err(e) = self.run(flight, background, true) {
+            if let Err(e) = self.run(flight, background, true, None) {
                 tracing::warn!("background writeback: {e:?} (the pages stay held; retried)");
                 std::thread::sleep(WRITEBACK_INTERVAL.min(self.limits.expire));
             }
@@ -500,7 +509,7 @@ impl DirtyPages {
             st.stop = true;
             if let Some(flight) = self.next_flight(&mut st, true) {
                 drop(st);
-                if self.run(flight, background, true).is_err() {
+                if self.run(flight, background, true, None).is_err() {
                     failures += 1;
                     if failures > 3 {
                         break;
@@ -559,7 +568,7 @@ mod tests {
         assert_eq!(dirty.held_bytes(), 8192, "nothing dropped");
         assert_eq!(dirty.throttle(), Err(Errno::EIO));
         let flags = RequestFlags::default();
-        assert_eq!(dirty.write_back(0, None, flags), Err(Errno::EIO));
+        assert_eq!(dirty.write_back(0, None, flags, None), Err(Errno::EIO));
         plan.set_fail_writes(false);
         until("the pages landed", || dirty.held_bytes() == 0);
         assert_eq!(dirty.throttle(), Ok(()));

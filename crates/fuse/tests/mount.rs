@@ -263,6 +263,47 @@ fn o_dsync_writes_and_fsync_reach_the_engine_as_sync() {
     m.stop().unwrap();
 }
 
+/// An fsync of an appended file sends its pages and its size record in
+/// one batch of the cache's: the record costs the cache no barrier of its
+/// own (fsyncs that grow the file cost what fsyncs that do not cost).
+#[test]
+fn a_size_record_rides_with_the_pages_of_its_fsync() {
+    let d = dirs();
+    let m = mount(&d, FormatAsked::FoundNewLog);
+    let path = d.mnt.join("aof");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap();
+    let flushes = || m.cache().monitor().stats().cache_flushes;
+    f.write_all(&pattern(3000, 1)).unwrap();
+    f.sync_data().unwrap();
+    const ROUNDS: u64 = 20;
+    let before = flushes();
+    for i in 0..ROUNDS {
+        f.write_all(&pattern(1000, i as u8)).unwrap();
+        f.sync_data().unwrap();
+    }
+    let growing = flushes() - before;
+    let g = OpenOptions::new().write(true).open(&path).unwrap();
+    let before = flushes();
+    for i in 0..ROUNDS {
+        g.write_all_at(&pattern(1000, i as u8), 0).unwrap();
+        g.sync_data().unwrap();
+    }
+    let same_size = flushes() - before;
+    assert!(
+        same_size >= ROUNDS,
+        "each fsync made its pages durable: {same_size}"
+    );
+    assert_eq!(
+        growing, same_size,
+        "a size record costs a barrier of its own ({growing} against {same_size} over {ROUNDS} fsyncs)"
+    );
+    m.stop().unwrap();
+}
+
 /// A host crash can lose a backing file's size that was never synced on
 /// it: an fsync that grew a file records its size in the cache, and the
 /// next mount grows the file to it before destaging, so no fsynced byte

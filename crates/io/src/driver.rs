@@ -31,6 +31,7 @@
 //! This module must never complete a command early, and never make a policy
 //! decision.
 
+mod admit;
 mod async_write;
 mod batch;
 mod data_path;
@@ -44,6 +45,7 @@ pub use {async_write::DriverBatch, data_path::DataPath, submit::Io};
 mod frees;
 mod gate;
 mod waiter;
+use admit::Admit;
 use gate::Device;
 use waiter::{Waiter, WaiterState};
 mod uring;
@@ -976,55 +978,6 @@ impl Shared {
                 .map_err(|e| RequestError::Io(self.io_fail(&e, true)))?;
         }
         Ok(())
-    }
-
-    /// Hands `request` to the engine, waiting while it is busy, and returns
-    /// the commands that follow; on refusal, the error and `entry` back.
-    fn admit(
-        &self,
-        request: Request,
-        entry: InFlight,
-    ) -> Result<VecDeque<Job>, Box<(RequestError, InFlight)>> {
-        let mut jobs = VecDeque::new();
-        let mut entry = Some(entry);
-        let mut core = self.lock_core();
-        loop {
-            let Some(e) = entry.take() else {
-                unreachable!("the entry is put back before every retry");
-            };
-            let writes = matches!(
-                request.kind,
-                RequestKind::Write | RequestKind::WriteZeroes | RequestKind::Trim
-            );
-            let refused = match core.refusing {
-                Refusing::Nothing => false,
-                Refusing::Writes => writes,
-                Refusing::Everything => true,
-            };
-            if core.stopping || refused {
-                return Err(Box::new((RequestError::ShutDown, e)));
-            }
-            core.in_flight.insert(request.id.0, e);
-            let now = self.now();
-            match core.engine.handle_request(now, request) {
-                Ok(()) => break,
-                Err(err) => {
-                    entry = core.in_flight.remove(&request.id.0);
-                    let Some(back) = entry.take() else {
-                        unreachable!("the entry was just inserted");
-                    };
-                    if !matches!(err, SubmitError::Busy(_)) {
-                        return Err(Box::new((err.into(), back)));
-                    }
-                    entry = Some(back);
-                    core.changed_waiters += 1;
-                    core = self.changed.wait(core).unwrap_or_else(|p| p.into_inner());
-                    core.changed_waiters -= 1;
-                }
-            }
-        }
-        self.pump(&mut core, &mut jobs);
-        Ok(jobs)
     }
 
     /// Tells the `write_async` callbacks their responses (outside the

@@ -4,6 +4,7 @@
 //! the batch is dropped, never left unsent).
 
 use super::*;
+use std::cell::Cell;
 
 impl Driver {
     /// `write_async` returns before the device write (the event-driven
@@ -48,7 +49,10 @@ impl Driver {
     /// batch of one: `driver.write_batch().write_async(..)` sends it at the
     /// end of the statement.
     pub fn write_batch(&self) -> DriverBatch<'_> {
-        DriverBatch { driver: self }
+        DriverBatch {
+            driver: self,
+            held: Cell::new(false),
+        }
     }
 }
 
@@ -59,6 +63,9 @@ impl Driver {
 #[must_use = "a batch sends its writes when dropped"]
 pub struct DriverBatch<'a> {
     driver: &'a Driver,
+    /// Format 3: the engine's open batch is held for this batch's writes
+    /// until its end (`Shared::admit_held`), so that they share it.
+    held: Cell<bool>,
 }
 
 impl DriverBatch<'_> {
@@ -124,23 +131,53 @@ impl DriverBatch<'_> {
             buf,
             responder: Responder::Async(AsyncWrite { buffer, done }),
         };
+        self.admit(request, entry);
+    }
+
+    /// Hands a started write to the engine: in format 3 with the open
+    /// batch held (no room: what this batch holds goes out before the
+    /// wait); its commands started; refused, its `done` told.
+    fn admit(&self, request: Request, entry: InFlight) {
+        let s = &self.driver.shared;
+        let refused = |e: RequestError, entry: InFlight| {
+            if let Responder::Async(a) = entry.responder {
+                (a.done)(Err(e), a.buffer, false);
+            }
+        };
+        let entry = match s.log.is_some() {
+            true => match s.admit_held(request, entry, !self.held.replace(true)) {
+                Ok(()) => return,
+                Err(Admit::Refused(e, entry)) => return refused(e, entry),
+                Err(Admit::Busy(entry)) => {
+                    self.send_held();
+                    entry
+                }
+            },
+            false => entry,
+        };
         match s.admit(request, entry) {
             Ok(jobs) => s.dispatch_async(jobs),
-            Err(refused) => {
-                let (e, entry) = *refused;
-                if let Responder::Async(a) = entry.responder {
-                    (a.done)(Err(e), a.buffer, false);
-                }
-            }
+            Err(r) => refused(r.0, r.1),
         }
         s.run_answered();
+    }
+
+    /// Lets the engine's open batch go, if this batch holds it, and starts
+    /// the commands that follow.
+    fn send_held(&self) {
+        if self.held.replace(false) {
+            self.driver.shared.pump_held();
+        }
     }
 }
 
 impl Drop for DriverBatch<'_> {
-    /// Sends the device writes held (io_uring: one `io_uring_enter` for the
-    /// entries in the submission queue, whichever batch left them there).
+    /// Sends the device writes held: format 3's writes admitted and held
+    /// (one log batch for them where none is in flight); io_uring's
+    /// entries in the submission queue (one `io_uring_enter`, whichever
+    /// batch left them there).
     fn drop(&mut self) {
+        self.send_held();
         if let Some(u) = &self.driver.shared.uring {
             u.submit_held();
         }

@@ -117,6 +117,9 @@ pub(super) struct Log {
     sealed: VecDeque<IoCommand>,
     /// A `WriteBatch` is in flight (one at a time, so they complete in order).
     writing: bool,
+    /// Holds on the open batch (`Engine::hold_batch`): while any, it is
+    /// not sealed, so the writes admitted meanwhile share it.
+    held: u32,
     /// Every batch up to this one is durable.
     durable_seq: u64,
     /// Slots promised to admitted writes (their pages and headers).
@@ -158,6 +161,7 @@ impl Log {
             next_seq: 1,
             sealed: VecDeque::new(),
             writing: false,
+            held: 0,
             durable_seq: 0,
             budget: 0,
             frees_due: false,
@@ -432,6 +436,26 @@ impl Engine {
         })
     }
 
+    /// Holds the open batch: writes admitted until `release_batch` join it
+    /// (none is sealed meanwhile, written or not), so that a front end's
+    /// writes started together (`DriverBatch`) share one batch and its
+    /// barrier. Counted; a hold must be released soon, before its holder
+    /// waits for anything. Nothing outside log mode.
+    pub fn hold_batch(&mut self) {
+        if let Some(log) = self.log.as_mut() {
+            log.held += 1;
+        }
+    }
+
+    /// Ends one `hold_batch`; the last one's end lets the open batch go.
+    pub fn release_batch(&mut self, now: Nanos) {
+        if let Some(log) = self.log.as_mut() {
+            assert!(log.held > 0, "a release of a batch not held");
+            log.held -= 1;
+            self.end_step(now);
+        }
+    }
+
     /// The end of an engine step in log mode: make room at the tail while
     /// it is wanted, make the tail's move durable, and issue the next batch
     /// if none is being written (sealing the open one).
@@ -462,7 +486,7 @@ impl Engine {
             }
         }
         let log = self.log.as_mut().expect("log mode");
-        if log.sealed.is_empty() {
+        if log.sealed.is_empty() && log.held == 0 {
             self.log_seal();
         }
         let log = self.log.as_mut().expect("log mode");
