@@ -185,3 +185,17 @@ fn writes_admitted_while_the_batch_is_held_share_one_batch() {
     assert!(b.answered(a) && b.answered(c));
     assert_eq!(read(&mut b, (40 * PAGE, PAGE))[0], 0xC2);
 }
+
+/// A held batch of 64 KiB or more goes at once: holding it would only
+/// delay a write whose barrier is a small part of its cost.
+#[test]
+fn a_large_write_is_not_held() {
+    let mut b = bench();
+    b.e.hold_batch();
+    let a = write(&mut b, (0, 16 * PAGE), 0xB1);
+    b.pump();
+    assert_eq!(batch_pages(&b).len(), 1, "the batch went while held");
+    b.complete_while(is_batch);
+    assert!(b.answered(a));
+    b.e.release_batch(Nanos(0));
+}

@@ -47,12 +47,17 @@ impl Shared {
         request: Request,
         entry: InFlight,
         take_hold: bool,
-    ) -> Result<(), Admit> {
+    ) -> Result<VecDeque<Job>, Admit> {
         let mut core = self.lock_core();
         if take_hold {
             core.engine.hold_batch();
         }
-        self.admit_once(&mut core, request, entry)
+        self.admit_once(&mut core, request, entry)?;
+        // What the engine issues now goes now: a held batch large enough
+        // to go (`Engine::hold_batch`), destages.
+        let mut jobs = VecDeque::new();
+        self.pump(&mut core, &mut jobs);
+        Ok(jobs)
     }
 
     /// One try: the request in flight with the engine, or why not.

@@ -146,7 +146,10 @@ impl DriverBatch<'_> {
         };
         let entry = match s.log.is_some() {
             true => match s.admit_held(request, entry, !self.held.replace(true)) {
-                Ok(()) => return,
+                Ok(jobs) => {
+                    s.dispatch_async(jobs);
+                    return s.run_answered();
+                }
                 Err(Admit::Refused(e, entry)) => return refused(e, entry),
                 Err(Admit::Busy(entry)) => {
                     self.send_held();
