@@ -390,14 +390,10 @@ impl Engine {
     /// makes the room (its move, checkpoints of committed transactions),
     /// and a commit there would cut the open transaction between declared
     /// points: on the log, the backing left them (`docs/format-v3.md`).
-    ///
-    /// Format 2: only when the open transaction leaves the cache too few
-    /// slots for the write. Room that stale versions on their way out
-    /// (their frees), clean pages or checkpoints make comes without a
-    /// commit; a commit then would cut the open transaction between
-    /// declared points (seen under a loaded disk, where frees lag: a lost
-    /// cache left the backing with half an epoch).
     fn stall_needs_commit(&self) -> bool {
+        let Some(log) = &self.log else {
+            return true;
+        };
         let need = self.stalled.front().map_or(0, |&ri| {
             let r = self.req(ri);
             self.pages_of(r.offset_bytes, r.len_bytes)
@@ -406,10 +402,6 @@ impl Engine {
             return true;
         }
         let j = self.jrn_ref();
-        let Some(log) = &self.log else {
-            let open = j.open_slots.len() as u64;
-            return (self.slots.len() as u64).saturating_sub(open) < need;
-        };
         log.front_span_slots().any(|slot| {
             let state = self.slots.state(slot);
             matches!(state, SlotState::Dirty | SlotState::Filling) && j.txn_of(slot) == j.open
