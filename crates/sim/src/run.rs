@@ -361,8 +361,9 @@ impl Simulation {
         self
     }
 
-    /// A transaction journaled write-back committed because its journal
-    /// was full is a boundary the backing may stop at (`docs/consistency.md`):
+    /// A transaction journaled write-back committed without a declared
+    /// point (for room only its commit makes, or by the final drain) is a
+    /// boundary the backing may stop at (`docs/consistency.md`):
     /// the App-C check counts it as a point, noted before the answers of
     /// the engine call that made it (so the check is, if anything, lenient
     /// about those).

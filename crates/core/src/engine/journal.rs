@@ -153,7 +153,7 @@ impl Journal {
             ("journal_commits", "Transactions committed.", self.commits),
             (
                 "journal_forced_commits",
-                "Transactions committed without a consistency point because the journal was full.",
+                "Transactions committed under consistency points without one declared: for room only that commit makes, or by a drain.",
                 self.forced_commits,
             ),
             (
@@ -216,7 +216,8 @@ const UNISSUED: IoId = IoId(u64::MAX);
 enum Why {
     /// Its size or age (size mode), or a consistency point.
     Rule,
-    /// The journal is full and nothing else can free it.
+    /// Under consistency points, with none declared: the journal is full
+    /// and nothing else can free it, or a drain empties the cache.
     Forced,
 }
 
@@ -364,13 +365,13 @@ impl Engine {
         let j = self.jrn_ref();
         let size_rule = j.points == ConsistencyPoints::Size;
         let nothing_else = j.committed.is_empty() && j.active.is_none();
-        if (size_rule && (j.open_pages >= j.commit_pages || expired || self.idle_draining))
-            || self.draining
-        {
+        // Under consistency points a commit no point declared is counted:
+        // the backing alone may stop there too.
+        let undeclared = if size_rule { Why::Rule } else { Why::Forced };
+        if size_rule && (j.open_pages >= j.commit_pages || expired || self.idle_draining) {
             self.journal_commit(Why::Rule);
-        } else if full && nothing_else {
-            let why = if size_rule { Why::Rule } else { Why::Forced };
-            self.journal_commit(why);
+        } else if self.draining || (full && nothing_else) {
+            self.journal_commit(undeclared);
         }
         if expired {
             // Everything committed so far goes at the next checkpoint.
@@ -384,16 +385,15 @@ impl Engine {
     }
 
     /// A write waits for room that only a commit of the open transaction
-    /// can make: the cache's own (format 2: the open transaction may fill
-    /// it), or in log mode the host journal's, or the log's when its tail
-    /// waits on a version of the open transaction. Otherwise the tail
-    /// makes the room (its move, checkpoints of committed transactions),
-    /// and a commit there would cut the open transaction between declared
-    /// points: on the log, the backing left them (`docs/format-v3.md`).
+    /// can make: the host journal's; format 2, the cache's when the open
+    /// transaction's versions leave it too few slots; log mode, the log's
+    /// when its tail waits on a version of the open transaction. Other room
+    /// comes without a commit (stale versions' frees, clean pages, the
+    /// tail's move, checkpoints of committed transactions), and a commit
+    /// there would cut the open transaction between declared points (format
+    /// 2 did on any stall: frees that lagged under a loaded disk let a lost
+    /// cache leave half an epoch on the backing).
     fn stall_needs_commit(&self) -> bool {
-        let Some(log) = &self.log else {
-            return true;
-        };
         let need = self.stalled.front().map_or(0, |&ri| {
             let r = self.req(ri);
             self.pages_of(r.offset_bytes, r.len_bytes)
@@ -402,6 +402,11 @@ impl Engine {
             return true;
         }
         let j = self.jrn_ref();
+        let Some(log) = &self.log else {
+            // Its current versions (a version it replaced is stale, freed
+            // without a commit).
+            return (self.slots.len() as u64).saturating_sub(j.open_pages) < need;
+        };
         log.front_span_slots().any(|slot| {
             let state = self.slots.state(slot);
             matches!(state, SlotState::Dirty | SlotState::Filling) && j.txn_of(slot) == j.open

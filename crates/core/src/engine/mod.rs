@@ -599,9 +599,10 @@ impl Engine {
         self.draining = false;
     }
 
-    /// Transactions journaled write-back committed without a consistency
-    /// point because its journal was full (0 under other policies): the
-    /// backing alone may then stop at that boundary too.
+    /// Transactions journaled write-back committed under consistency
+    /// points without one declared, because its journal was full or a
+    /// drain emptied the cache (0 under other policies): the backing alone
+    /// may then stop at that boundary too.
     pub fn journal_forced_commits(&self) -> u64 {
         self.journal.as_ref().map_or(0, Journal::forced_commits)
     }
