@@ -42,6 +42,9 @@ REDIS_KEYS=${REDIS_KEYS:-100000}
 REDIS_VALUE=${REDIS_VALUE:-512}
 REDIS_SETS=${REDIS_SETS:-300000}
 OUT=${OUT:-/var/tmp/rdc-real}
+# SAMPLE=1: the engine's counters every half second of each timed run, to
+# $OUT/samples/APP-SIZE-POLICY-MECHANISM.csv (what stalls wait for).
+SAMPLE=${SAMPLE:-0}
 PORT=54331
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 
@@ -107,6 +110,28 @@ pg_start() {
 engine() { # NAME: the engine's counter
   "$W" stats --json --control "$D/ctl" | python3 -c \
     "import json,sys; s=json.load(sys.stdin); print({m['name']:m['value'] for m in s['engine']}.get('$1',0))"
+}
+
+# sample FILE: until killed, the engine's counters and gauges every 0.5 s.
+sample() {
+  python3 - "$W" "$D/ctl" "$1" <<'PY'
+import json, subprocess, sys, time
+w, ctl, path = sys.argv[1:4]
+names = ["writes", "stalls", "stall_ns_total", "stalled_requests", "dirty_pages", "free_slots",
+         "destages_in_flight", "destaged_pages", "write_bypassed_pages", "log_forced_destages",
+         "log_copies", "log_tail_dirty_pages", "log_batches"]
+with open(path, "w") as out:
+    out.write("t_s," + ",".join(names) + "\n")
+    start = time.monotonic()
+    while True:
+        got = subprocess.run([w, "stats", "--json", "--control", ctl], capture_output=True, text=True)
+        if got.returncode == 0:
+            m = {e["name"]: e["value"] for e in json.loads(got.stdout)["engine"]}
+            row = [f"{time.monotonic() - start:.2f}"] + [str(m.get(n, "")) for n in names]
+            out.write(",".join(row) + "\n")
+            out.flush()
+        time.sleep(0.5)
+PY
 }
 
 # explicit_postgresql: the request processes of PostgreSQL (its client backends
@@ -214,7 +239,14 @@ run_one() {
     name_critical "$app" "$mech" &
     namer=$!
   fi
+  local sampler=""
+  if [ "$SAMPLE" = 1 ]; then
+    mkdir -p "$OUT/samples"
+    sample "$OUT/samples/$app-$size-$policy-$mech.csv" &
+    sampler=$!
+  fi
   read -r tps p50 p99 p999 < <("bench_$app")
+  if [ -n "$sampler" ]; then kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; fi
   if [ -n "$namer" ]; then wait "$namer"; fi
   w=$(( $(engine writes) - w0 ))
   b=$(( $(engine write_bypasses) - b0 ))
