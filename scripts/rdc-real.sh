@@ -114,7 +114,7 @@ engine() { # NAME: the engine's counter
 
 # sample FILE: until killed, the engine's counters and gauges every 0.5 s.
 sample() {
-  python3 - "$W" "$D/ctl" "$1" <<'PY'
+  exec python3 - "$W" "$D/ctl" "$1" <<'PY'
 import json, subprocess, sys, time
 w, ctl, path = sys.argv[1:4]
 names = ["writes", "stalls", "stall_ns_total", "stalled_requests", "dirty_pages", "free_slots",

@@ -15,7 +15,11 @@ pub enum RequestKind {
     WriteZeroes,
     /// The client no longer needs the range (advisory).
     Trim,
-    /// Every write acknowledged before this request is made durable.
+    /// Every write acknowledged before this request is made durable. Its
+    /// range (0, 0: the whole volume) is what a critical issuer's flush
+    /// waits for: the bypass writes in flight there are promoted (a front
+    /// end that knows it, as a file's fsync on the mount, names the file's
+    /// range; NBD's FLUSH is the volume's).
     Flush,
 }
 

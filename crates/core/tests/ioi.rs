@@ -107,6 +107,23 @@ fn a_critical_flush_promotes_the_bypasses_of_its_volume() {
     assert_eq!(b.e.stats().discarded_completions, 2);
 }
 
+/// A FLUSH with a range (the mount's fsync of one file: its window)
+/// promotes only the bypasses over it; another file's writeback in flight
+/// goes on to the backing alone.
+#[test]
+fn a_critical_flush_with_a_range_promotes_only_the_bypasses_over_it() {
+    let mut b = Bench::new("cp-pi-ioi", true, 64);
+    let mine = b.write(3, 0x31, 2);
+    let other = b.write(9, 0x91, 3);
+    b.submit_range(0, RequestKind::Flush, (2 * PAGE, 4 * PAGE), 0, 1);
+    assert_eq!(b.e.stats().reissued_writes, 1, "only page 3's bypass");
+    b.complete_while(|c| !is_original(c));
+    assert!(b.answered(mine), "answered from the cache");
+    assert!(!b.answered(other), "outside the range: still on its way");
+    b.drain();
+    assert_eq!((b.backing_byte(3), b.backing_byte(9)), (0x31, 0x91));
+}
+
 /// A promoted bypass answered early whose cached version is then trimmed:
 /// the page has no cached version, so a later write to it bypasses again,
 /// and must wait for the original still in flight (the client saw the

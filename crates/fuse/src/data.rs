@@ -66,6 +66,25 @@ pub(crate) fn submit(
     })
 }
 
+/// The engine's FLUSH for the file at `window`, with `flags` (not FUA): a
+/// critical caller's promotes the bypass writes in flight over the file's
+/// window, which it waits for, and no other file's.
+pub(crate) fn flush_file(volume: &Volume, window: u64, flags: RequestFlags) -> Result<(), Errno> {
+    let flags = RequestFlags {
+        fua: false,
+        ..flags
+    };
+    let len = crate::files::WINDOW_BYTES;
+    submit(
+        volume,
+        RequestKind::Flush,
+        window,
+        len,
+        flags,
+        Payload::None,
+    )
+}
+
 /// Writes `(volume offset, bytes)` with `flags`, started together in one
 /// `Volume::batch` so that they share the cache's log batch and its
 /// barrier, in this order; waits for all and returns each one's result.
@@ -529,11 +548,12 @@ impl Data {
 
     /// fsync/fdatasync: the file's held pages written back with the
     /// caller's flags, and its size recorded if it changed (`record_size`),
-    /// then every acknowledged write to the mount durable (the engine's
-    /// FLUSH, with the caller's flags: a critical caller's flush promotes
-    /// writes it waits for), then a cut of the file on the backing file.
-    /// A file never written through the cache has its size synced on the
-    /// backing file.
+    /// then its acknowledged writes durable (the engine's
+    /// FLUSH over the file's window, with the caller's flags: a critical
+    /// caller's flush promotes the file's writebacks in flight, which it
+    /// waits for, not other files'), then a cut of the file on the backing
+    /// file. A file never written through the cache (nothing of it in the
+    /// engine: no FLUSH) has its size synced on the backing file.
     pub fn fsync(&self, file: Option<&BackingFile>, caller: Caller) -> Result<(), Errno> {
         let flags = RequestFlags {
             fua: false,
@@ -543,8 +563,8 @@ impl Data {
         if let (Some(file), Some(slot)) = (file, slot) {
             let window = (*slot as u64) << crate::files::WINDOW_BITS;
             self.write_back_recording(file, window, None, flags, true)?;
+            flush_file(&self.volume, window, flags)?;
         }
-        submit(&self.volume, RequestKind::Flush, 0, 0, flags, Payload::None)?;
         match file {
             Some(file) if slot.is_none() => self.sync_unwritten(file),
             Some(file) => self.sync_cut(file),

@@ -18,10 +18,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fuser::Errno;
-use wcache_core::{RequestFlags, RequestKind};
-use wcache_io::{Payload, Volume};
+use wcache_core::RequestFlags;
+use wcache_io::Volume;
 
-use crate::data::{submit, write_together};
+use crate::data::{flush_file, write_together};
 use crate::files::BackingFile;
 
 /// How much is held, and for how long.
@@ -294,11 +294,7 @@ impl DirtyPages {
             if !promoted {
                 promoted = true;
                 drop(st);
-                let flush = RequestFlags {
-                    fua: false,
-                    ..flags
-                };
-                submit(&self.volume, RequestKind::Flush, 0, 0, flush, Payload::None)?;
+                flush_file(&self.volume, window, flags)?;
                 st = self.lock();
                 continue;
             }

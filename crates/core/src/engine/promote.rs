@@ -79,8 +79,9 @@ impl Engine {
         })
     }
 
-    /// A FLUSH: when its issuer is critical, every bypass in flight on its
-    /// volume is promoted (the writeback an fsync waits for).
+    /// A FLUSH: when its issuer is critical, the bypasses in flight it
+    /// waits for are promoted (the writeback an fsync waits for): over its
+    /// range, or with none (0, 0) every one on its volume.
     pub(super) fn promote_for_flush(&mut self, req: &Request) {
         if !self.promotion_possible() {
             return;
@@ -89,7 +90,15 @@ impl Engine {
         info.flags.sync = true;
         if self.admission_of(req.volume).inherits_io(&info) {
             let vol = req.volume;
-            self.promote_where(|_, b| b.volume == vol);
+            let (from, end) = (
+                req.offset_bytes,
+                req.offset_bytes.saturating_add(req.len_bytes),
+            );
+            let whole = req.len_bytes == 0;
+            self.promote_where(|_, b| {
+                b.volume == vol
+                    && (whole || (b.offset_bytes < end && from < b.offset_bytes + b.len_bytes))
+            });
         }
     }
 
