@@ -7,7 +7,7 @@
 # tmpfs as NV-DRAM), the application started and loaded under admission
 # `all`, the policy set online, critical processes named by the mechanism,
 # a timed run; the figures go to $OUT/results.csv and a markdown table on
-# stdout. Also pgbench on a plain FUSE passthrough (bindfs) of tmpfs, the
+# stdout. Also pgbench and Redis on a plain FUSE passthrough (bindfs) of tmpfs, the
 # FUSE limit of this machine.
 #
 #   scripts/rdc-real.sh                 # the matrix below
@@ -119,7 +119,8 @@ import json, subprocess, sys, time
 w, ctl, path = sys.argv[1:4]
 names = ["writes", "stalls", "stall_ns_total", "stalled_requests", "dirty_pages", "free_slots",
          "destages_in_flight", "destaged_pages", "write_bypassed_pages", "log_forced_destages",
-         "log_copies", "log_tail_dirty_pages", "log_batches"]
+         "log_copies", "log_tail_dirty_pages", "log_batches", "reads", "read_hits", "evictions",
+         "flushes", "reissued_writes", "clean_pages", "write_page_hits_destaging", "destages"]
 with open(path, "w") as out:
     out.write("t_s," + ",".join(names) + "\n")
     start = time.monotonic()
@@ -268,17 +269,22 @@ for app in $APPS; do
   done
 done
 
-# The FUSE limit: a plain passthrough (bindfs) of tmpfs.
-if [[ " $APPS " == *" postgresql "* ]]; then
+# The FUSE limit: each application on a plain passthrough (bindfs) of
+# tmpfs, no cache and no disk (for Redis, what the two cores, FUSE and the
+# save child's fork cost: its floor here).
+for app in $APPS; do
   fresh
+  rm -rf /dev/shm/rdc-real-plain
   mkdir -p /dev/shm/rdc-real-plain
   bindfs -o allow_other /dev/shm/rdc-real-plain "$D/mnt"
-  pg_start
-  read -r tps p50 p99 p999 < <(bench_postgresql)
-  echo "postgresql,bindfs-tmpfs,-,-,-,$tps,$p50,$p99,$p999,-,-,-,-" | tee -a "$OUT/results.csv"
-  as_pg "$PGBIN/pg_ctl" -D "$D/mnt/pg" -m immediate -w stop >/dev/null
-  umount "$D/mnt"
-fi
+  case $app in
+    postgresql) pg_start ;;
+    redis) redis_start ;;
+  esac
+  read -r tps p50 p99 p999 < <("bench_$app")
+  echo "$app,bindfs-tmpfs,-,-,-,$tps,$p50,$p99,$p999,-,-,-,-" | tee -a "$OUT/results.csv"
+  cleanup
+done
 rm -rf /dev/shm/rdc-real-plain
 
 echo

@@ -88,14 +88,42 @@ impl Engine {
     }
 
     /// Issue the free of a page's oldest old version, once it is freeable and
-    /// not already sent.
+    /// not already sent; and (slot records, not under ordered write-back)
+    /// while the page's current version is written, the frees of all its
+    /// freeable old versions at once. That current record outranks each of
+    /// them at recovery and stays until they are gone (a page with old
+    /// versions is not destaged), so whichever of these frees a crash
+    /// leaves undone, the state is one a late free leaves. One free at a
+    /// time per page let a page rewritten at every fsync (a file's size
+    /// record, an append-only log's last page) fill a 32 MiB cache with
+    /// its old versions while writes stalled for them (Redis on the mount,
+    /// `docs/experiments/rdc-real.md`).
     pub(super) fn send_oldest_free(&mut self, key: u64) {
-        let Some(&front) = self.old_versions.get(&key).and_then(|q| q.front()) else {
+        let sendable = |e: &Engine, s: SlotIndex| {
+            e.slots.has(s, FLAG_FREEING) && !e.slots.has(s, FLAG_FREE_SENT)
+        };
+        let superseded = self.log.is_none()
+            && self.ordered.is_none()
+            && (self.slots.lookup(PageKey(key)))
+                .is_some_and(|cur| self.slots.state(cur) == SlotState::Dirty);
+        if !superseded {
+            let front = self.old_versions.get(&key).and_then(|q| q.front()).copied();
+            if let Some(front) = front.filter(|&s| sendable(self, s)) {
+                self.queue_free(front);
+            }
+            return;
+        }
+        // Slot records: `queue_free` only gathers the free, no page's
+        // queue changes meanwhile.
+        let Some(queue) = self.old_versions.remove(&key) else {
             return;
         };
-        if self.slots.has(front, FLAG_FREEING) && !self.slots.has(front, FLAG_FREE_SENT) {
-            self.queue_free(front);
+        for &slot in queue.iter() {
+            if sendable(self, slot) {
+                self.queue_free(slot);
+            }
         }
+        self.old_versions.insert(key, queue);
     }
 
     /// Emit the gathered frees as one command once there are enough of them,
