@@ -496,9 +496,10 @@ impl Data {
                 None => (cut, cached_end),
             });
         }
+        let cut = file.cut.write().unwrap_or_else(|e| e.into_inner());
         let mut size = file.size.write().unwrap_or_else(|e| e.into_inner());
         file.set_len(&mut size, to).map_err(io_errno)?;
-        drop(size);
+        drop((size, cut));
         // The newest record is never above the size (it would regrow the file after a crash).
         self.record_size(file, window, flags)
     }

@@ -70,9 +70,15 @@ impl SizeRecord {
 pub struct BackingFile {
     /// Read-write, on the backing file.
     pub fd: OwnedFd,
-    /// The file's size as the mount shows it: destages are clamped to it,
-    /// and a truncation holds it exclusively while it cuts the file.
+    /// The file's size as the mount shows it: destages are clamped to it.
     pub size: RwLock<u64>,
+    /// Destages to the file hold it shared while they write, a truncation
+    /// exclusively while it cuts the file (taken before `size`), so no
+    /// destage writes past a cut. Growth does not take it: an append does
+    /// not wait for a destage in flight (one held `size` across its write,
+    /// timed on the emulated disk, and every append of a file being
+    /// destaged waited for it: Redis's AOF, `docs/experiments/rdc-real.md`).
+    pub cut: RwLock<()>,
     /// The size last recorded (`SizeRecord`) or found at open: the next
     /// fsync records the size if it differs.
     pub recorded: Mutex<u64>,
@@ -102,6 +108,7 @@ impl BackingFile {
             disk,
             fd,
             size: RwLock::new(size),
+            cut: RwLock::new(()),
             recorded: Mutex::new(size),
             shrunk: AtomicBool::new(false),
             cached_end: AtomicU64::new(0),
@@ -366,9 +373,10 @@ impl BlockDevice for Files {
             let Some(file) = self.file_at(slot) else {
                 return Ok(());
             };
-            let size = file.size.read().unwrap_or_else(|e| e.into_inner());
+            let _cut = file.cut.read().unwrap_or_else(|e| e.into_inner());
+            let size = file.size();
             let end = at + range.len() as u64;
-            let keep = (*size).min(FILE_BYTES_MAX).saturating_sub(at);
+            let keep = size.min(FILE_BYTES_MAX).saturating_sub(at);
             let keep = keep.min(range.len() as u64) as usize;
             if keep > 0 {
                 file.pwrite(&data[range.start..range.start + keep], at)
