@@ -102,12 +102,18 @@ impl Engine {
         let sendable = |e: &Engine, s: SlotIndex| {
             e.slots.has(s, FLAG_FREEING) && !e.slots.has(s, FLAG_FREE_SENT)
         };
-        let superseded = self.log.is_none()
+        let Some(queue) = self.old_versions.get(&key) else {
+            return;
+        };
+        // One old version (the common case), or an order to keep: the front.
+        let many = queue.front() != queue.back();
+        let superseded = many
+            && self.log.is_none()
             && self.ordered.is_none()
             && (self.slots.lookup(PageKey(key)))
                 .is_some_and(|cur| self.slots.state(cur) == SlotState::Dirty);
         if !superseded {
-            let front = self.old_versions.get(&key).and_then(|q| q.front()).copied();
+            let front = queue.front().copied();
             if let Some(front) = front.filter(|&s| sendable(self, s)) {
                 self.queue_free(front);
             }
@@ -115,9 +121,7 @@ impl Engine {
         }
         // Slot records: `queue_free` only gathers the free, no page's
         // queue changes meanwhile.
-        let Some(queue) = self.old_versions.remove(&key) else {
-            return;
-        };
+        let queue = self.old_versions.remove(&key).expect("looked up above");
         for &slot in queue.iter() {
             if sendable(self, slot) {
                 self.queue_free(slot);
