@@ -35,6 +35,10 @@ CLIENTS=${CLIENTS:-8}
 # PostgreSQL's checkpoint_timeout (30s puts checkpoints, the paper's
 # background writes, inside a run; PostgreSQL's default is 5min).
 CHECKPOINT=${CHECKPOINT:-30s}
+# PostgreSQL's log (pg_wal) on an emulated HDD of its own (`apart`, as the
+# paper ran it: its log and its tables on two HDDs) or beside the tables
+# on the one emulated HDD (`shared`, every run before 2026-11-29's last).
+WAL_DISK=${WAL_DISK:-apart}
 # More options for every `wcache mount` (e.g. "--dirty-max 2G").
 MOUNT_ARGS=${MOUNT_ARGS:-}
 # Redis: keys loaded and overwritten, value bytes, SETs per run.
@@ -227,6 +231,11 @@ run_one() {
   local app=$1 size=$2 policy=$3 mech=$4 extra=() namer="" w0 b0 s0 p0 bp0 w b st frac pages
   fresh
   [ "$mech" = ionice ] && extra=(--realtime-io-critical)
+  local backing=wcache-hdd
+  if [ "$app" = postgresql ] && [ "$WAL_DISK" = apart ]; then
+    extra+=(--emulate-own-disk pg/pg_wal)
+    backing=wcache-hdd-wal-apart
+  fi
   mount_wcache "$size" "${extra[@]}"
   case $app in
     postgresql) pg_start ;;
@@ -261,7 +270,7 @@ run_one() {
   frac=$(echo "scale=3; ($w - $b) / ($w + 0.0001)" | bc)
   pages=$(echo "scale=3; 1 - ($(engine write_bypassed_pages) - bp0) / ($(engine write_pages) - p0 + 0.0001)" | bc)
   [ "$mech" = auto ] && judge_auto "$app" "$size" "$policy"
-  echo "$app,wcache-hdd,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac,$pages,$st" | tee -a "$OUT/results.csv"
+  echo "$app,$backing,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac,$pages,$st" | tee -a "$OUT/results.csv"
 }
 
 for app in $APPS; do

@@ -31,6 +31,11 @@ pub struct MountArgs {
     /// under the directory, for experiments on one machine.
     #[arg(long, value_name = "MODEL")]
     emulate: Option<String>,
+    /// With --emulate: files under this directory (relative to
+    /// BACKING_DIR; it may not exist yet) lie on an emulated disk of their
+    /// own, as a database's log on a disk apart from its tables (repeat).
+    #[arg(long, value_name = "DIR", requires = "emulate")]
+    emulate_own_disk: Vec<PathBuf>,
     /// Processes with this command name are critical (`*` at the end
     /// matches a prefix; repeat). Also at run time: `wcache critical`.
     #[arg(long = "critical-command", value_name = "NAME")]
@@ -101,6 +106,7 @@ pub fn mount(args: MountArgs) -> Result<(), AnyError> {
         rules,
         threads: args.threads,
         emulate: args.emulate.clone(),
+        emulate_own_disk: args.emulate_own_disk.clone(),
         dirty: wcache_fuse::DirtyLimits {
             max_bytes: args.dirty_max,
             expire: Duration::from_secs_f64(args.dirty_expire),
@@ -147,6 +153,9 @@ fn print_banner(args: &MountArgs, cache: &wcache_io::Cache) {
     }
     if let Some(model) = &args.emulate {
         say!("  backing files' data I/O timed on an emulated {model}");
+        for dir in &args.emulate_own_disk {
+            say!("  {}: on an emulated {model} of its own", dir.display());
+        }
     }
     if args.dirty_max > 0 {
         say!(

@@ -4,7 +4,12 @@
 //! so that one machine shows what the cache does for a slow disk. A file
 //! sits at `FILE_SPREAD` bytes per inode number on the model's surface
 //! (files of one directory near each other, as a filesystem allocates
-//! them); metadata operations are not timed.
+//! them); metadata operations are not timed. A directory may be given a
+//! disk of its own (`Disks`), as a database's log on its own HDD.
+
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use wcache_io::{DeviceError, EmulatedDevice};
 use wcache_models::{DevOpKind, SECTOR_BYTES};
@@ -57,6 +62,65 @@ impl Disk {
     }
 }
 
+/// The emulated disks of a mount: one under the backing directory, and
+/// one more of the same model for each directory given a disk of its own
+/// (the paper ran PostgreSQL with its log and its tables on two HDDs).
+pub struct Disks {
+    main: Arc<Disk>,
+    /// Absolute paths (the backing directory's, joined) and their disks,
+    /// deepest first.
+    apart: Vec<(PathBuf, Arc<Disk>)>,
+}
+
+impl Disks {
+    /// `model` under `backing_dir` (absolute), and a disk of its own for
+    /// each of `apart`: paths relative to `backing_dir`, which need not
+    /// exist yet (a database creates its log directory later).
+    pub fn new(model: &str, backing_dir: &Path, apart: &[PathBuf]) -> Result<Disks, String> {
+        let main = Arc::new(Disk::new(model).map_err(|e| e.to_string())?);
+        let mut dirs = Vec::new();
+        for rel in apart {
+            if rel.is_absolute()
+                || rel
+                    .components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
+            {
+                return Err(format!(
+                    "{}: a directory of its own must be a plain path inside the backing directory",
+                    rel.display()
+                ));
+            }
+            let mut disk = Disk::new(model).map_err(|e| e.to_string())?;
+            disk.name = format!("emulated {model} of its own under {}", rel.display());
+            dirs.push((backing_dir.join(rel), Arc::new(disk)));
+        }
+        dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
+        Ok(Disks { main, apart: dirs })
+    }
+
+    /// The disk of the file open at `fd`: its deepest directory with a
+    /// disk of its own, else the backing directory's. A file keeps the
+    /// disk it was opened on (a rename moves no data on a real disk either).
+    pub fn of(&self, fd: RawFd) -> Arc<Disk> {
+        if self.apart.is_empty() {
+            return Arc::clone(&self.main);
+        }
+        let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) else {
+            return Arc::clone(&self.main);
+        };
+        let own = self.apart.iter().find(|(dir, _)| path.starts_with(dir));
+        Arc::clone(own.map_or(&self.main, |(_, disk)| disk))
+    }
+
+    pub fn name(&self) -> String {
+        let mut name = self.main.name();
+        for (dir, _) in &self.apart {
+            name.push_str(&format!(", {} on a disk of its own", dir.display()));
+        }
+        name
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,6 +136,38 @@ mod tests {
                         && p + len.next_multiple_of(SECTOR_BYTES) <= disk.capacity
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_file_under_a_directory_of_its_own_is_on_that_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("pg/pg_wal")).unwrap();
+        let disks = Disks::new("hdd", dir.path(), &[PathBuf::from("pg/pg_wal")]).unwrap();
+        let open = |rel: &str| {
+            let path = dir.path().join(rel);
+            std::fs::write(&path, b"x").unwrap();
+            std::fs::File::open(path).unwrap()
+        };
+        let (log, table, beside) = (
+            open("pg/pg_wal/000001"),
+            open("pg/table"),
+            open("pg/pg_wal2"),
+        );
+        use std::os::fd::AsRawFd;
+        let of = |f: &std::fs::File| Arc::as_ptr(&disks.of(f.as_raw_fd()));
+        assert_eq!(of(&log), Arc::as_ptr(&disks.apart[0].1));
+        assert_eq!(of(&table), Arc::as_ptr(&disks.main));
+        assert_eq!(
+            of(&beside),
+            Arc::as_ptr(&disks.main),
+            "a prefix of a name is not its directory"
+        );
+        for bad in ["/abs", "../out", "a/../../b"] {
+            assert!(
+                Disks::new("hdd", dir.path(), &[PathBuf::from(bad)]).is_err(),
+                "{bad}"
+            );
         }
     }
 

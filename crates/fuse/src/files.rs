@@ -19,7 +19,7 @@ use wcache_io::{BlockDevice, DeviceError};
 
 use wcache_models::DevOpKind;
 
-use crate::disk::Disk;
+use crate::disk::{Disk, Disks};
 use crate::file_lock::FileLock;
 use crate::handle::FileHandle;
 use crate::table::{Table, TableError};
@@ -99,11 +99,11 @@ pub struct BackingFile {
 }
 
 impl BackingFile {
-    pub fn new(fd: OwnedFd, disk: Option<Arc<Disk>>) -> io::Result<BackingFile> {
+    pub fn new(fd: OwnedFd, disks: Option<&Disks>) -> io::Result<BackingFile> {
         let meta = std::fs::File::from(fd.try_clone()?).metadata()?;
         let size = meta.len();
         use std::os::unix::fs::MetadataExt;
-        let disk = disk.map(|d| (d, meta.ino()));
+        let disk = disks.map(|d| (d.of(fd.as_raw_fd()), meta.ino()));
         Ok(BackingFile {
             disk,
             fd,
@@ -185,7 +185,7 @@ pub struct Files {
     /// Slots written since the last flush.
     written: Mutex<HashSet<u32>>,
     len_bytes: u64,
-    disk: Option<Arc<Disk>>,
+    disk: Option<Arc<Disks>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -206,7 +206,7 @@ impl Files {
     /// The files of `dir` as a volume of `len_bytes` (the engine's
     /// largest): every file of its table is opened by handle (a file gone
     /// since is left out: its pages have nowhere to go and are dropped).
-    pub fn open(dir: &Path, len_bytes: u64, disk: Option<Arc<Disk>>) -> Result<Files, FilesError> {
+    pub fn open(dir: &Path, len_bytes: u64, disk: Option<Arc<Disks>>) -> Result<Files, FilesError> {
         let dir_err = |source| FilesError::Dir {
             dir: dir.display().to_string(),
             source,
@@ -218,7 +218,7 @@ impl Files {
         for (slot, handle) in &table.entries {
             match handle.open(dir_fd.as_fd()) {
                 Ok(fd) => {
-                    let file = BackingFile::new(fd, disk.clone()).map_err(dir_err)?;
+                    let file = BackingFile::new(fd, disk.as_deref()).map_err(dir_err)?;
                     slots.insert(*slot, Arc::new(file));
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ESTALE) => {

@@ -19,7 +19,7 @@ use wcache_io::{
 use crate::callers::{critical_callers_hook, Callers, CriticalRules};
 use crate::data::Data;
 use crate::dirty::{DirtyLimits, DirtyPages};
-use crate::disk::Disk;
+use crate::disk::Disks;
 use crate::files::{Files, FilesError};
 use crate::fs::WcacheFs;
 use crate::nodes::Nodes;
@@ -43,6 +43,9 @@ pub struct MountConfig {
     /// Time the backing files' data I/O on this device model in real time
     /// (`hdd`, `raid5`, ...: `disk.rs`); None: the directory's own speed.
     pub emulate: Option<String>,
+    /// Directories (relative to `backing_dir`) whose files lie on an
+    /// emulated disk of their own, of the same model (with `emulate`).
+    pub emulate_own_disk: Vec<PathBuf>,
     /// Writes held in memory until fsync or writeback (`dirty.rs`).
     pub dirty: DirtyLimits,
 }
@@ -194,12 +197,20 @@ pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
     let lock = DeviceLock::acquire(&dir, LockMode::Exclusive, "backing directory")?;
     let page = config.cache.engine.page_size_bytes;
     let disk = match &config.emulate {
-        Some(model) => Some(Arc::new(Disk::new(model).map_err(|e| {
-            MountError::BackingDir {
+        Some(model) => Some(Arc::new(
+            Disks::new(model, &dir, &config.emulate_own_disk).map_err(|why| {
+                MountError::BackingDir {
+                    path: dir.display().to_string(),
+                    why,
+                }
+            })?,
+        )),
+        None if !config.emulate_own_disk.is_empty() => {
+            return Err(MountError::BackingDir {
                 path: dir.display().to_string(),
-                why: e.to_string(),
-            }
-        })?)),
+                why: "a directory of its own disk needs --emulate MODEL".into(),
+            });
+        }
         None => None,
     };
     let files = Arc::new(Files::open(

@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::disk::Disk;
+use crate::disk::Disks;
 use crate::files::BackingFile;
 
 pub const ROOT: u64 = 1;
@@ -34,7 +34,7 @@ struct Inner {
 
 pub struct Nodes {
     inner: Mutex<Inner>,
-    disk: Option<Arc<Disk>>,
+    disk: Option<Arc<Disks>>,
 }
 
 pub fn cstr(name: &OsStr) -> io::Result<CString> {
@@ -84,7 +84,7 @@ pub fn proc_path(fd: RawFd) -> CString {
 
 impl Nodes {
     /// The table with the backing directory as the root.
-    pub fn new(root: OwnedFd, disk: Option<Arc<Disk>>) -> io::Result<Nodes> {
+    pub fn new(root: OwnedFd, disk: Option<Arc<Disks>>) -> io::Result<Nodes> {
         let st = stat_fd(root.as_raw_fd())?;
         let mut inner = Inner {
             next: ROOT + 1,
@@ -192,7 +192,7 @@ impl Nodes {
         let path = proc_path(fd.as_raw_fd());
         let rw = open_at(libc::AT_FDCWD, &path, libc::O_RDWR, 0)
             .or_else(|_| open_at(libc::AT_FDCWD, &path, libc::O_RDONLY, 0))?;
-        let made = Arc::new(BackingFile::new(rw, self.disk.clone())?);
+        let made = Arc::new(BackingFile::new(rw, self.disk.as_deref())?);
         let mut inner = self.lock();
         Ok(Arc::clone(inner.files.entry(key).or_insert(made)))
     }

@@ -94,6 +94,7 @@ fn mount_with(d: &Dirs, format: FormatAsked, dirty: DirtyLimits) -> Mounted {
         rules: CriticalRules::default(),
         threads: 2,
         emulate: None,
+        emulate_own_disk: Vec::new(),
         dirty,
     })
     .expect("mount")
@@ -374,6 +375,7 @@ fn a_bad_backing_directory_or_mountpoint_is_named() {
             rules: CriticalRules::default(),
             threads: 1,
             emulate: None,
+            emulate_own_disk: Vec::new(),
             dirty: DirtyLimits::default(),
         })
     };
