@@ -124,14 +124,16 @@ w, ctl, path = sys.argv[1:4]
 names = ["writes", "stalls", "stall_ns_total", "stalled_requests", "dirty_pages", "free_slots",
          "destages_in_flight", "destaged_pages", "write_bypassed_pages", "log_forced_destages",
          "log_copies", "log_tail_dirty_pages", "log_batches", "reads", "read_hits", "evictions",
-         "flushes", "reissued_writes", "clean_pages", "write_page_hits_destaging", "destages"]
+         "flushes", "reissued_writes", "clean_pages", "write_page_hits_destaging", "destages",
+         "mount_held_bytes", "mount_throttled_writes", "mount_throttle_ns_total"]
 with open(path, "w") as out:
     out.write("t_s," + ",".join(names) + "\n")
     start = time.monotonic()
     while True:
         got = subprocess.run([w, "stats", "--json", "--control", ctl], capture_output=True, text=True)
         if got.returncode == 0:
-            m = {e["name"]: e["value"] for e in json.loads(got.stdout)["engine"]}
+            snap = json.loads(got.stdout)
+            m = {e["name"]: e["value"] for e in snap["engine"] + snap.get("front", [])}
             row = [f"{time.monotonic() - start:.2f}"] + [str(m.get(n, "")) for n in names]
             out.write(",".join(row) + "\n")
             out.flush()

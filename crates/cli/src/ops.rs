@@ -384,6 +384,16 @@ fn print_stats(s: &Snapshot) {
             .map(|e| format!(" (last: {e})"))
             .unwrap_or_default()
     );
+    if let Some(held) = s.front_value("mount_held_bytes") {
+        let f = |name: &str| s.front_value(name).unwrap_or(0);
+        println!(
+            "held      {} MiB of write(2)s (limit {} MiB); {} writers waited for room ({} ms)",
+            held >> 20,
+            f("mount_held_limit_bytes") >> 20,
+            f("mount_throttled_writes"),
+            f("mount_throttle_ns_total") / 1_000_000
+        );
+    }
     println!("(every counter: wcache stats --json)");
 }
 

@@ -83,11 +83,16 @@ impl Mount {
     }
 
     fn engine(&self, name: &str) -> u64 {
+        self.stat("engine", name)
+    }
+
+    /// A counter or gauge of `stats --json`'s `section` (engine, front).
+    fn stat(&self, section: &str, name: &str) -> u64 {
         let control = self.control.display().to_string();
         let (ok, out, err) = wcache(&["stats", "--json", "--control", &control]);
         assert!(ok, "{err}");
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-        v["engine"]
+        v[section]
             .as_array()
             .unwrap()
             .iter()
@@ -299,6 +304,12 @@ fn held_writes_reach_the_engine_as_the_fsyncs_caller_or_as_background() {
         (0, 0),
         "held"
     );
+    let held = m.stat("front", "mount_held_bytes");
+    assert!(
+        held >= 8 * 4096,
+        "the mount's stats show the held writes: {held}"
+    );
+    assert_eq!(m.stat("front", "mount_held_limit_bytes"), 256 << 20);
     let start = Instant::now();
     while m.engine("write_bypasses") == bypasses {
         assert!(
@@ -314,6 +325,7 @@ fn held_writes_reach_the_engine_as_the_fsyncs_caller_or_as_background() {
         "background: bypassed"
     );
     assert_eq!(fs::read(m.mnt.join("later")).unwrap(), vec![0u8; 8 * 4096]);
+    assert_eq!(m.stat("front", "mount_held_bytes"), 0, "written back");
 }
 
 #[test]
@@ -350,5 +362,19 @@ fn bad_input_to_wcache_mount_is_named() {
             .unwrap()
             .contains(&mn),
         "unmounted at stop"
+    );
+    let other = dir.path().join("other.img").display().to_string();
+    let own = |extra: &[&str]| {
+        let mut args = vec!["mount", &b, &mn, "--cache", &other];
+        args.extend_from_slice(extra);
+        wcache(&args)
+    };
+    let (ok, _, err) = own(&["--emulate-own-disk", "pg_wal"]);
+    assert!(!ok && err.contains("--emulate"), "{err}");
+    let (ok, _, err) = own(&["--emulate", "hdd", "--emulate-own-disk", "../pg_wal"]);
+    assert!(!ok && err.contains("../pg_wal"), "{err}");
+    assert!(
+        !Path::new(&other).exists(),
+        "nothing created on a refused start"
     );
 }

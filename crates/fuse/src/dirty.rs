@@ -88,6 +88,9 @@ struct State {
     stop: bool,
     /// The last background writeback failed (none has landed since).
     failing: Option<Errno>,
+    /// Writers that waited for room (`throttle`), and for how long in all.
+    throttled: u64,
+    throttled_ns: u64,
 }
 
 /// Pages of one file on their way to the engine.
@@ -126,6 +129,8 @@ impl DirtyPages {
                 bytes: 0,
                 stop: limits.max_bytes == 0,
                 failing: None,
+                throttled: 0,
+                throttled_ns: 0,
             }),
             changed: Condvar::new(),
             work: Condvar::new(),
@@ -167,14 +172,61 @@ impl DirtyPages {
     /// of waiting for room that cannot come (nothing held is dropped).
     pub fn throttle(&self) -> Result<(), Errno> {
         let mut st = self.lock();
+        let mut since = None;
+        let mut result = Ok(());
         while st.bytes >= self.limits.max_bytes && !st.stop {
             if let Some(e) = st.failing {
-                return Err(e);
+                result = Err(e);
+                break;
             }
+            since.get_or_insert_with(Instant::now);
             self.work.notify_all();
             st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
         }
-        Ok(())
+        if let Some(since) = since {
+            st.throttled += 1;
+            st.throttled_ns += since.elapsed().as_nanos() as u64;
+        }
+        result
+    }
+
+    /// The held writes' gauges and counters, for `wcache stats` and the
+    /// metrics (a writer that waits here waits for writeback, which under
+    /// request-oriented admission may bypass to the backing).
+    pub fn metrics(&self) -> Vec<wcache_io::ops::Metric> {
+        let st = self.lock();
+        let metric = |name: &str, kind: &str, help: &str, value| wcache_io::ops::Metric {
+            name: name.to_string(),
+            kind: kind.to_string(),
+            help: help.to_string(),
+            value,
+        };
+        vec![
+            metric(
+                "mount_held_bytes",
+                "gauge",
+                "Bytes of write(2)s held in the mount's memory (dirty or being written back)",
+                st.bytes,
+            ),
+            metric(
+                "mount_held_limit_bytes",
+                "gauge",
+                "The most the mount holds (--dirty-max); a writer waits above it",
+                self.limits.max_bytes,
+            ),
+            metric(
+                "mount_throttled_writes",
+                "counter",
+                "write(2)s that waited for the held writes to shrink below --dirty-max",
+                st.throttled,
+            ),
+            metric(
+                "mount_throttle_ns_total",
+                "counter",
+                "Time write(2)s waited for the held writes to shrink below --dirty-max",
+                st.throttled_ns,
+            ),
+        ]
     }
 
     /// A copy of page `p` of the file at `window`, if held.

@@ -243,6 +243,8 @@ pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
     let nodes = Nodes::new(root, disk).map_err(|e| fuse_err(&dir, e))?;
     let volume = cache.volumes()[0].clone();
     let dirty = DirtyPages::start(volume.clone(), page, config.dirty);
+    let held = Arc::clone(&dirty);
+    operator.on_front_metrics(Box::new(move || held.metrics()));
     let data = Data::new(volume, files, Arc::clone(&dirty), page);
     let fs = WcacheFs::new(nodes, data, Arc::clone(&callers));
     let session = mount_session(fs, &config.mountpoint, config.threads, &dir)?;

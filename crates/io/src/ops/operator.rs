@@ -218,6 +218,10 @@ pub type StopHook = Box<dyn Fn() + Send + Sync>;
 pub type CriticalCallersHook =
     Box<dyn Fn(&str, &str, bool) -> Result<serde_json::Value, String> + Send + Sync>;
 
+/// A front end's own counters and gauges, for `stats` and the metrics
+/// (`Operator::on_front_metrics`).
+pub type FrontMetricsHook = Box<dyn Fn() -> Vec<crate::ops::snapshot::Metric> + Send + Sync>;
+
 /// One client of a front end, as `status` lists it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClientStatus {
@@ -247,6 +251,7 @@ struct Inner {
     flushing: AtomicBool,
     stop: Mutex<Option<StopHook>>,
     clients: Mutex<Option<ClientsHook>>,
+    front_metrics: Mutex<Option<FrontMetricsHook>>,
     critical_callers: Mutex<Option<CriticalCallersHook>>,
     /// The cache device's mirror on a peer host, where replicated.
     replication: Option<Arc<crate::replica::Mirror>>,
@@ -273,6 +278,7 @@ impl Operator {
                 flushing: AtomicBool::new(false),
                 stop: Mutex::new(None),
                 clients: Mutex::new(None),
+                front_metrics: Mutex::new(None),
                 critical_callers: Mutex::new(None),
                 replication,
             }),
@@ -308,6 +314,7 @@ impl Operator {
             driver: inner.driver.stats(),
             requests,
             exports,
+            front: self.front_metrics(),
         }
     }
 
@@ -428,6 +435,24 @@ impl Operator {
     /// How the front end lists its clients for `status`.
     pub fn on_clients(&self, hook: ClientsHook) {
         *self.inner.clients.lock().unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    /// How the front end reports its own counters and gauges.
+    pub fn on_front_metrics(&self, hook: FrontMetricsHook) {
+        *self
+            .inner
+            .front_metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(hook);
+    }
+
+    fn front_metrics(&self) -> Vec<crate::ops::snapshot::Metric> {
+        let hook = self
+            .inner
+            .front_metrics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        hook.as_ref().map(|list| list()).unwrap_or_default()
     }
 
     fn clients(&self) -> Vec<ClientStatus> {

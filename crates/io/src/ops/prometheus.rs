@@ -60,7 +60,7 @@ fn exposed(name: &str, value: u64) -> (String, f64) {
 /// Every engine metric: counters as `wcache_<name>_total`, gauges as
 /// `wcache_<name>`, in base units (`exposed`).
 fn render_engine(out: &mut String, snap: &Snapshot) {
-    for m in &snap.engine {
+    for m in snap.engine.iter().chain(&snap.front) {
         let (name, value) = exposed(&m.name, m.value);
         if m.kind == "counter" {
             let name = format!("{name}_total");
@@ -496,6 +496,7 @@ mod tests {
                 buckets: vec![(0.001, 1), (0.01, 2)],
             }],
             exports: Vec::new(),
+            front: Vec::new(),
         };
         let text = render(&snap);
         for line in [

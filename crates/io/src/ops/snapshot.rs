@@ -1,7 +1,9 @@
 //! The statistics of a running cache at one moment, as one value: the
 //! engine's counters and gauges (through its `MetricsVisitor`, names and
 //! help as the engine gives them), the driver's counters, and per volume
-//! and request kind the request count and response-time histogram. It
+//! and request kind the request count and response-time histogram, and
+//! the front end's own counters and gauges where it has any (the mount's
+//! held writes: `Operator::on_front_metrics`). It
 //! exists so that there is one source of truth: the control socket sends
 //! it, the metrics endpoint renders it, the exit summary prints it. It
 //! must never be assembled from anything but these sources.
@@ -123,6 +125,9 @@ pub struct Snapshot {
     /// Per volume: its dirty pages and page hits.
     #[serde(default)]
     pub exports: Vec<ExportCounts>,
+    /// The front end's own counters and gauges (empty where it has none).
+    #[serde(default)]
+    pub front: Vec<Metric>,
 }
 
 /// One volume's dirty pages and page hits, by export name.
@@ -156,6 +161,11 @@ impl Snapshot {
     /// An engine counter or gauge by name.
     pub fn engine_value(&self, name: &str) -> Option<u64> {
         self.engine.iter().find(|m| m.name == name).map(|m| m.value)
+    }
+
+    /// A front end's counter or gauge by name.
+    pub fn front_value(&self, name: &str) -> Option<u64> {
+        self.front.iter().find(|m| m.name == name).map(|m| m.value)
     }
 
     /// Requests of `kind` over every volume.
