@@ -49,6 +49,10 @@ OUT=${OUT:-/var/tmp/rdc-real}
 # SAMPLE=1: the engine's counters every half second of each timed run, to
 # $OUT/samples/APP-SIZE-POLICY-MECHANISM.csv (what stalls wait for).
 SAMPLE=${SAMPLE:-0}
+# PROBE=1 (PostgreSQL): what each backend waits for, every second of each
+# timed run (pg_stat_activity's wait events, and the kernel's wchan of every
+# postgres process and of the mount's threads), to $OUT/probes/.
+PROBE=${PROBE:-0}
 PORT=54331
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 
@@ -139,6 +143,32 @@ with open(path, "w") as out:
             out.flush()
         time.sleep(0.5)
 PY
+}
+
+# probe FILE: until killed, PostgreSQL's wait events and the kernel's
+# wait channels every second (one psql session, so it needs no new backend
+# while the mount is slow).
+probe() {
+  local out=$1 mount_pid
+  mount_pid=$(pgrep -f "wcache mount $D/b" | head -1)
+  (while true; do
+     echo "select now()::time(0), pid, backend_type, coalesce(wait_event_type,'-'), coalesce(wait_event,'-'), state from pg_stat_activity where pid <> pg_backend_pid() order by backend_type;"
+     sleep 1
+   done | as_pg "$PGBIN/psql" -h "$D/sock" -p $PORT -At -F ' ' postgres >"$out.pg" 2>&1) &
+  local psql=$!
+  trap 'kill $psql 2>/dev/null; exit 0' TERM
+  while true; do
+    {
+      date +%T
+      for p in $(pgrep -u postgres postgres); do
+        echo "pg $p $(cat /proc/$p/wchan 2>/dev/null) $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | cut -c1-60)"
+      done
+      for t in /proc/"$mount_pid"/task/*; do
+        echo "mount ${t##*/} $(cat "$t/comm" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null)"
+      done
+    } >>"$out.wchan"
+    sleep 1
+  done
 }
 
 # explicit_postgresql: the request processes of PostgreSQL (its client backends
@@ -263,7 +293,14 @@ run_one() {
     sample "$OUT/samples/$app-$size-$policy-$mech.csv" &
     sampler=$!
   fi
+  local prober=""
+  if [ "$PROBE" = 1 ] && [ "$app" = postgresql ]; then
+    mkdir -p "$OUT/probes"
+    probe "$OUT/probes/$app-$size-$policy-$mech" &
+    prober=$!
+  fi
   read -r tps p50 p99 p999 < <("bench_$app")
+  if [ -n "$prober" ]; then kill "$prober" 2>/dev/null || true; wait "$prober" 2>/dev/null || true; fi
   if [ -n "$sampler" ]; then kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true; fi
   if [ -n "$namer" ]; then wait "$namer"; fi
   w=$(( $(engine writes) - w0 ))

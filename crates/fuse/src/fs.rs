@@ -26,6 +26,14 @@ use crate::table::TABLE_NAME;
 /// How long the kernel may keep attributes and entries: every change goes
 /// through this mount, which is the backing directory's only writer.
 const TTL: Duration = Duration::from_secs(1);
+
+/// An open keeps the kernel's page cache of the file (FUSE empties it at
+/// every open otherwise, so a file that many processes open, as a
+/// database's tables, is read from the backing again and again). Safe
+/// because every change to a file's data passes through this mount: the
+/// backing directory is locked to it, and the kernel's cache follows the
+/// writes, truncations and allocations it sends here.
+const KEEP_CACHE: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 /// The largest WRITE the kernel sends.
 const MAX_WRITE: u32 = 1 << 20;
 
@@ -502,7 +510,7 @@ impl Filesystem for WcacheFs {
             Ok(())
         };
         match run() {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(()) => reply.opened(FileHandle(0), KEEP_CACHE),
             Err(e) => reply.error(e),
         }
     }
@@ -696,7 +704,7 @@ impl Filesystem for WcacheFs {
             return reply.error(Errno::EPERM);
         }
         match self.create_file(req, parent, name, mode, umask, flags) {
-            Ok(a) => reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty()),
+            Ok(a) => reply.created(&TTL, &a, Generation(0), FileHandle(0), KEEP_CACHE),
             Err(e) => reply.error(e),
         }
     }
