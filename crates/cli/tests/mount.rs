@@ -328,6 +328,64 @@ fn held_writes_reach_the_engine_as_the_fsyncs_caller_or_as_background() {
     assert_eq!(m.stat("front", "mount_held_bytes"), 0, "written back");
 }
 
+/// FUSE holds a file's inode lock across an FSYNC request, and
+/// `lseek(SEEK_END)` takes it: a critical process's lseek waits for
+/// another process's fsync, whose writes bypass the cache to the slow
+/// disk. The mount finds the wait in /proc and lends the fsync's issuer
+/// criticality, so the rest of its writes are admitted.
+#[test]
+fn a_critical_process_blocked_on_a_files_inode_lock_lends_the_fsync_criticality() {
+    let dir = tmp();
+    let args = [
+        "--admission",
+        "cp-pi-ioi",
+        "--critical-command",
+        "python3*",
+        "--emulate",
+        "hdd",
+        "--dirty-expire",
+        "60",
+    ];
+    let m = Mount::start(dir.path(), &args);
+    // dd under another name: not critical.
+    let dd = ["/usr/bin/dd", "/bin/dd"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap();
+    let ddx = dir.path().join("ddx");
+    fs::copy(dd, &ddx).unwrap();
+    let big = m.mnt.join("big");
+    let (writes, bypasses) = (m.engine("writes"), m.engine("write_bypasses"));
+    let mut writer = Command::new(&ddx)
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", big.display()))
+        .args(["bs=1M", "count=120", "conv=fsync", "status=none"])
+        .spawn()
+        .unwrap();
+    // Its fsync is under way once the held pages start to bypass.
+    let start = Instant::now();
+    while m.engine("write_bypasses") == bypasses {
+        assert!(start.elapsed() < Duration::from_secs(30), "no fsync");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let seek = "import os, sys; print(os.lseek(os.open(sys.argv[1], os.O_RDONLY), 0, os.SEEK_END))";
+    let end = Command::new("python3")
+        .args(["-c", seek])
+        .arg(&big)
+        .output()
+        .unwrap();
+    assert!(end.status.success(), "{end:?}");
+    assert!(writer.wait().unwrap().success());
+    let lent = m.stat("front", "mount_inode_lock_lends");
+    let admitted = (m.engine("writes") - writes) - (m.engine("write_bypasses") - bypasses);
+    assert!(lent >= 1, "criticality lent {lent} times");
+    assert!(
+        admitted > 0,
+        "the rest of the fsync's writes admitted: {admitted}"
+    );
+    assert_eq!(fs::metadata(&big).unwrap().len(), 120 << 20);
+}
+
 #[test]
 fn bad_input_to_wcache_mount_is_named() {
     let dir = tmp();

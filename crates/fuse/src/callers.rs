@@ -114,6 +114,31 @@ impl Callers {
         caller
     }
 
+    /// Threads seen within `within` whose caller is critical by the rules
+    /// or by `is_critical_issuer` (the engine's hints and inheritance).
+    pub fn critical_threads(
+        &self,
+        within: Duration,
+        is_critical_issuer: impl Fn(u32) -> bool,
+    ) -> Vec<u32> {
+        let known: Vec<(u32, Instant, Caller)> = self
+            .known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(tid, (at, caller))| (*tid, *at, *caller))
+            .collect();
+        known
+            .into_iter()
+            .filter(|(_, at, c)| {
+                at.elapsed() < within
+                    && c.issuer != 0
+                    && (c.critical || is_critical_issuer(c.issuer))
+            })
+            .map(|(tid, _, _)| tid)
+            .collect()
+    }
+
     fn classify(&self, tid: u32) -> Caller {
         let issuer = thread_group(tid).unwrap_or(tid);
         let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());

@@ -52,6 +52,11 @@ const EXTENT_MAX_BYTES: u64 = 1 << 20;
 /// The most one background writeback takes from a file before another
 /// file's turn.
 const BATCH_MAX_BYTES: u64 = 4 << 20;
+/// The most one flight of an fsync's writeback sends at once (it waits for
+/// each): a criticality its caller gains meanwhile (lent while a critical
+/// process waits on the file's inode lock: `kernel_locks.rs`) reaches the
+/// rest of its pages.
+const FSYNC_FLIGHT_MAX_BYTES: u64 = 4 << 20;
 /// The writeback threads look at expiry this often (Linux: 5 s), or at
 /// the expiry time if it is shorter.
 const WRITEBACK_INTERVAL: Duration = Duration::from_secs(5);
@@ -310,7 +315,7 @@ impl DirtyPages {
     /// writeback first sends a FLUSH with `flags`, through which a critical
     /// caller's wait promotes it (I/O criticality inheritance). A failed
     /// background writeback of the file is reported here, once. `rider`
-    /// goes with the first pages sent (`run`); it is returned when there
+    /// goes with the last pages sent (`run`); it is returned when there
     /// were none, for the caller to send alone.
     pub fn write_back(
         &self,
@@ -330,9 +335,14 @@ impl DirtyPages {
                 return Ok(rider);
             };
             let due = |h: &Held| h.since.is_some_and(|s| s <= target);
-            if let Some(flight) = self.take(window, fp, &range, u64::MAX, due) {
+            if let Some(flight) = self.take(window, fp, &range, FSYNC_FLIGHT_MAX_BYTES, due) {
+                // The size record rides with the last flight, durable
+                // with the last of the pages.
+                let last =
+                    !(fp.pages.range(range.clone())).any(|(_, h)| h.flight.is_none() && due(h));
+                let rides = if last { rider.take() } else { None };
                 drop(st);
-                self.run(flight, flags, false, rider.take())?;
+                self.run(flight, flags, false, rides)?;
                 st = self.lock();
                 continue;
             }

@@ -20,6 +20,8 @@ use fuser::{
 
 use crate::callers::{Caller, Callers};
 use crate::data::Data;
+use crate::files::BackingFile;
+use crate::kernel_locks::KernelLocks;
 use crate::nodes::{cstr, open_at, proc_path, stat_fd, Nodes, ROOT};
 use crate::table::TABLE_NAME;
 
@@ -42,6 +44,8 @@ pub struct WcacheFs {
     pub nodes: Nodes,
     pub data: Data,
     pub callers: Arc<Callers>,
+    /// Requests that hold the kernel's inode lock (`kernel_locks.rs`).
+    locks: Arc<KernelLocks>,
     /// Open directories' entries, by handle.
     dirs: Mutex<(u64, std::collections::HashMap<u64, Vec<DirEntry>>)>,
 }
@@ -50,6 +54,13 @@ struct DirEntry {
     ino: u64,
     kind: FileType,
     name: Vec<u8>,
+}
+
+/// The first byte of the file's window, once it has one.
+fn window_of(file: &BackingFile) -> Option<u64> {
+    file.slot
+        .get()
+        .map(|slot| (*slot as u64) << crate::files::WINDOW_BITS)
 }
 
 fn errno(e: std::io::Error) -> Errno {
@@ -110,11 +121,17 @@ fn check(r: libc::c_int) -> Result<(), Errno> {
 }
 
 impl WcacheFs {
-    pub fn new(nodes: Nodes, data: Data, callers: Arc<Callers>) -> WcacheFs {
+    pub fn new(
+        nodes: Nodes,
+        data: Data,
+        callers: Arc<Callers>,
+        locks: Arc<KernelLocks>,
+    ) -> WcacheFs {
         WcacheFs {
             nodes,
             data,
             callers,
+            locks,
             dirs: Mutex::new((1, Default::default())),
         }
     }
@@ -498,6 +515,9 @@ impl Filesystem for WcacheFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // Known from its open on, so that a critical caller blocked on the
+        // file before its first write is seen (`kernel_locks.rs`).
+        let caller = self.caller(req);
         let run = || -> Result<(), Errno> {
             let st = stat_fd(self.fd(ino)?.as_raw_fd()).map_err(errno)?;
             if st.st_mode & libc::S_IFMT != libc::S_IFREG {
@@ -505,7 +525,7 @@ impl Filesystem for WcacheFs {
             }
             let file = self.nodes.file(ino.0).map_err(errno)?;
             if flags.0 & libc::O_TRUNC != 0 && flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
-                self.data.set_size(&file, 0, self.caller(req))?;
+                self.data.set_size(&file, 0, caller)?;
             }
             Ok(())
         };
@@ -557,6 +577,7 @@ impl Filesystem for WcacheFs {
         let durable = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
         let run = || -> Result<u32, Errno> {
             let file = self.nodes.file(ino.0).map_err(errno)?;
+            let _hold = self.locks.hold(ino.0, window_of(&file), caller);
             self.data.write(&file, offset, data, caller, durable)
         };
         match run() {
@@ -587,6 +608,8 @@ impl Filesystem for WcacheFs {
         let file = self.nodes.opened(ino.0);
         let caller = self.caller(req);
         self.callers.note_fsync(caller.issuer);
+        let window = file.as_deref().and_then(window_of);
+        let _hold = self.locks.hold(ino.0, window, caller);
         reply_empty(reply, self.data.fsync(file.as_deref(), caller));
     }
 

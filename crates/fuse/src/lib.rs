@@ -7,6 +7,8 @@
 //! sends), `nodes` (inode numbers), `data` (file data through the cache),
 //! `dirty` (writes held in memory until fsync or writeback), `file_lock` (a file's
 //! writes one at a time, passing criticality on),
+//! `kernel_locks` (criticality lent to a request that holds the kernel's
+//! inode lock a critical process waits on),
 //! `files` (the directory as the cache's backing device), `table` and
 //! `handle` (each window's file, durably), `disk` (an emulated slow
 //! disk under the files), `callers` (issuers and their
@@ -20,6 +22,7 @@ pub mod file_lock;
 pub mod files;
 pub mod fs;
 pub mod handle;
+pub mod kernel_locks;
 pub mod mount;
 pub mod nodes;
 pub mod table;

@@ -22,6 +22,7 @@ use crate::dirty::{DirtyLimits, DirtyPages};
 use crate::disk::Disks;
 use crate::files::{Files, FilesError};
 use crate::fs::WcacheFs;
+use crate::kernel_locks::KernelLocks;
 use crate::nodes::Nodes;
 
 /// The volume's name in the cache (and in `wcache status`).
@@ -82,6 +83,8 @@ pub struct MountFront {
     /// The held writes, written back at the stop.
     pub dirty: Arc<DirtyPages>,
     pub mountpoint: PathBuf,
+    /// Criticality lent through the kernel's inode locks (its watcher).
+    pub locks: Arc<KernelLocks>,
     started: std::time::Instant,
     _lock: DeviceLock,
 }
@@ -243,15 +246,34 @@ pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
     let nodes = Nodes::new(root, disk).map_err(|e| fuse_err(&dir, e))?;
     let volume = cache.volumes()[0].clone();
     let dirty = DirtyPages::start(volume.clone(), page, config.dirty);
-    let held = Arc::clone(&dirty);
-    operator.on_front_metrics(Box::new(move || held.metrics()));
+    let volume_for_locks = volume.clone();
     let data = Data::new(volume, files, Arc::clone(&dirty), page);
-    let fs = WcacheFs::new(nodes, data, Arc::clone(&callers));
+    let canonical =
+        std::fs::canonicalize(&config.mountpoint).map_err(|e| MountError::Mountpoint {
+            path: config.mountpoint.display().to_string(),
+            why: e.to_string(),
+        })?;
+    let locks = KernelLocks::start(volume_for_locks, Arc::clone(&callers), &canonical);
+    let (held, lent) = (Arc::clone(&dirty), Arc::clone(&locks));
+    operator.on_front_metrics(Box::new(move || {
+        let mut metrics = held.metrics();
+        metrics.push(wcache_io::ops::Metric {
+            name: "mount_inode_lock_lends".into(),
+            kind: "counter".into(),
+            help: "Times a request holding a file's inode lock in the kernel, which a critical \
+                   process was blocked on, was lent criticality"
+                .into(),
+            value: lent.lent(),
+        });
+        metrics
+    }));
+    let fs = WcacheFs::new(nodes, data, Arc::clone(&callers), Arc::clone(&locks));
     let session = mount_session(fs, &config.mountpoint, config.threads, &dir)?;
     let front = MountFront {
         session: Some(session),
         callers,
         dirty,
+        locks,
         mountpoint: config.mountpoint,
         started: std::time::Instant::now(),
         _lock: lock,
@@ -272,6 +294,7 @@ impl MountFront {
                 }
             }
         }
+        self.locks.stop();
         let held = self.dirty.held_bytes();
         let lost = self.dirty.stop();
         if lost > 0 {
