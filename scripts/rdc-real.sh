@@ -129,7 +129,8 @@ names = ["writes", "stalls", "stall_ns_total", "stalled_requests", "dirty_pages"
          "destages_in_flight", "destaged_pages", "write_bypassed_pages", "log_forced_destages",
          "log_copies", "log_tail_dirty_pages", "log_batches", "reads", "read_hits", "evictions",
          "flushes", "reissued_writes", "clean_pages", "write_page_hits_destaging", "destages",
-         "mount_held_bytes", "mount_throttled_writes", "mount_throttle_ns_total"]
+         "mount_held_bytes", "mount_throttled_writes", "mount_throttle_ns_total",
+         "mount_inode_lock_lends"]
 with open(path, "w") as out:
     out.write("t_s," + ",".join(names) + "\n")
     start = time.monotonic()

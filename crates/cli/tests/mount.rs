@@ -269,6 +269,17 @@ fn critical_callers_by_io_class_command_and_pid_are_admitted_under_cp() {
     m.stop();
 }
 
+/// dd copied under another name into `dir`: not critical where `dd` is.
+fn dd_renamed(dir: &Path) -> PathBuf {
+    let dd = ["/usr/bin/dd", "/bin/dd"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap();
+    let ddx = dir.join("ddx");
+    fs::copy(dd, &ddx).unwrap();
+    ddx
+}
+
 /// Writes held in memory: they reach the engine as the writes of the
 /// process whose fsync waits for them (admitted under `cp` when it is
 /// critical, bypassed when not) or, never fsynced, as background
@@ -285,14 +296,7 @@ fn held_writes_reach_the_engine_as_the_fsyncs_caller_or_as_background() {
         "2",
     ];
     let m = Mount::start(dir.path(), &args);
-    // dd under another name: not critical.
-    let dd = ["/usr/bin/dd", "/bin/dd"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .unwrap();
-    let ddx = dir.path().join("ddx");
-    fs::copy(dd, &ddx).unwrap();
-    let ddx = ddx.display().to_string();
+    let ddx = dd_renamed(dir.path()).display().to_string();
     let (admitted, bypassed) = dd_writes(&m, "critical", &["dd"], "conv=fsync");
     assert!(admitted > 0 && bypassed == 0, "{admitted} {bypassed}");
     let (admitted, bypassed) = dd_writes(&m, "not", &[&ddx], "conv=fsync");
@@ -347,13 +351,7 @@ fn a_critical_process_blocked_on_a_files_inode_lock_lends_the_fsync_criticality(
         "60",
     ];
     let m = Mount::start(dir.path(), &args);
-    // dd under another name: not critical.
-    let dd = ["/usr/bin/dd", "/bin/dd"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .unwrap();
-    let ddx = dir.path().join("ddx");
-    fs::copy(dd, &ddx).unwrap();
+    let ddx = dd_renamed(dir.path());
     let big = m.mnt.join("big");
     let (writes, bypasses) = (m.engine("writes"), m.engine("write_bypasses"));
     let mut writer = Command::new(&ddx)

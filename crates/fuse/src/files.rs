@@ -118,6 +118,11 @@ impl BackingFile {
         })
     }
 
+    /// The first byte of the file's window, once it has one.
+    pub fn window(&self) -> Option<u64> {
+        self.slot.get().map(|slot| (*slot as u64) << WINDOW_BITS)
+    }
+
     pub fn size(&self) -> u64 {
         *self.size.read().unwrap_or_else(|e| e.into_inner())
     }

@@ -29,12 +29,9 @@ use crate::table::TABLE_NAME;
 /// through this mount, which is the backing directory's only writer.
 const TTL: Duration = Duration::from_secs(1);
 
-/// An open keeps the kernel's page cache of the file (FUSE empties it at
-/// every open otherwise, so a file that many processes open, as a
-/// database's tables, is read from the backing again and again). Safe
-/// because every change to a file's data passes through this mount: the
-/// backing directory is locked to it, and the kernel's cache follows the
-/// writes, truncations and allocations it sends here.
+/// An open keeps the kernel's page cache of the file (else FUSE empties it
+/// at every open, and a database's tables are read from the disk again and
+/// again): every change to a file's data passes through this mount.
 const KEEP_CACHE: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 /// The largest WRITE the kernel sends.
 const MAX_WRITE: u32 = 1 << 20;
@@ -54,13 +51,6 @@ struct DirEntry {
     ino: u64,
     kind: FileType,
     name: Vec<u8>,
-}
-
-/// The first byte of the file's window, once it has one.
-fn window_of(file: &BackingFile) -> Option<u64> {
-    file.slot
-        .get()
-        .map(|slot| (*slot as u64) << crate::files::WINDOW_BITS)
 }
 
 fn errno(e: std::io::Error) -> Errno {
@@ -577,7 +567,7 @@ impl Filesystem for WcacheFs {
         let durable = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
         let run = || -> Result<u32, Errno> {
             let file = self.nodes.file(ino.0).map_err(errno)?;
-            let _hold = self.locks.hold(ino.0, window_of(&file), caller);
+            let _hold = self.locks.hold(ino.0, file.window(), caller);
             self.data.write(&file, offset, data, caller, durable)
         };
         match run() {
@@ -608,7 +598,7 @@ impl Filesystem for WcacheFs {
         let file = self.nodes.opened(ino.0);
         let caller = self.caller(req);
         self.callers.note_fsync(caller.issuer);
-        let window = file.as_deref().and_then(window_of);
+        let window = file.as_deref().and_then(BackingFile::window);
         let _hold = self.locks.hold(ino.0, window, caller);
         reply_empty(reply, self.data.fsync(file.as_deref(), caller));
     }

@@ -87,6 +87,12 @@ impl Drop for HoldGuard<'_> {
     fn drop(&mut self) {
         let hold = self.locks.lock().holds.remove(&self.id);
         if let Some(hold) = hold.filter(|h| h.lent) {
+            tracing::debug!(
+                issuer = hold.issuer,
+                ino = hold.ino,
+                held_ms = hold.since.elapsed().as_millis() as u64,
+                "the request lent criticality ended"
+            );
             if let Err(e) = self.locks.volume.end_inherited_criticality(hold.issuer) {
                 tracing::warn!("issuer {}: {e}", hold.issuer);
             }
@@ -149,6 +155,18 @@ impl KernelLocks {
     /// Times criticality was lent since the mount started.
     pub fn lent(&self) -> u64 {
         self.lock().lent
+    }
+
+    /// Its counter, for `wcache stats` and the metrics.
+    pub fn metrics(&self) -> Vec<wcache_io::ops::Metric> {
+        vec![wcache_io::ops::Metric {
+            name: "mount_inode_lock_lends".into(),
+            kind: "counter".into(),
+            help: "Requests holding a file's inode lock in the kernel that a critical process \
+                   was blocked on, lent criticality"
+                .into(),
+            value: self.lent(),
+        }]
     }
 
     /// Stops the watcher.
@@ -230,6 +248,12 @@ impl KernelLocks {
                 }
                 match self.volume.inherit_criticality(hold.issuer) {
                     Ok(_) => {
+                        tracing::debug!(
+                            issuer = hold.issuer,
+                            ino = hold.ino,
+                            held_ms = hold.since.elapsed().as_millis() as u64,
+                            "criticality lent: a critical thread waits on the file's inode lock"
+                        );
                         hold.lent = true;
                         st.lent += 1;
                         promote.extend(hold.window.map(|w| (w, hold.issuer)));

@@ -192,6 +192,23 @@ fn open_cache(config: &CacheConfig, files: &Arc<Files>, force: bool) -> Result<C
     Ok(Cache::open_with(&config, provided())?)
 }
 
+/// The emulated disks under the backing directory `dir`, if asked for.
+fn emulated_disks(config: &MountConfig, dir: &Path) -> Result<Option<Arc<Disks>>, MountError> {
+    let bad = |why: String| MountError::BackingDir {
+        path: dir.display().to_string(),
+        why,
+    };
+    match &config.emulate {
+        Some(model) => Ok(Some(Arc::new(
+            Disks::new(model, dir, &config.emulate_own_disk).map_err(bad)?,
+        ))),
+        None if !config.emulate_own_disk.is_empty() => Err(bad(
+            "a directory of its own disk needs --emulate MODEL".into(),
+        )),
+        None => Ok(None),
+    }
+}
+
 /// Checks, locks, opens the cache, and mounts: the cache (for the
 /// service) and the mount (its front end).
 pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
@@ -199,23 +216,7 @@ pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
     check_mountpoint(&config.mountpoint)?;
     let lock = DeviceLock::acquire(&dir, LockMode::Exclusive, "backing directory")?;
     let page = config.cache.engine.page_size_bytes;
-    let disk = match &config.emulate {
-        Some(model) => Some(Arc::new(
-            Disks::new(model, &dir, &config.emulate_own_disk).map_err(|why| {
-                MountError::BackingDir {
-                    path: dir.display().to_string(),
-                    why,
-                }
-            })?,
-        )),
-        None if !config.emulate_own_disk.is_empty() => {
-            return Err(MountError::BackingDir {
-                path: dir.display().to_string(),
-                why: "a directory of its own disk needs --emulate MODEL".into(),
-            });
-        }
-        None => None,
-    };
+    let disk = emulated_disks(&config, &dir)?;
     let files = Arc::new(Files::open(
         &dir,
         (PAGE_INDEX_MAX >> 1) * page,
@@ -257,14 +258,7 @@ pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
     let (held, lent) = (Arc::clone(&dirty), Arc::clone(&locks));
     operator.on_front_metrics(Box::new(move || {
         let mut metrics = held.metrics();
-        metrics.push(wcache_io::ops::Metric {
-            name: "mount_inode_lock_lends".into(),
-            kind: "counter".into(),
-            help: "Times a request holding a file's inode lock in the kernel, which a critical \
-                   process was blocked on, was lent criticality"
-                .into(),
-            value: lent.lent(),
-        });
+        metrics.extend(lent.metrics());
         metrics
     }));
     let fs = WcacheFs::new(nodes, data, Arc::clone(&callers), Arc::clone(&locks));
