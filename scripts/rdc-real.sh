@@ -310,6 +310,8 @@ run_one() {
   frac=$(echo "scale=3; ($w - $b) / ($w + 0.0001)" | bc)
   pages=$(echo "scale=3; 1 - ($(engine write_bypassed_pages) - bp0) / ($(engine write_pages) - p0 + 0.0001)" | bc)
   [ "$mech" = auto ] && judge_auto "$app" "$size" "$policy"
+  mkdir -p "$OUT/logs"
+  cp "$D/mount.log" "$OUT/logs/$app-$size-$policy-$mech.log"
   echo "$app,$backing,$size,$policy,$mech,$tps,$p50,$p99,$p999,$w,$frac,$pages,$st" | tee -a "$OUT/results.csv"
 }
 

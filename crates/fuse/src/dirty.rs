@@ -83,6 +83,9 @@ struct FilePages {
     dirtied: Instant,
     /// A background writeback failed: the next fsync reports it.
     error: Option<Errno>,
+    /// Fsyncs of the file under way: background writeback leaves the file
+    /// to them (their writes carry their caller, and its criticality).
+    syncing: u32,
 }
 
 struct State {
@@ -280,6 +283,7 @@ impl DirtyPages {
             dirty: 0,
             dirtied: Instant::now(),
             error: None,
+            syncing: 0,
         });
         for (i, chunk) in bytes.chunks(page).enumerate() {
             fp.seq += 1;
@@ -322,10 +326,34 @@ impl DirtyPages {
         window: u64,
         pages: Option<RangeInclusive<u64>>,
         flags: RequestFlags,
+        rider: Option<(u64, Vec<u8>)>,
+    ) -> Result<Option<(u64, Vec<u8>)>, Errno> {
+        let syncing = |st: &mut State, up: bool| {
+            if let Some(fp) = st.files.get_mut(&window) {
+                fp.syncing = if up {
+                    fp.syncing + 1
+                } else {
+                    fp.syncing.saturating_sub(1)
+                };
+            }
+        };
+        syncing(&mut self.lock(), true);
+        let result = self.write_back_syncing(window, pages, flags, rider);
+        syncing(&mut self.lock(), false);
+        result
+    }
+
+    fn write_back_syncing(
+        &self,
+        window: u64,
+        pages: Option<RangeInclusive<u64>>,
+        flags: RequestFlags,
         mut rider: Option<(u64, Vec<u8>)>,
     ) -> Result<Option<(u64, Vec<u8>)>, Errno> {
         let range = pages.unwrap_or(0..=u64::MAX);
-        let mut promoted = false;
+        // The FLUSH that promotes others' writebacks of the file went, and
+        // whether as a critical caller's (criticality may be lent meanwhile).
+        let mut promoted: Option<bool> = None;
         let mut st = self.lock();
         let Some(target) = st.files.get(&window).map(|fp| fp.seq) else {
             return Ok(rider);
@@ -353,10 +381,12 @@ impl DirtyPages {
             if !waiting {
                 return fp.error.take().map_or(Ok(rider), Err);
             }
-            if !promoted {
-                promoted = true;
+            let critical = flags.critical
+                || (flags.issuer != 0 && self.volume.issuer_is_critical(flags.issuer));
+            if promoted.is_none_or(|as_critical| critical && !as_critical) {
+                promoted = Some(critical);
                 drop(st);
-                flush_file(&self.volume, window, flags)?;
+                flush_file(&self.volume, window, RequestFlags { critical, ..flags })?;
                 st = self.lock();
                 continue;
             }
@@ -516,7 +546,7 @@ impl DirtyPages {
         let window = st
             .files
             .iter()
-            .filter(|(_, fp)| fp.dirty > 0)
+            .filter(|(_, fp)| fp.dirty > 0 && (all || fp.syncing == 0))
             .filter(|(_, fp)| all || over || now.duration_since(fp.dirtied) >= self.limits.expire)
             .min_by_key(|(_, fp)| fp.dirtied)
             .map(|(w, _)| *w)?;

@@ -243,7 +243,11 @@ impl KernelLocks {
             let mut st = self.lock();
             let st = &mut *st;
             for hold in st.holds.values_mut() {
-                if hold.lent || !inos.contains(&hold.ino) {
+                // A holder critical already (a hinted process) needs nothing lent.
+                if hold.lent
+                    || !inos.contains(&hold.ino)
+                    || self.volume.issuer_is_critical(hold.issuer)
+                {
                     continue;
                 }
                 match self.volume.inherit_criticality(hold.issuer) {
