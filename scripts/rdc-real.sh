@@ -155,7 +155,7 @@ probe() {
   (while true; do
      echo "select now()::time(0), pid, backend_type, coalesce(wait_event_type,'-'), coalesce(wait_event,'-'), state from pg_stat_activity where pid <> pg_backend_pid() order by backend_type;"
      sleep 1
-   done | as_pg "$PGBIN/psql" -h "$D/sock" -p $PORT -At -F ' ' postgres >"$out.pg" 2>&1) &
+   done | PGAPPNAME=wcache-probe as_pg "$PGBIN/psql" -h "$D/sock" -p $PORT -At -F ' ' postgres >"$out.pg" 2>&1) &
   local psql=$!
   trap 'kill $psql 2>/dev/null; exit 0' TERM
   while true; do
@@ -176,7 +176,7 @@ probe() {
 # and the WAL writer) into $D/explicit.
 explicit_postgresql() {
   as_pg "$PGBIN/psql" -h "$D/sock" -p $PORT -At -c \
-    "select pid from pg_stat_activity where backend_type in ('client backend','walwriter') and pid <> pg_backend_pid()" \
+    "select pid from pg_stat_activity where backend_type in ('client backend','walwriter') and pid <> pg_backend_pid() and application_name <> 'wcache-probe'" \
     postgres >"$D/explicit"
 }
 
