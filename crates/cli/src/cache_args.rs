@@ -132,7 +132,8 @@ pub struct CacheArgs {
     pub(crate) consistency_points: String,
     #[arg(long, default_value_t = 4096)]
     pub(crate) page_size: u64,
-    /// Write group (destage unit) in bytes.
+    /// Write group (destage unit) in bytes (wcache mount: 1 MiB unless
+    /// given).
     #[arg(long, default_value_t = 64 * 1024)]
     pub(crate) group_size: u64,
     /// Driver I/O threads (destages, extra commands of large requests; 1 to 1024).

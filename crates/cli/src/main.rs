@@ -355,7 +355,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim(*args),
         Command::Serve(args) => serve::serve(*args, &given_on_command_line(&matches, "serve")),
-        Command::Mount(args) => mount::mount(*args),
+        Command::Mount(args) => mount::mount(*args, &given_on_command_line(&matches, "mount")),
         Command::Replica(args) => replica::replica(*args),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Critical(args) => ops::critical(args),

@@ -384,6 +384,20 @@ fn a_critical_process_blocked_on_a_files_inode_lock_lends_the_fsync_criticality(
     assert_eq!(fs::metadata(&big).unwrap().len(), 120 << 20);
 }
 
+/// The mount's write group is 1 MiB unless `--group-size` is given (as
+/// the cache records it).
+#[test]
+fn the_mount_destages_in_groups_of_1_mib_unless_told() {
+    for (extra, group) in [(&[][..], 1 << 20), (&["--group-size", "65536"][..], 65536)] {
+        let dir = tmp();
+        Mount::start(dir.path(), extra).stop();
+        let cache = dir.path().join("cache.img").display().to_string();
+        let (ok, out, err) = wcache(&["inspect", "--cache", &cache]);
+        assert!(ok, "{err}");
+        assert!(out.contains(&format!("write group {group} bytes")), "{out}");
+    }
+}
+
 #[test]
 fn bad_input_to_wcache_mount_is_named() {
     let dir = tmp();
