@@ -57,9 +57,30 @@ const BATCH_MAX_BYTES: u64 = 4 << 20;
 /// process waits on the file's inode lock: `kernel_locks.rs`) reaches the
 /// rest of its pages.
 const FSYNC_FLIGHT_MAX_BYTES: u64 = 4 << 20;
+/// A background writeback sends its extents in parts of about this many
+/// bytes, and gives the rest of its pages back when an fsync of the file
+/// began meanwhile: that fsync waits for them, and sends them itself with
+/// its caller (whose criticality, lent or its own, caches them) instead of
+/// waiting behind the disk for writes nobody else waits for.
+const BACKGROUND_PART_BYTES: usize = 256 << 10;
+/// An fsync's writeback this long is logged (debug).
+const SLOW_WRITEBACK: Duration = Duration::from_millis(100);
 /// The writeback threads look at expiry this often (Linux: 5 s), or at
 /// the expiry time if it is shorter.
 const WRITEBACK_INTERVAL: Duration = Duration::from_secs(5);
+
+/// What one fsync's writeback did, for its debug record when slow.
+#[derive(Default)]
+struct SyncTrace {
+    /// Its own flights, their pages and time.
+    flights: u64,
+    pages: u64,
+    flights_ns: u64,
+    /// FLUSHes sent to promote others' writebacks of the file, and the
+    /// time spent waiting for those to land.
+    promotions: u64,
+    waits_ns: u64,
+}
 
 /// A page held.
 struct Held {
@@ -338,8 +359,24 @@ impl DirtyPages {
             }
         };
         syncing(&mut self.lock(), true);
-        let result = self.write_back_syncing(window, pages, flags, rider);
+        let started = Instant::now();
+        let mut trace = SyncTrace::default();
+        let result = self.write_back_syncing(window, pages, flags, rider, &mut trace);
         syncing(&mut self.lock(), false);
+        if started.elapsed() >= SLOW_WRITEBACK {
+            tracing::debug!(
+                window,
+                issuer = flags.issuer,
+                ms = started.elapsed().as_millis() as u64,
+                flights = trace.flights,
+                pages = trace.pages,
+                flights_ms = trace.flights_ns / 1_000_000,
+                promotions = trace.promotions,
+                waits_ms = trace.waits_ns / 1_000_000,
+                critical_at_end = self.volume.issuer_is_critical(flags.issuer),
+                "a slow fsync writeback"
+            );
+        }
         result
     }
 
@@ -349,6 +386,7 @@ impl DirtyPages {
         pages: Option<RangeInclusive<u64>>,
         flags: RequestFlags,
         mut rider: Option<(u64, Vec<u8>)>,
+        trace: &mut SyncTrace,
     ) -> Result<Option<(u64, Vec<u8>)>, Errno> {
         let range = pages.unwrap_or(0..=u64::MAX);
         // The FLUSH that promotes others' writebacks of the file went, and
@@ -370,7 +408,12 @@ impl DirtyPages {
                     !(fp.pages.range(range.clone())).any(|(_, h)| h.flight.is_none() && due(h));
                 let rides = if last { rider.take() } else { None };
                 drop(st);
-                self.run(flight, flags, false, rides)?;
+                let at = Instant::now();
+                trace.flights += 1;
+                trace.pages += flight.pages.len() as u64;
+                let ran = self.run(flight, flags, false, rides);
+                trace.flights_ns += at.elapsed().as_nanos() as u64;
+                ran?;
                 st = self.lock();
                 continue;
             }
@@ -385,12 +428,15 @@ impl DirtyPages {
                 || (flags.issuer != 0 && self.volume.issuer_is_critical(flags.issuer));
             if promoted.is_none_or(|as_critical| critical && !as_critical) {
                 promoted = Some(critical);
+                trace.promotions += 1;
                 drop(st);
                 flush_file(&self.volume, window, RequestFlags { critical, ..flags })?;
                 st = self.lock();
                 continue;
             }
+            let at = Instant::now();
             st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+            trace.waits_ns += at.elapsed().as_nanos() as u64;
         }
     }
 
@@ -579,11 +625,71 @@ impl DirtyPages {
                         .0;
                 }
             };
-            if let Err(e) = self.run(flight, background, true, None) {
+            if let Err(e) = self.run_background(flight, background) {
                 tracing::warn!("background writeback: {e:?} (the pages stay held; retried)");
                 std::thread::sleep(WRITEBACK_INTERVAL.min(self.limits.expire));
             }
         }
+    }
+
+    /// A background writeback, in parts (`BACKGROUND_PART_BYTES`): once
+    /// an fsync of the file is under way, the pages not yet sent go back to
+    /// it, dirty as before (also after a failure).
+    fn run_background(&self, mut flight: Flight, flags: RequestFlags) -> Result<(), Errno> {
+        let mut extents = std::mem::take(&mut flight.extents).into_iter().peekable();
+        let mut pages = std::mem::take(&mut flight.pages);
+        while extents.peek().is_some() {
+            let mut part = Vec::new();
+            let mut bytes = 0;
+            while let Some(e) =
+                extents.next_if(|e| part.is_empty() || bytes + e.1.len() <= BACKGROUND_PART_BYTES)
+            {
+                bytes += e.1.len();
+                part.push(e);
+            }
+            let rest = pages.split_off(bytes / self.page as usize);
+            let sub = Flight {
+                window: flight.window,
+                file: Arc::clone(&flight.file),
+                extents: part,
+                pages: std::mem::replace(&mut pages, rest),
+            };
+            let result = self.run(sub, flags, true, None);
+            let syncing = || {
+                self.lock()
+                    .files
+                    .get(&flight.window)
+                    .is_some_and(|fp| fp.syncing > 0)
+            };
+            if result.is_err() || (!pages.is_empty() && syncing()) {
+                self.give_back(flight.window, &pages);
+                return result;
+            }
+        }
+        Ok(())
+    }
+
+    /// Pages of a flight that were not sent: dirty again, from the first
+    /// write the flight held, and no longer in flight.
+    fn give_back(&self, window: u64, pages: &[(u64, u64)]) {
+        let mut st = self.lock();
+        if let Some(fp) = st.files.get_mut(&window) {
+            for (p, since) in pages {
+                let Some(held) = fp.pages.get_mut(p) else {
+                    continue;
+                };
+                debug_assert!(held.flight.is_some(), "a page given back was in flight");
+                held.flight = None;
+                if held.since.is_none() {
+                    if fp.dirty == 0 {
+                        fp.dirtied = Instant::now();
+                    }
+                    fp.dirty += 1;
+                }
+                held.since = Some(*since);
+            }
+        }
+        self.changed.notify_all();
     }
 
     /// Stops holding: every held page written back (from this thread), the
@@ -625,45 +731,4 @@ impl DirtyPages {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::test_support::{memory_cache, until};
-    use wcache_io::{BlockDevice, FaultPlan, FaultyDevice, MemDevice};
-
-    /// While the writeback fails, a writer over the limit gets the error
-    /// instead of waiting forever, nothing held is dropped, and the file's
-    /// next fsync hears of it; once the backing heals, everything lands.
-    #[test]
-    fn a_failing_writeback_keeps_the_pages_and_refuses_writers_over_the_limit() {
-        // Write-through over a backing that fails writes while `plan` says.
-        let plan = FaultPlan::new();
-        let backing: Arc<dyn BlockDevice> = Arc::new(FaultyDevice::new(
-            Arc::new(MemDevice::new(4 << 20)),
-            Arc::clone(&plan),
-        ));
-        let cache = memory_cache("all", Some(backing));
-        let volume = cache.volumes()[0].clone();
-        let limits = DirtyLimits {
-            max_bytes: 8192,
-            expire: Duration::from_millis(50),
-        };
-        let dirty = DirtyPages::start(volume, 4096, limits);
-        let tmp = tempfile::tempfile().unwrap();
-        let file = Arc::new(BackingFile::new(tmp.into(), None).unwrap());
-        plan.set_fail_writes(true);
-        assert!(dirty.put(&file, 0, 0, &[7u8; 8192]));
-        until("a failed writeback", || dirty.lock().failing.is_some());
-        assert_eq!(dirty.held_bytes(), 8192, "nothing dropped");
-        assert_eq!(dirty.throttle(), Err(Errno::EIO));
-        let flags = RequestFlags::default();
-        assert_eq!(dirty.write_back(0, None, flags, None), Err(Errno::EIO));
-        plan.set_fail_writes(false);
-        until("the pages landed", || dirty.held_bytes() == 0);
-        assert_eq!(dirty.throttle(), Ok(()));
-        assert_eq!(dirty.page(0, 0), None);
-        let mut back = vec![0u8; 8192];
-        cache.volumes()[0].read(0, &mut back).unwrap();
-        assert_eq!(back, vec![7u8; 8192]);
-        assert_eq!(dirty.stop(), 0);
-    }
-}
+mod tests;

@@ -13,6 +13,20 @@ use wcache_io::{
 /// A 4 MiB write-through cache in memory with one volume under
 /// `admission`: over `backing` when given, else over 4 MiB of memory.
 pub fn memory_cache(admission: &str, backing: Option<Arc<dyn BlockDevice>>) -> Cache {
+    memory_cache_with(
+        admission,
+        backing,
+        wcache_core::WritePolicyKind::WriteThrough,
+    )
+}
+
+/// The same under `write_policy` (write-back in memory: volatile, as a
+/// test may have it).
+pub fn memory_cache_with(
+    admission: &str,
+    backing: Option<Arc<dyn BlockDevice>>,
+    write_policy: wcache_core::WritePolicyKind,
+) -> Cache {
     let name = if backing.is_some() {
         "provided"
     } else {
@@ -31,14 +45,14 @@ pub fn memory_cache(admission: &str, backing: Option<Arc<dyn BlockDevice>>) -> C
         backing_create_size_bytes: None,
         engine: EngineConfig {
             admission: admission.into(),
-            write_policy: wcache_core::WritePolicyKind::WriteThrough,
+            write_policy,
             ..EngineConfig::default()
         },
         driver: DriverConfig::default(),
         block_size_bytes: 4096,
         force: false,
         format: FormatAsked::Found,
-        volatile_write_back: false,
+        volatile_write_back: write_policy == wcache_core::WritePolicyKind::WriteBack,
         backing_timeout: None,
         replicate: None,
     };
