@@ -62,7 +62,7 @@ const FSYNC_FLIGHT_MAX_BYTES: u64 = 4 << 20;
 /// began meanwhile: that fsync waits for them, and sends them itself with
 /// its caller (whose criticality, lent or its own, caches them) instead of
 /// waiting behind the disk for writes nobody else waits for.
-const BACKGROUND_PART_BYTES: usize = 256 << 10;
+const BACKGROUND_PART_BYTES: usize = 64 << 10;
 /// An fsync's writeback this long is logged (debug).
 const SLOW_WRITEBACK: Duration = Duration::from_millis(100);
 /// The writeback threads look at expiry this often (Linux: 5 s), or at

@@ -65,7 +65,7 @@ fn a_background_writeback_gives_its_unsent_pages_to_a_critical_fsync() {
     let dirty = DirtyPages::start(volume, 4096, limits);
     let tmp = tempfile::tempfile().unwrap();
     let file = Arc::new(BackingFile::new(tmp.into(), None).unwrap());
-    // 256 pages, every other one: 256 writes of one page each, 4 parts.
+    // 256 pages, every other one: 256 writes of one page each, in 16 parts.
     let pages = 256u64;
     plan.set_latency(Duration::from_millis(10));
     for i in 0..pages {
