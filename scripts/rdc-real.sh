@@ -39,6 +39,11 @@ CHECKPOINT=${CHECKPOINT:-30s}
 # paper ran it: its log and its tables on two HDDs) or beside the tables
 # on the one emulated HDD (`shared`, every run before 2026-11-29's last).
 WAL_DISK=${WAL_DISK:-apart}
+# The cache: a file on tmpfs with no syncs (the paper's NV-DRAM stand-in),
+# or e.g. CACHE=/var/tmp/rdc-real-cache.img CACHE_SYNC=fdatasync for a
+# file on the disk, as a user's SSD would hold it.
+CACHE=${CACHE:-/dev/shm/rdc-real-cache.img}
+CACHE_SYNC=${CACHE_SYNC:-nvram}
 # More options for every `wcache mount` (e.g. "--dirty-max 2G").
 MOUNT_ARGS=${MOUNT_ARGS:-}
 # Redis: keys loaded and overwritten, value bytes, SETs per run.
@@ -82,7 +87,7 @@ cleanup() {
   pkill -TERM -f "wcache mount $D/b" 2>/dev/null || true
   sleep 0.5
   umount -l "$D/mnt" 2>/dev/null || true
-  rm -f /dev/shm/rdc-real-cache.img
+  rm -f "$CACHE"
 }
 trap cleanup EXIT
 
@@ -90,8 +95,8 @@ trap cleanup EXIT
 mount_wcache() {
   local size=$1
   shift
-  "$W" mount "$D/b" "$D/mnt" --cache /dev/shm/rdc-real-cache.img --cache-size "$size" \
-    --cache-sync nvram --emulate hdd --admission all --control "$D/ctl" $MOUNT_ARGS "$@" >"$D/mount.log" 2>&1 &
+  "$W" mount "$D/b" "$D/mnt" --cache "$CACHE" --cache-size "$size" \
+    --cache-sync "$CACHE_SYNC" --emulate hdd --admission all --control "$D/ctl" $MOUNT_ARGS "$@" >"$D/mount.log" 2>&1 &
   for _ in $(seq 300); do grep -q "Unmount with" "$D/mount.log" && return 0; sleep 0.1; done
   cat "$D/mount.log"
   return 1
@@ -305,6 +310,7 @@ run_one() {
     extra+=(--emulate-own-disk pg/pg_wal)
     backing=wcache-hdd-wal-apart
   fi
+  [ "$CACHE_SYNC" != nvram ] && backing+="-cache-$CACHE_SYNC"
   mount_wcache "$size" "${extra[@]}"
   case $app in
     postgresql) pg_start ;;
