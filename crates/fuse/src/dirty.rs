@@ -109,6 +109,25 @@ struct FilePages {
     syncing: u32,
 }
 
+impl FilePages {
+    /// Page `p` of a flight that did not land (failed, or never sent): no
+    /// longer in flight, dirty again from `since`, the first write the
+    /// flight held.
+    fn not_landed(&mut self, p: u64, since: u64) {
+        let Some(held) = self.pages.get_mut(&p) else {
+            return;
+        };
+        held.flight = None;
+        if held.since.is_none() {
+            if self.dirty == 0 {
+                self.dirtied = Instant::now();
+            }
+            self.dirty += 1;
+        }
+        held.since = Some(since);
+    }
+}
+
 struct State {
     /// By the window's first byte in the volume.
     files: HashMap<u64, FilePages>,
@@ -552,24 +571,17 @@ impl DirtyPages {
         let st = &mut *st;
         if let Some(fp) = st.files.get_mut(&flight.window) {
             for (p, since) in &flight.pages {
+                if result.is_err() {
+                    fp.not_landed(*p, *since);
+                    continue;
+                }
                 let Some(held) = fp.pages.get_mut(p) else {
                     continue;
                 };
                 held.flight = None;
-                match (result, held.since) {
-                    (Ok(()), None) => {
-                        fp.pages.remove(p);
-                        st.bytes -= self.page;
-                    }
-                    (Ok(()), Some(_)) => {}
-                    (Err(_), Some(_)) => held.since = Some(*since),
-                    (Err(_), None) => {
-                        held.since = Some(*since);
-                        if fp.dirty == 0 {
-                            fp.dirtied = Instant::now();
-                        }
-                        fp.dirty += 1;
-                    }
+                if held.since.is_none() {
+                    fp.pages.remove(p);
+                    st.bytes -= self.page;
                 }
             }
             if let (Err(e), true) = (result, keep_error) {
@@ -675,18 +687,11 @@ impl DirtyPages {
         let mut st = self.lock();
         if let Some(fp) = st.files.get_mut(&window) {
             for (p, since) in pages {
-                let Some(held) = fp.pages.get_mut(p) else {
-                    continue;
-                };
-                debug_assert!(held.flight.is_some(), "a page given back was in flight");
-                held.flight = None;
-                if held.since.is_none() {
-                    if fp.dirty == 0 {
-                        fp.dirtied = Instant::now();
-                    }
-                    fp.dirty += 1;
-                }
-                held.since = Some(*since);
+                debug_assert!(
+                    fp.pages.get(p).is_none_or(|h| h.flight.is_some()),
+                    "a page given back was in flight"
+                );
+                fp.not_landed(*p, *since);
             }
         }
         self.changed.notify_all();

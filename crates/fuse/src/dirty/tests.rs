@@ -4,17 +4,20 @@ use super::*;
 use crate::test_support::{memory_cache, memory_cache_with, until};
 use wcache_io::{BlockDevice, FaultPlan, FaultyDevice, MemDevice};
 
+/// 4 MiB of memory behind a fault plan.
+fn faulty_backing() -> (Arc<FaultPlan>, Arc<dyn BlockDevice>) {
+    let plan = FaultPlan::new();
+    let backing = FaultyDevice::new(Arc::new(MemDevice::new(4 << 20)), Arc::clone(&plan));
+    (plan, Arc::new(backing))
+}
+
 /// While the writeback fails, a writer over the limit gets the error
 /// instead of waiting forever, nothing held is dropped, and the file's
 /// next fsync hears of it; once the backing heals, everything lands.
 #[test]
 fn a_failing_writeback_keeps_the_pages_and_refuses_writers_over_the_limit() {
     // Write-through over a backing that fails writes while `plan` says.
-    let plan = FaultPlan::new();
-    let backing: Arc<dyn BlockDevice> = Arc::new(FaultyDevice::new(
-        Arc::new(MemDevice::new(4 << 20)),
-        Arc::clone(&plan),
-    ));
+    let (plan, backing) = faulty_backing();
     let cache = memory_cache("all", Some(backing));
     let volume = cache.volumes()[0].clone();
     let limits = DirtyLimits {
@@ -47,11 +50,7 @@ fn a_failing_writeback_keeps_the_pages_and_refuses_writers_over_the_limit() {
 /// not for all of it behind the disk, and nothing is lost.
 #[test]
 fn a_background_writeback_gives_its_unsent_pages_to_a_critical_fsync() {
-    let plan = FaultPlan::new();
-    let backing: Arc<dyn BlockDevice> = Arc::new(FaultyDevice::new(
-        Arc::new(MemDevice::new(4 << 20)),
-        Arc::clone(&plan),
-    ));
+    let (plan, backing) = faulty_backing();
     let cache = memory_cache_with(
         "cp-pi-ioi",
         Some(backing),
