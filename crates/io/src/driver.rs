@@ -40,6 +40,7 @@ pub use errors::{DrainError, RequestError, StartError};
 mod flusher;
 mod log;
 mod pool;
+use pool::Pool;
 mod submit;
 pub use {async_write::DriverBatch, data_path::DataPath, submit::Io};
 mod frees;
@@ -275,11 +276,6 @@ struct Counters {
     cache_page_writes: AtomicU64,
 }
 
-struct Pool {
-    jobs: VecDeque<Job>,
-    stopping: bool,
-}
-
 struct Shared {
     core: Mutex<Core>,
     /// Signalled when requests finish or destages complete (busy retry, drain).
@@ -459,10 +455,7 @@ impl Driver {
             }),
             changed: Condvar::new(),
             timer: Condvar::new(),
-            pool: Mutex::new(Pool {
-                jobs: VecDeque::new(),
-                stopping: false,
-            }),
+            pool: Mutex::new(Pool::default()),
             pool_ready: Condvar::new(),
             cache: Device::new(cache),
             data_offset_bytes: (store.as_ref().or(log.as_ref().map(|l| l.store())))
@@ -900,9 +893,15 @@ fn spawn_threads(
         threads.push(t);
         Ok(())
     };
-    for i in 0..config.io_threads.max(1) {
+    let pool_threads = config.io_threads.max(1);
+    for i in 0..pool_threads {
         let s = shared.clone();
-        spawn(format!("wcache-io-{i}"), Box::new(move || s.pool_thread()))?;
+        // With more than one, the first never runs a destage (`pool.rs`).
+        let destages = pool_threads == 1 || i > 0;
+        spawn(
+            format!("wcache-io-{i}"),
+            Box::new(move || s.pool_thread(destages)),
+        )?;
     }
     if let Some(store) = &shared.store {
         if let Some(interval) = config.flush_interval {
@@ -1044,33 +1043,6 @@ impl Shared {
                 core.timer_armed = Some(at);
                 self.timer.notify_one();
             }
-        }
-    }
-
-    fn to_pool(&self, jobs: impl Iterator<Item = Job>) {
-        self.run_answered();
-        // Record frees go to the free thread straight away (no pool
-        // thread's wake-up just to pass them on).
-        let jobs = self.defer_frees(jobs.collect());
-        if jobs.is_empty() {
-            return;
-        }
-        let jobs = jobs.into_iter();
-        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        if pool.stopping {
-            // The pool threads are gone or going: run here so no request hangs.
-            drop(pool);
-            let mut local: VecDeque<Job> = jobs.collect();
-            self.run_jobs(&mut local, None);
-            return;
-        }
-        let before = pool.jobs.len();
-        pool.jobs.extend(jobs);
-        let added = pool.jobs.len() - before;
-        if added == 1 {
-            self.pool_ready.notify_one();
-        } else if added > 1 {
-            self.pool_ready.notify_all();
         }
     }
 

@@ -18,6 +18,10 @@ use wcache_io::{
     BlockDevice, Driver, DriverConfig, EmulatedDevice, FaultPlan, FaultyDevice, MemDevice, Payload,
 };
 
+#[path = "common/hung.rs"]
+mod hung;
+use hung::HungBacking;
+
 const VOLUME_BYTES: u64 = 192 * 1024 + 1536;
 
 /// Serialises requests whose byte ranges overlap (writers exclusive).
@@ -395,35 +399,6 @@ fn emulated_hdd_gives_disk_like_iops_at_qd1() {
     );
 }
 
-/// A backing whose writes block until released (a server that stopped answering).
-struct HungBacking {
-    inner: MemDevice,
-    released: Mutex<bool>,
-    release: Condvar,
-}
-
-impl BlockDevice for HungBacking {
-    fn len_bytes(&self) -> u64 {
-        self.inner.len_bytes()
-    }
-    fn read_at(&self, buf: &mut [u8], offset_bytes: u64) -> Result<(), wcache_io::DeviceError> {
-        self.inner.read_at(buf, offset_bytes)
-    }
-    fn write_at(&self, data: &[u8], offset_bytes: u64) -> Result<(), wcache_io::DeviceError> {
-        let mut released = self.released.lock().unwrap();
-        while !*released {
-            released = self.release.wait(released).unwrap();
-        }
-        self.inner.write_at(data, offset_bytes)
-    }
-    fn flush(&self) -> Result<(), wcache_io::DeviceError> {
-        self.inner.flush()
-    }
-    fn name(&self) -> String {
-        "hung backing".into()
-    }
-}
-
 /// While destages hang in the backing and writes stall, `fail_waiting`
 /// answers the stalled writes with an error, refuses new requests, and
 /// `shutdown_within` returns at its deadline with threads left in the
@@ -431,11 +406,7 @@ impl BlockDevice for HungBacking {
 #[test]
 fn stop_with_a_hung_backing_fails_stalled_writes_and_ends_at_its_deadline() {
     let slots = 16;
-    let hung = Arc::new(HungBacking {
-        inner: MemDevice::new(VOLUME_BYTES),
-        released: Mutex::new(false),
-        release: Condvar::new(),
-    });
+    let hung = Arc::new(HungBacking::new(VOLUME_BYTES));
     let driver = Arc::new(
         Driver::new(
             config(WritePolicyKind::WriteBack, slots),
@@ -495,6 +466,5 @@ fn stop_with_a_hung_backing_fails_stalled_writes_and_ends_at_its_deadline() {
     assert!(deadline_start.elapsed() < Duration::from_secs(2));
     assert_eq!(driver.dirty_pages(), slots, "acknowledged pages stay dirty");
     // Let the blocked threads finish, so the test leaves none behind.
-    *hung.released.lock().unwrap() = true;
-    hung.release.notify_all();
+    hung.release();
 }
