@@ -115,7 +115,7 @@ impl Shared {
     }
 
     /// Queues jobs for the pool threads (record frees go to the free
-    /// thread) and wakes as many threads as jobs came.
+    /// thread) and wakes threads to take them.
     pub(super) fn to_pool(&self, jobs: impl Iterator<Item = Job>) {
         self.run_answered();
         // Record frees go to the free thread straight away (no pool
@@ -132,15 +132,20 @@ impl Shared {
             self.run_jobs(&mut local, None);
             return;
         }
-        let added = jobs.len();
+        let (added, mut destages) = (jobs.len(), 0);
         for job in jobs {
             if is_destage(&job) {
                 pool.destages.push_back(job);
+                destages += 1;
             } else {
                 pool.jobs.push_back(job);
             }
         }
-        if added == 1 {
+        // One job any thread takes wakes one; a destage wakes all, for the
+        // one woken could be the thread that runs none, which would sleep
+        // again with the destage left in the pool (a write-through test
+        // hung so, its destage retry never run).
+        if added == 1 && destages == 0 {
             self.pool_ready.notify_one();
         } else {
             self.pool_ready.notify_all();
