@@ -36,6 +36,13 @@ pub struct MountArgs {
     /// own, as a database's log on a disk apart from its tables (repeat).
     #[arg(long, value_name = "DIR", requires = "emulate")]
     emulate_own_disk: Vec<PathBuf>,
+    /// Files under this directory (relative to BACKING_DIR; it may not
+    /// exist yet) go to a second volume of the cache, `files-critical`,
+    /// marked critical: with `--admission volume` only their writes are
+    /// cached, as the paper's WAL policy (repeat; not under
+    /// write-back-journaled).
+    #[arg(long = "critical-dir", value_name = "DIR")]
+    critical_dirs: Vec<PathBuf>,
     /// Processes with this command name are critical (`*` at the end
     /// matches a prefix; repeat). Also at run time: `wcache critical`.
     #[arg(long = "critical-command", value_name = "NAME")]
@@ -92,11 +99,9 @@ pub fn mount(mut args: MountArgs, given: &[String]) -> Result<(), AnyError> {
     let mut config = base_config(opts, &cache_spec, write_policy)?;
     // As the mount will set it (wcache_fuse::start), so that every setting
     // is checked before any file is touched.
-    config.volumes = vec![wcache_io::VolumeSpec {
-        name: wcache_fuse::mount::VOLUME_NAME.to_string(),
-        backing: format!("files:{}", args.backing_dir.display()),
-        journal: args.journal.clone(),
-    }];
+    let (dir, journal) = (&args.backing_dir, args.journal.clone());
+    let critical = !args.critical_dirs.is_empty();
+    wcache_fuse::volumes::configure(&mut config, dir, journal, critical)?;
     config.check()?;
     let control = opts.control.clone().unwrap_or_else(|| {
         let cache = PathBuf::from(&cache_spec);
@@ -118,6 +123,7 @@ pub fn mount(mut args: MountArgs, given: &[String]) -> Result<(), AnyError> {
         threads: args.threads,
         emulate: args.emulate.clone(),
         emulate_own_disk: args.emulate_own_disk.clone(),
+        critical_dirs: args.critical_dirs.clone(),
         dirty: wcache_fuse::DirtyLimits {
             max_bytes: args.dirty_max,
             expire: Duration::from_secs_f64(args.dirty_expire),
@@ -167,6 +173,13 @@ fn print_banner(args: &MountArgs, cache: &wcache_io::Cache) {
         for dir in &args.emulate_own_disk {
             say!("  {}: on an emulated {model} of its own", dir.display());
         }
+    }
+    for dir in &args.critical_dirs {
+        say!(
+            "  {}: files under it in the critical volume ({})",
+            dir.display(),
+            wcache_fuse::volumes::CRITICAL_VOLUME_NAME
+        );
     }
     if args.dirty_max > 0 {
         say!(

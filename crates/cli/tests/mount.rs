@@ -6,7 +6,10 @@
 //! held in memory reach the engine as their fsync's caller's or, never
 //! fsynced, as background writeback with no issuer; bad
 //! input (no --cache, a missing backing directory, a mountpoint in use, a
-//! pid or cgroup that does not exist) is a clear error.
+//! pid or cgroup that does not exist, a critical directory outside the
+//! backing directory) is a clear error; files under `--critical-dir` lie
+//! in the critical volume, cached alone under `--admission volume`, and
+//! survive a SIGKILL.
 
 mod common;
 
@@ -443,8 +446,73 @@ fn bad_input_to_wcache_mount_is_named() {
     assert!(!ok && err.contains("--emulate"), "{err}");
     let (ok, _, err) = own(&["--emulate", "hdd", "--emulate-own-disk", "../pg_wal"]);
     assert!(!ok && err.contains("../pg_wal"), "{err}");
+    let (ok, _, err) = own(&["--critical-dir", "/abs/wal"]);
+    assert!(!ok && err.contains("--critical-dir /abs/wal"), "{err}");
+    let journaled = ["--write-policy", "write-back-journaled", "--journal"];
+    let journal = dir.path().join("journal").display().to_string();
+    let (ok, _, err) = own(&[&journaled[..], &[&journal, "--critical-dir", "wal"]].concat());
+    assert!(!ok && err.contains("--critical-dir"), "{err}");
     assert!(
         !Path::new(&other).exists(),
         "nothing created on a refused start"
     );
+}
+
+/// The dirty pages of each volume (`stats --json`'s exports, in order).
+fn dirty_per_volume(m: &Mount) -> Vec<u64> {
+    let control = m.control.display().to_string();
+    let (ok, out, err) = wcache(&["stats", "--json", "--control", &control]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let exports = v["exports"].as_array().expect("exports");
+    exports
+        .iter()
+        .map(|e| e["dirty_pages"].as_u64().unwrap())
+        .collect()
+}
+
+/// With `--critical-dir wal`, files under `wal` lie in the second volume,
+/// marked critical: under `--admission volume` their writes are cached
+/// and the others bypass; a file renamed into `wal` after its first write
+/// stays in its volume; after a SIGKILL, the next mount destages the
+/// critical volume too, each file whole at its fsynced size.
+#[test]
+fn files_under_a_critical_dir_alone_are_cached_under_volume_and_survive_a_sigkill() {
+    let dir = tmp();
+    let args = ["--admission", "volume", "--critical-dir", "wal"];
+    let m = Mount::start(dir.path(), &args);
+    fs::create_dir(m.mnt.join("wal")).unwrap();
+    assert_eq!(dsync_writes(&m, "table", &[]), (0, 16), "outside: bypassed");
+    assert_eq!(
+        dsync_writes(&m, "wal/log", &[]),
+        (16, 0),
+        "under wal: cached"
+    );
+    fs::rename(m.mnt.join("table"), m.mnt.join("wal/table")).unwrap();
+    let over = dd_writes(&m, "wal/table", &["dd", "conv=notrunc"], "oflag=dsync");
+    assert_eq!(
+        over,
+        (0, 8),
+        "renamed after its first write: still bypassed"
+    );
+    let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let mut file = fs::File::create(m.mnt.join("wal/data")).unwrap();
+    file.write_all(&data).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    let dirty = dirty_per_volume(&m);
+    assert!(
+        dirty.len() == 2 && dirty[0] == 0 && dirty[1] > 0,
+        "dirty pages per volume (files, files-critical): {dirty:?}"
+    );
+    m.kill9();
+    let m = Mount::start(dir.path(), &args);
+    let on_backing = fs::read(dir.path().join("backing/wal/data")).unwrap();
+    assert!(
+        on_backing == data,
+        "wal/data whole on the backing after the remount"
+    );
+    assert_eq!(fs::read(m.mnt.join("wal/data")).unwrap(), data);
+    assert_eq!(dirty_per_volume(&m), vec![0, 0], "destaged at the mount");
+    m.stop();
 }

@@ -21,6 +21,7 @@ use wcache_io::{Io, Payload, RequestError, Volume, WriteDone};
 use crate::callers::Caller;
 use crate::dirty::DirtyPages;
 use crate::files::{BackingFile, Files, SizeRecord, FILE_BYTES_MAX};
+use crate::volumes::Volumes;
 
 /// The errno a caller gets for a request that failed with `e`. Every
 /// variant is named, nested ones too: no catch-all arm.
@@ -129,7 +130,7 @@ pub(crate) fn write_together(
 
 /// The mount's data path.
 pub struct Data {
-    pub volume: Volume,
+    pub volumes: Arc<Volumes>,
     pub files: Arc<Files>,
     pub dirty: Arc<DirtyPages>,
     page: u64,
@@ -145,13 +146,13 @@ fn round_up(x: u64, page: u64) -> u64 {
 
 impl Data {
     pub fn new(
-        volume: Volume,
+        volumes: Arc<Volumes>,
         files: Arc<Files>,
         dirty: Arc<DirtyPages>,
         page_size_bytes: u64,
     ) -> Data {
         Data {
-            volume,
+            volumes,
             files,
             dirty,
             page: page_size_bytes,
@@ -200,7 +201,7 @@ impl Data {
         if held.len() as u64 != (b - a) / self.page {
             let flags = RequestFlags::default();
             submit(
-                &self.volume,
+                self.volumes.of(window),
                 RequestKind::Read,
                 window + a,
                 b - a,
@@ -246,7 +247,7 @@ impl Data {
             // Before the file's lock: a writer waiting for room holds nothing.
             self.dirty.throttle()?;
         }
-        let _io = file.io.lock(caller, &self.volume);
+        let _io = file.io.lock(caller, self.volumes.engine());
         let old_size = file.size();
         let flags = Data::flags(caller, durable);
         if end > old_size {
@@ -313,7 +314,7 @@ impl Data {
             return Ok(true);
         }
         submit(
-            &self.volume,
+            self.volumes.of(window),
             RequestKind::Write,
             window + a,
             b - a,
@@ -338,7 +339,7 @@ impl Data {
         }
         if page < old_size {
             submit(
-                &self.volume,
+                self.volumes.of(window),
                 RequestKind::Read,
                 window + page,
                 self.page,
@@ -372,7 +373,7 @@ impl Data {
                     ..flags
                 };
                 submit(
-                    &self.volume,
+                    self.volumes.of(window),
                     RequestKind::WriteZeroes,
                     window + z0,
                     z1 - z0,
@@ -436,7 +437,14 @@ impl Data {
         if let Some((at, bytes)) = send(rider)? {
             let len = bytes.len() as u64;
             let payload = Payload::Write(&bytes);
-            submit(&self.volume, RequestKind::Write, at, len, flags, payload)?;
+            submit(
+                self.volumes.of(window),
+                RequestKind::Write,
+                at,
+                len,
+                flags,
+                payload,
+            )?;
         }
         if changed {
             *recorded = size;
@@ -461,7 +469,7 @@ impl Data {
         if to > FILE_BYTES_MAX && file.slot.get().is_some() {
             return Err(Errno::EFBIG);
         }
-        let _io = file.io.lock(caller, &self.volume);
+        let _io = file.io.lock(caller, self.volumes.engine());
         let size = file.size();
         let Some(slot) = file.slot.get() else {
             let mut size = file.size.write().unwrap_or_else(|e| e.into_inner());
@@ -483,7 +491,7 @@ impl Data {
         if cut < cached_end {
             // Advisory: dirty pages under ordered or journaled write-back stay (and `stale` covers them).
             submit(
-                &self.volume,
+                self.volumes.of(window),
                 RequestKind::Trim,
                 window + cut,
                 cached_end - cut,
@@ -522,7 +530,7 @@ impl Data {
                 let read = Payload::Read(&mut buf);
                 let (at, len) = (window + page, self.page);
                 submit(
-                    &self.volume,
+                    self.volumes.of(window),
                     RequestKind::Read,
                     at,
                     len,
@@ -538,7 +546,7 @@ impl Data {
             return Ok(());
         }
         submit(
-            &self.volume,
+            self.volumes.of(window),
             RequestKind::Write,
             window + page,
             self.page,
@@ -564,7 +572,7 @@ impl Data {
         if let (Some(file), Some(slot)) = (file, slot) {
             let window = (*slot as u64) << crate::files::WINDOW_BITS;
             self.write_back_recording(file, window, None, flags, true)?;
-            flush_file(&self.volume, window, flags)?;
+            flush_file(self.volumes.of(window), window, flags)?;
         }
         match file {
             Some(file) if slot.is_none() => self.sync_unwritten(file),

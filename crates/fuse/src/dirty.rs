@@ -17,9 +17,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::volumes::Volumes;
 use fuser::Errno;
 use wcache_core::RequestFlags;
-use wcache_io::Volume;
 
 use crate::data::{flush_file, write_together};
 use crate::files::BackingFile;
@@ -153,7 +153,7 @@ struct Flight {
 
 /// The mount's held writes (`Data` puts, reads through and writes back).
 pub struct DirtyPages {
-    volume: Volume,
+    volumes: Arc<Volumes>,
     page: u64,
     limits: DirtyLimits,
     state: Mutex<State>,
@@ -167,9 +167,9 @@ pub struct DirtyPages {
 impl DirtyPages {
     /// Holds writes under `limits`, with writeback threads (none when
     /// `limits.max_bytes` is 0: nothing is held).
-    pub fn start(volume: Volume, page: u64, limits: DirtyLimits) -> Arc<DirtyPages> {
+    pub fn start(volumes: Arc<Volumes>, page: u64, limits: DirtyLimits) -> Arc<DirtyPages> {
         let dirty = Arc::new(DirtyPages {
-            volume,
+            volumes,
             page,
             limits,
             state: Mutex::new(State {
@@ -392,7 +392,7 @@ impl DirtyPages {
                 flights_ms = trace.flights_ns / 1_000_000,
                 promotions = trace.promotions,
                 waits_ms = trace.waits_ns / 1_000_000,
-                critical_at_end = self.volume.issuer_is_critical(flags.issuer),
+                critical_at_end = self.volumes.engine().issuer_is_critical(flags.issuer),
                 "a slow fsync writeback"
             );
         }
@@ -444,12 +444,16 @@ impl DirtyPages {
                 return fp.error.take().map_or(Ok(rider), Err);
             }
             let critical = flags.critical
-                || (flags.issuer != 0 && self.volume.issuer_is_critical(flags.issuer));
+                || (flags.issuer != 0 && self.volumes.engine().issuer_is_critical(flags.issuer));
             if promoted.is_none_or(|as_critical| critical && !as_critical) {
                 promoted = Some(critical);
                 trace.promotions += 1;
                 drop(st);
-                flush_file(&self.volume, window, RequestFlags { critical, ..flags })?;
+                flush_file(
+                    self.volumes.of(window),
+                    window,
+                    RequestFlags { critical, ..flags },
+                )?;
                 st = self.lock();
                 continue;
             }
@@ -554,7 +558,7 @@ impl DirtyPages {
         }
         let rides = rider.is_some();
         writes.extend(rider);
-        let mut results = write_together(&self.volume, writes, flags);
+        let mut results = write_together(self.volumes.of(flight.window), writes, flags);
         let rider_result = match rides {
             true => results.pop().expect("the rider's result"),
             false => Ok(()),

@@ -19,6 +19,7 @@ use wcache_io::{BlockDevice, DeviceError};
 
 use wcache_models::DevOpKind;
 
+use crate::dirs::Dirs;
 use crate::disk::{Disk, Disks};
 use crate::file_lock::FileLock;
 use crate::handle::FileHandle;
@@ -191,6 +192,11 @@ pub struct Files {
     written: Mutex<HashSet<u32>>,
     len_bytes: u64,
     disk: Option<Arc<Disks>>,
+    /// The directories whose files go to the critical volume (`volumes.rs`).
+    critical: Dirs<()>,
+    /// Windows in the critical volume: files under `critical` when they
+    /// took their first write.
+    critical_slots: RwLock<HashSet<u32>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -211,7 +217,14 @@ impl Files {
     /// The files of `dir` as a volume of `len_bytes` (the engine's
     /// largest): every file of its table is opened by handle (a file gone
     /// since is left out: its pages have nowhere to go and are dropped).
-    pub fn open(dir: &Path, len_bytes: u64, disk: Option<Arc<Disks>>) -> Result<Files, FilesError> {
+    /// Files under a directory of `critical` take their windows in the
+    /// critical volume.
+    pub fn open(
+        dir: &Path,
+        len_bytes: u64,
+        disk: Option<Arc<Disks>>,
+        critical: Dirs<()>,
+    ) -> Result<Files, FilesError> {
         let dir_err = |source| FilesError::Dir {
             dir: dir.display().to_string(),
             source,
@@ -244,6 +257,8 @@ impl Files {
             written: Mutex::new(HashSet::new()),
             len_bytes,
             disk,
+            critical,
+            critical_slots: RwLock::new(HashSet::new()),
         })
     }
 
@@ -261,11 +276,26 @@ impl Files {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The window at `window` is in the critical volume.
+    pub fn in_critical_volume(&self, window: u64) -> bool {
+        let slot = (window >> WINDOW_BITS) as u32;
+        !self.critical.is_empty()
+            && self
+                .critical_slots
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&slot)
+    }
+
     /// Forgets every window (the cache holds no page of any): the table
     /// is emptied for `identity`, durably.
     pub fn reset(&self, identity: &str) -> Result<(), FilesError> {
         self.lock_table().reset(identity)?;
         self.slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.critical_slots
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
@@ -292,6 +322,12 @@ impl Files {
         let slot = *next;
         self.lock_table().append(slot, &handle)?;
         *next += 1;
+        if self.critical.of(file.fd.as_raw_fd()).is_some() {
+            self.critical_slots
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(slot);
+        }
         self.slots
             .write()
             .unwrap_or_else(|e| e.into_inner())

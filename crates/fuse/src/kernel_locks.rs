@@ -18,8 +18,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::volumes::Volumes;
 use wcache_core::RequestFlags;
-use wcache_io::Volume;
 
 use crate::callers::{Caller, Callers};
 
@@ -71,7 +71,7 @@ struct State {
 pub struct KernelLocks {
     state: Mutex<State>,
     wake: Condvar,
-    volume: Volume,
+    volumes: Arc<Volumes>,
     callers: Arc<Callers>,
     mountpoint: PathBuf,
     watcher: Mutex<Option<JoinHandle<()>>>,
@@ -93,7 +93,12 @@ impl Drop for HoldGuard<'_> {
                 held_ms = hold.since.elapsed().as_millis() as u64,
                 "the request lent criticality ended"
             );
-            if let Err(e) = self.locks.volume.end_inherited_criticality(hold.issuer) {
+            if let Err(e) = self
+                .locks
+                .volumes
+                .engine()
+                .end_inherited_criticality(hold.issuer)
+            {
                 tracing::warn!("issuer {}: {e}", hold.issuer);
             }
         }
@@ -102,11 +107,15 @@ impl Drop for HoldGuard<'_> {
 
 impl KernelLocks {
     /// The holds of the mount at `mountpoint` (canonical), its watcher started.
-    pub fn start(volume: Volume, callers: Arc<Callers>, mountpoint: &Path) -> Arc<KernelLocks> {
+    pub fn start(
+        volumes: Arc<Volumes>,
+        callers: Arc<Callers>,
+        mountpoint: &Path,
+    ) -> Arc<KernelLocks> {
         let locks = Arc::new(KernelLocks {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
-            volume,
+            volumes,
             callers,
             mountpoint: mountpoint.to_path_buf(),
             watcher: Mutex::new(None),
@@ -220,7 +229,7 @@ impl KernelLocks {
     /// The inodes of `inos` that a critical thread is blocked on now (in
     /// a system call that takes the inode lock, on a file of this mount).
     fn critical_waits(&self, mount_id: u64, inos: &[u64]) -> Vec<u64> {
-        let is_critical = |issuer: u32| self.volume.issuer_is_critical(issuer);
+        let is_critical = |issuer: u32| self.volumes.engine().issuer_is_critical(issuer);
         let mut found = Vec::new();
         for tid in self
             .callers
@@ -246,11 +255,11 @@ impl KernelLocks {
                 // A holder critical already (a hinted process) needs nothing lent.
                 if hold.lent
                     || !inos.contains(&hold.ino)
-                    || self.volume.issuer_is_critical(hold.issuer)
+                    || self.volumes.engine().issuer_is_critical(hold.issuer)
                 {
                     continue;
                 }
-                match self.volume.inherit_criticality(hold.issuer) {
+                match self.volumes.engine().inherit_criticality(hold.issuer) {
                     Ok(_) => {
                         tracing::debug!(
                             issuer = hold.issuer,
@@ -273,7 +282,7 @@ impl KernelLocks {
                 critical: true,
                 issuer,
             };
-            if let Err(e) = crate::data::flush_file(&self.volume, window, flags) {
+            if let Err(e) = crate::data::flush_file(self.volumes.of(window), window, flags) {
                 tracing::warn!("promoting the writes of file window {window:#x}: {e:?}");
             }
         }

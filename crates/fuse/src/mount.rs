@@ -12,21 +12,20 @@ use std::time::Duration;
 
 use wcache_core::types::PAGE_INDEX_MAX;
 use wcache_io::lock::{DeviceLock, LockError, LockMode};
-use wcache_io::{
-    BlockDevice, Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport, VolumeSpec,
-};
+use wcache_io::{BlockDevice, Cache, CacheConfig, CacheDeviceSpec, CacheError, CloseReport};
 
 use crate::callers::{critical_callers_hook, Callers, CriticalRules};
 use crate::data::Data;
+use crate::dirs::Dirs;
 use crate::dirty::{DirtyLimits, DirtyPages};
 use crate::disk::Disks;
 use crate::files::{Files, FilesError};
 use crate::fs::WcacheFs;
 use crate::kernel_locks::KernelLocks;
 use crate::nodes::Nodes;
+use crate::volumes::Volumes;
 
-/// The volume's name in the cache (and in `wcache status`).
-pub const VOLUME_NAME: &str = "files";
+pub use crate::volumes::VOLUME_NAME;
 /// A drain at start gives up when no page was destaged for this long.
 const DRAIN_STALL: Duration = Duration::from_secs(60);
 
@@ -47,6 +46,9 @@ pub struct MountConfig {
     /// Directories (relative to `backing_dir`) whose files lie on an
     /// emulated disk of their own, of the same model (with `emulate`).
     pub emulate_own_disk: Vec<PathBuf>,
+    /// Directories (relative to `backing_dir`) whose files go to the
+    /// critical volume (`volumes.rs`).
+    pub critical_dirs: Vec<PathBuf>,
     /// Writes held in memory until fsync or writeback (`dirty.rs`).
     pub dirty: DirtyLimits,
 }
@@ -149,7 +151,12 @@ fn cache_identity(config: &CacheConfig) -> String {
 /// Opens the cache over `files`, destaging what an earlier mount left in
 /// it, so that the file table can start empty.
 fn open_cache(config: &CacheConfig, files: &Arc<Files>, force: bool) -> Result<Cache, MountError> {
-    let provided = || vec![Some(Arc::clone(files) as Arc<dyn BlockDevice>)];
+    // Every volume's backing is the files: a window is one file's, in
+    // whichever volume it lies.
+    let provided = || {
+        let files = Some(Arc::clone(files) as Arc<dyn BlockDevice>);
+        vec![files; config.volumes.len()]
+    };
     let identity = cache_identity(config);
     let cache = Cache::open_with(config, provided())?;
     let dirty = cache.dirty_pages();
@@ -165,10 +172,12 @@ fn open_cache(config: &CacheConfig, files: &Arc<Files>, force: bool) -> Result<C
         return Ok(cache);
     }
     if dirty > 0 && table == identity {
-        let volume = &cache.volumes()[0];
-        files.apply_size_records(cache.page_size_bytes(), |at, buf| {
-            volume.read(at, buf).map_err(|e| e.to_string())
-        })?;
+        // A window's pages, its size record too, are in one of the volumes.
+        for volume in cache.volumes() {
+            files.apply_size_records(cache.page_size_bytes(), |at, buf| {
+                volume.read(at, buf).map_err(|e| e.to_string())
+            })?;
+        }
         tracing::info!(
             "destaging {dirty} dirty pages an earlier mount left in the cache to their files"
         );
@@ -209,6 +218,29 @@ fn emulated_disks(config: &MountConfig, dir: &Path) -> Result<Option<Arc<Disks>>
     }
 }
 
+/// The backing directory's files (with the directories of the critical
+/// volume) and the cache's config with the mount's volumes set.
+fn files_and_volumes(
+    config: &MountConfig,
+    dir: &Path,
+    disk: Option<Arc<Disks>>,
+) -> Result<(Arc<Files>, CacheConfig), MountError> {
+    let bad = |why: String| MountError::BackingDir {
+        path: dir.display().to_string(),
+        why,
+    };
+    let critical = Dirs::new(dir, &config.critical_dirs, |_| Ok(()))
+        .map_err(|why| bad(format!("--critical-dir {why}")))?;
+    let critical_volume = !critical.is_empty();
+    let page = config.cache.engine.page_size_bytes;
+    let files = Files::open(dir, (PAGE_INDEX_MAX >> 1) * page, disk, critical)?;
+    let mut cache_config = config.cache.clone();
+    let journal = config.journal.clone();
+    crate::volumes::configure(&mut cache_config, dir, journal, critical_volume).map_err(bad)?;
+    cache_config.block_size_bytes = page as u32;
+    Ok((Arc::new(files), cache_config))
+}
+
 /// Checks, locks, opens the cache, and mounts: the cache (for the
 /// service) and the mount (its front end).
 pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
@@ -217,18 +249,7 @@ pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
     let lock = DeviceLock::acquire(&dir, LockMode::Exclusive, "backing directory")?;
     let page = config.cache.engine.page_size_bytes;
     let disk = emulated_disks(&config, &dir)?;
-    let files = Arc::new(Files::open(
-        &dir,
-        (PAGE_INDEX_MAX >> 1) * page,
-        disk.clone(),
-    )?);
-    let mut cache_config = config.cache.clone();
-    cache_config.volumes = vec![VolumeSpec {
-        name: VOLUME_NAME.to_string(),
-        backing: format!("files:{}", dir.display()),
-        journal: config.journal.clone(),
-    }];
-    cache_config.block_size_bytes = page as u32;
+    let (files, cache_config) = files_and_volumes(&config, &dir, disk.clone())?;
     let cache = open_cache(&cache_config, &files, config.cache.force)?;
     let callers = Arc::new(Callers::new(config.rules.clone()));
     let operator = cache.operator();
@@ -245,16 +266,15 @@ pub fn start(config: MountConfig) -> Result<(Cache, MountFront), MountError> {
     )
     .map_err(|e| fuse_err(&dir, e))?;
     let nodes = Nodes::new(root, disk).map_err(|e| fuse_err(&dir, e))?;
-    let volume = cache.volumes()[0].clone();
-    let dirty = DirtyPages::start(volume.clone(), page, config.dirty);
-    let volume_for_locks = volume.clone();
-    let data = Data::new(volume, files, Arc::clone(&dirty), page);
+    let volumes = Arc::new(Volumes::of_cache(&cache, &files));
+    let dirty = DirtyPages::start(Arc::clone(&volumes), page, config.dirty);
+    let data = Data::new(Arc::clone(&volumes), files, Arc::clone(&dirty), page);
     let canonical =
         std::fs::canonicalize(&config.mountpoint).map_err(|e| MountError::Mountpoint {
             path: config.mountpoint.display().to_string(),
             why: e.to_string(),
         })?;
-    let locks = KernelLocks::start(volume_for_locks, Arc::clone(&callers), &canonical);
+    let locks = KernelLocks::start(volumes, Arc::clone(&callers), &canonical);
     let (held, lent) = (Arc::clone(&dirty), Arc::clone(&locks));
     operator.on_front_metrics(Box::new(move || {
         let mut metrics = held.metrics();

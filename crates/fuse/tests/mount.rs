@@ -95,6 +95,7 @@ fn mount_with(d: &Dirs, format: FormatAsked, dirty: DirtyLimits) -> Mounted {
         threads: 2,
         emulate: None,
         emulate_own_disk: Vec::new(),
+        critical_dirs: Vec::new(),
         dirty,
     })
     .expect("mount")
@@ -376,6 +377,7 @@ fn a_bad_backing_directory_or_mountpoint_is_named() {
             threads: 1,
             emulate: None,
             emulate_own_disk: Vec::new(),
+            critical_dirs: Vec::new(),
             dirty: DirtyLimits::default(),
         })
     };

@@ -24,7 +24,7 @@ fn a_failing_writeback_keeps_the_pages_and_refuses_writers_over_the_limit() {
         max_bytes: 8192,
         expire: Duration::from_millis(50),
     };
-    let dirty = DirtyPages::start(volume, 4096, limits);
+    let dirty = DirtyPages::start(Arc::new(Volumes::one(volume)), 4096, limits);
     let tmp = tempfile::tempfile().unwrap();
     let file = Arc::new(BackingFile::new(tmp.into(), None).unwrap());
     plan.set_fail_writes(true);
@@ -61,7 +61,7 @@ fn a_background_writeback_gives_its_unsent_pages_to_a_critical_fsync() {
         max_bytes: 8 << 20,
         expire: Duration::from_millis(20),
     };
-    let dirty = DirtyPages::start(volume, 4096, limits);
+    let dirty = DirtyPages::start(Arc::new(Volumes::one(volume)), 4096, limits);
     let tmp = tempfile::tempfile().unwrap();
     let file = Arc::new(BackingFile::new(tmp.into(), None).unwrap());
     // 256 pages, every other one: 256 writes of one page each, in 16 parts.
