@@ -23,12 +23,14 @@
 #           data is loaded); its precision and recall against those
 #           processes go to $OUT/auto.csv
 #   (none)  no process is critical
+# POLICY `volume` mounts with the log's directory as the critical volume
+# (`--critical-dir`: PostgreSQL's pg_wal, Redis's appendonlydir).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APPS=${APPS:-"postgresql redis"}
 SIZES=${SIZES:-"32M 1G"}
-RUNS=${RUNS:-"all sync cp:pid cp-pi:pid cp-pi-ioi:pid cp-pi-ioi:ionice cp-pi-ioi:auto"}
+RUNS=${RUNS:-"all sync volume cp:pid cp-pi:pid cp-pi-ioi:pid cp-pi-ioi:ionice cp-pi-ioi:auto"}
 SECS=${SECS:-60}
 SCALE=${SCALE:-10}
 CLIENTS=${CLIENTS:-8}
@@ -319,6 +321,14 @@ run_one() {
     backing=wcache-hdd-wal-apart
   fi
   [ "$CACHE_SYNC" != nvram ] && backing+="-cache-$CACHE_SYNC"
+  # `volume`: the log's directory is the critical volume (the paper's WAL
+  # policy); PostgreSQL's pg_wal, Redis's AOF directory (Redis 7).
+  if [ "$policy" = volume ]; then
+    case $app in
+      postgresql) extra+=(--critical-dir pg/pg_wal) ;;
+      redis) extra+=(--critical-dir redis/appendonlydir) ;;
+    esac
+  fi
   mount_wcache "$size" "${extra[@]}"
   case $app in
     postgresql) pg_start ;;
