@@ -896,11 +896,10 @@ fn spawn_threads(
     let pool_threads = config.io_threads.max(1);
     for i in 0..pool_threads {
         let s = shared.clone();
-        // With more than one, the first never runs a destage (`pool.rs`).
-        let destages = pool_threads == 1 || i > 0;
+        let most = pool::most_for(i, pool_threads);
         spawn(
             format!("wcache-io-{i}"),
-            Box::new(move || s.pool_thread(destages)),
+            Box::new(move || s.pool_thread(most)),
         )?;
     }
     if let Some(store) = &shared.store {

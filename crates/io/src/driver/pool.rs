@@ -1,72 +1,85 @@
 //! The pool threads: they run the commands no client thread keeps (destages,
-//! batches, tail moves, checkpoints). No request waits behind a drain: a
-//! request's commands go ahead of destages, one thread (of two or more)
-//! never runs a destage, and a thread shares what its completions released
-//! while another idles or jobs wait.
+//! batches, tail moves, checkpoints, a large request's extra commands). No
+//! request waits behind the backing: jobs on the cache device go ahead of a
+//! request's backing I/O, which goes ahead of destages; one thread (of two
+//! or more) runs only jobs on the cache device; and a thread shares what
+//! its completions released while another idles or jobs wait.
 
 use super::*;
 
-/// The jobs waiting for a pool thread: a request's commands (and the
-/// engine's own cache work) ahead of destages, which wait on the backing.
+/// What a job waits on, in the order the pool runs them.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Class {
+    /// The cache device only: a batch of the log, page writes, frees, the
+    /// tail's moves, checkpoints, cached reads.
+    Cache,
+    /// The backing, for a request: a write-through or bypass write, a read
+    /// miss, a journaled transaction's writes.
+    Backing,
+    /// The backing, for no request now: a destage.
+    Destage,
+}
+
+const CLASSES: usize = 3;
+
+fn class(job: &Job) -> Class {
+    use IoCommand as C;
+    match job.cmd {
+        C::WritePage { .. }
+        | C::WritePages { .. }
+        | C::FreeSlots { .. }
+        | C::ReadPage { .. }
+        | C::WriteBatch { .. }
+        | C::AdvanceLog { .. }
+        | C::LogCheckpoint { .. } => Class::Cache,
+        C::ReadBacking { .. }
+        | C::WriteBacking { .. }
+        | C::Stage { .. }
+        | C::Commit { .. }
+        | C::Retire { .. } => Class::Backing,
+        C::Destage { .. } => Class::Destage,
+    }
+}
+
+/// The jobs waiting for a pool thread, a queue per class.
 #[derive(Default)]
 pub(super) struct Pool {
-    jobs: VecDeque<Job>,
-    destages: VecDeque<Job>,
+    queues: [VecDeque<Job>; CLASSES],
     /// Pool threads waiting for a job.
     idle: usize,
     pub(super) stopping: bool,
 }
 
-fn is_destage(job: &Job) -> bool {
-    matches!(job.cmd, IoCommand::Destage { .. })
-}
-
-/// The next of a thread's own jobs: the first that is not a destage, else
-/// the first destage. (Before, a format-3 batch released behind a drain's
-/// destages waited for them all on one thread, 1.4 s and more, while the
-/// other pool threads slept.)
-fn next_job(jobs: &mut VecDeque<Job>) -> Option<Job> {
-    match jobs.iter().position(|j| !is_destage(j)) {
-        Some(i) => jobs.remove(i),
-        None => jobs.pop_front(),
+impl Pool {
+    /// A job waits that a thread taking classes up to `most` could take.
+    fn waiting(&self, most: Class) -> bool {
+        self.queues[..=most as usize].iter().any(|q| !q.is_empty())
     }
 }
 
-/// A thread that runs no destage gives those it released to the pool.
-fn split_destages(jobs: &mut VecDeque<Job>) -> VecDeque<Job> {
-    let (destages, rest): (VecDeque<Job>, VecDeque<Job>) = jobs.drain(..).partition(is_destage);
-    *jobs = rest;
-    destages
+/// The next of a thread's own jobs: the first of the first class it has.
+/// (Before, a format-3 batch released behind a drain's destages waited for
+/// them all on one thread, 1.4 s and more, while the other pool threads
+/// slept.)
+fn next_job(jobs: &mut VecDeque<Job>) -> Option<Job> {
+    let first = jobs.iter().enumerate().min_by_key(|(_, j)| class(j))?.0;
+    jobs.remove(first)
 }
 
 impl Shared {
-    /// A pool thread; `destages` false for the one that keeps a thread free
-    /// for requests while every other waits on the backing (a drain of
-    /// expired pages at 20 destages outstanding held each format-3 batch
-    /// 172 ms, the time of one destage behind the emulated HDD's queue).
-    pub(super) fn pool_thread(&self, destages: bool) {
+    /// A pool thread, taking jobs of classes up to `most`: `Class::Cache`
+    /// for the one that keeps a thread free for the cache device while
+    /// every other waits on the backing (a drain of expired pages at 20
+    /// destages outstanding held each format-3 batch 172 ms, the time of
+    /// one destage behind the emulated HDD's queue).
+    pub(super) fn pool_thread(&self, most: Class) {
         let mut jobs = VecDeque::new();
         loop {
             {
                 let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
                 loop {
-                    if let Some(job) = pool.jobs.pop_front() {
-                        // Page writes and record frees queued together run as one batch.
-                        let batch = is_batched(&job);
-                        jobs.push_back(job);
-                        while batch
-                            && jobs.len() < WRITE_BATCH_MAX
-                            && pool.jobs.front().is_some_and(is_batched)
-                        {
-                            jobs.extend(pool.jobs.pop_front());
-                        }
+                    if self.take(&mut pool, most, &mut jobs) {
                         break;
-                    }
-                    if destages {
-                        if let Some(job) = pool.destages.pop_front() {
-                            jobs.push_back(job);
-                            break;
-                        }
                     }
                     if pool.stopping || self.abandoned.load(Ordering::Relaxed) {
                         return;
@@ -79,34 +92,52 @@ impl Shared {
                     pool.idle -= 1;
                 }
             }
-            self.run_pool_jobs(&mut jobs, destages);
+            self.run_pool_jobs(&mut jobs, most);
         }
     }
 
+    /// Moves the pool's first job of the first class up to `most` into
+    /// `jobs` (page writes and record frees queued together, as one
+    /// batch); false if there is none.
+    fn take(&self, pool: &mut Pool, most: Class, jobs: &mut VecDeque<Job>) -> bool {
+        let Some(queue) = pool.queues[..=most as usize]
+            .iter_mut()
+            .find(|q| !q.is_empty())
+        else {
+            return false;
+        };
+        let job = queue.pop_front().expect("a queue with a job");
+        let batch = is_batched(&job);
+        jobs.push_back(job);
+        while batch && jobs.len() < WRITE_BATCH_MAX && queue.front().is_some_and(is_batched) {
+            jobs.extend(queue.pop_front());
+        }
+        true
+    }
+
     /// A pool thread runs its own jobs (those its completions released,
-    /// a request's first) while it has one or no other thread could take
-    /// them; once a job waits in the pool or a thread idles with more than
-    /// one in hand, it hands its own to the pool and takes the pool's
-    /// first. (Without this, threads whose destages released the next
-    /// destages, one after another, never came back to the pool: a tail
-    /// move or a checkpoint waited there for as long as a drain lasted,
-    /// 30 s and more.)
-    fn run_pool_jobs(&self, jobs: &mut VecDeque<Job>, destages: bool) {
+    /// by class) while it has one or no other thread could take them; once
+    /// a job it could take waits in the pool, or a thread idles while it
+    /// holds more than one, it hands its own to the pool and takes the
+    /// pool's first. (Without this, threads whose destages released the
+    /// next destages, one after another, never came back to the pool: a
+    /// tail move or a checkpoint waited there for as long as a drain
+    /// lasted, 30 s and more.) Jobs of a class it does not take go to the
+    /// pool at once.
+    fn run_pool_jobs(&self, jobs: &mut VecDeque<Job>, most: Class) {
         while let Some(job) = next_job(jobs) {
             if self.abandoned.load(Ordering::Relaxed) {
                 jobs.clear();
                 return;
             }
             self.execute_and_complete(job, jobs);
-            if !destages && jobs.iter().any(is_destage) {
-                self.to_pool(split_destages(jobs).into_iter());
+            if jobs.iter().any(|j| class(j) > most) {
+                let (theirs, mine): (VecDeque<Job>, VecDeque<Job>) =
+                    jobs.drain(..).partition(|j| class(j) > most);
+                *jobs = mine;
+                self.to_pool(theirs.into_iter());
             }
-            // Jobs this thread could take wait in the pool, or a thread idles.
-            let share = |p: &Pool| {
-                !p.jobs.is_empty()
-                    || (destages && !p.destages.is_empty())
-                    || (p.idle > 0 && jobs.len() > 1)
-            };
+            let share = |p: &Pool| p.waiting(most) || (p.idle > 0 && jobs.len() > 1);
             let share = || self.pool.try_lock().is_ok_and(|p| share(&p));
             if !jobs.is_empty() && share() {
                 self.to_pool(jobs.drain(..));
@@ -132,23 +163,30 @@ impl Shared {
             self.run_jobs(&mut local, None);
             return;
         }
-        let (added, mut destages) = (jobs.len(), 0);
+        let (added, mut on_backing) = (jobs.len(), 0);
         for job in jobs {
-            if is_destage(&job) {
-                pool.destages.push_back(job);
-                destages += 1;
-            } else {
-                pool.jobs.push_back(job);
-            }
+            let c = class(&job);
+            on_backing += usize::from(c != Class::Cache);
+            pool.queues[c as usize].push_back(job);
         }
-        // One job any thread takes wakes one; a destage wakes all, for the
-        // one woken could be the thread that runs none, which would sleep
-        // again with the destage left in the pool (a write-through test
-        // hung so, its destage retry never run).
-        if added == 1 && destages == 0 {
+        // One job on the cache, which every thread takes, wakes one; a job
+        // on the backing wakes all, for the one woken could be the thread
+        // that takes none, which would sleep again with the job left in the
+        // pool (a write-through test hung so, its destage retry never run).
+        if added == 1 && on_backing == 0 {
             self.pool_ready.notify_one();
         } else {
             self.pool_ready.notify_all();
         }
+    }
+}
+
+/// The classes the pool thread `i` of `threads` takes: with more than one,
+/// the first takes only jobs on the cache device.
+pub(super) fn most_for(i: usize, threads: usize) -> Class {
+    if threads > 1 && i == 0 {
+        Class::Cache
+    } else {
+        Class::Destage
     }
 }
