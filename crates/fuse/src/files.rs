@@ -279,12 +279,10 @@ impl Files {
     /// The window at `window` is in the critical volume.
     pub fn in_critical_volume(&self, window: u64) -> bool {
         let slot = (window >> WINDOW_BITS) as u32;
-        !self.critical.is_empty()
-            && self
-                .critical_slots
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&slot)
+        self.critical_slots
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&slot)
     }
 
     /// Forgets every window (the cache holds no page of any): the table

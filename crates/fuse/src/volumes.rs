@@ -30,21 +30,14 @@ impl Volumes {
         }
     }
 
-    /// `files`, and `critical` for the windows `of` puts there.
-    pub fn with_critical(files: Volume, critical: Volume, of: Arc<Files>) -> Volumes {
-        Volumes {
-            files,
-            critical: Some((critical, of)),
-        }
-    }
-
     /// The volumes `configure` set in `cache`, over `files`.
     pub fn of_cache(cache: &wcache_io::Cache, files: &Arc<Files>) -> Volumes {
         match cache.volumes() {
             [one] => Volumes::one(one.clone()),
-            [main, critical] => {
-                Volumes::with_critical(main.clone(), critical.clone(), files.clone())
-            }
+            [main, critical] => Volumes {
+                files: main.clone(),
+                critical: Some((critical.clone(), Arc::clone(files))),
+            },
             more => unreachable!("the mount sets one or two volumes, not {}", more.len()),
         }
     }

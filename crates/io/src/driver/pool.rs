@@ -55,6 +55,25 @@ impl Pool {
     fn waiting(&self, most: Class) -> bool {
         self.queues[..=most as usize].iter().any(|q| !q.is_empty())
     }
+
+    /// Moves the pool's first job of the first class up to `most` into
+    /// `jobs` (page writes and record frees queued together, as one
+    /// batch); false if there is none.
+    fn take(&mut self, most: Class, jobs: &mut VecDeque<Job>) -> bool {
+        let Some(queue) = self.queues[..=most as usize]
+            .iter_mut()
+            .find(|q| !q.is_empty())
+        else {
+            return false;
+        };
+        let job = queue.pop_front().expect("a queue with a job");
+        let batch = is_batched(&job);
+        jobs.push_back(job);
+        while batch && jobs.len() < WRITE_BATCH_MAX && queue.front().is_some_and(is_batched) {
+            jobs.extend(queue.pop_front());
+        }
+        true
+    }
 }
 
 /// The next of a thread's own jobs: the first of the first class it has.
@@ -78,7 +97,7 @@ impl Shared {
             {
                 let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
                 loop {
-                    if self.take(&mut pool, most, &mut jobs) {
+                    if pool.take(most, &mut jobs) {
                         break;
                     }
                     if pool.stopping || self.abandoned.load(Ordering::Relaxed) {
@@ -94,25 +113,6 @@ impl Shared {
             }
             self.run_pool_jobs(&mut jobs, most);
         }
-    }
-
-    /// Moves the pool's first job of the first class up to `most` into
-    /// `jobs` (page writes and record frees queued together, as one
-    /// batch); false if there is none.
-    fn take(&self, pool: &mut Pool, most: Class, jobs: &mut VecDeque<Job>) -> bool {
-        let Some(queue) = pool.queues[..=most as usize]
-            .iter_mut()
-            .find(|q| !q.is_empty())
-        else {
-            return false;
-        };
-        let job = queue.pop_front().expect("a queue with a job");
-        let batch = is_batched(&job);
-        jobs.push_back(job);
-        while batch && jobs.len() < WRITE_BATCH_MAX && queue.front().is_some_and(is_batched) {
-            jobs.extend(queue.pop_front());
-        }
-        true
     }
 
     /// A pool thread runs its own jobs (those its completions released,
@@ -131,7 +131,7 @@ impl Shared {
                 return;
             }
             self.execute_and_complete(job, jobs);
-            if jobs.iter().any(|j| class(j) > most) {
+            if most < Class::Destage && jobs.iter().any(|j| class(j) > most) {
                 let (theirs, mine): (VecDeque<Job>, VecDeque<Job>) =
                     jobs.drain(..).partition(|j| class(j) > most);
                 *jobs = mine;
